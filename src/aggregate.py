@@ -1,0 +1,250 @@
+"""Aggregators of member votes (paper §2 "Stacked aggregation", the ladder of Table 1, Appendix I).
+
+Every aggregator is a scikit-learn-style estimator over a vote matrix ``X`` (n × K, 0 / 1 / 0.5 = abstained):
+``fit`` returns ``self``, fitted state ends in ``_``, ``__init__`` only stores parameters, so each one composes
+with :func:`sklearn.model_selection.cross_val_predict` and with :func:`crossfit` below (which also keeps the
+fitted per-fold estimators for the β report). Decision rule everywhere: hallucinated iff p ≥ ``threshold``
+(0.5), which also breaks the ties of the unweighted majority (§2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedGroupKFold
+
+from .verdicts import ABSTAIN
+
+_EPS = 1e-3
+
+
+class _VoteClassifier(ClassifierMixin, BaseEstimator):
+    """Shared plumbing: classes, the 0.5 decision rule, two-column probabilities."""
+
+    threshold: float = 0.5
+
+    def _set_classes(self, X: np.ndarray, y: np.ndarray | None) -> None:
+        self.classes_ = np.array([0, 1])
+        self.n_features_in_ = np.asarray(X).shape[1]
+
+    def _p1(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        p = np.clip(self._p1(np.asarray(X, dtype=float)), 0.0, 1.0)
+        return np.column_stack([1.0 - p, p])
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.predict_proba(X)[:, 1] >= self.threshold).astype(int)
+
+
+class StackedLogit(_VoteClassifier):
+    """The RAIM meta-learner: P(y=1|v) = σ(β₀ + Σ βᵢ vᵢ), L2 penalty 1/C with C = 1 (§2).
+
+    ``abstention="scalar"`` feeds the votes as they are (abstain = 0.5, the paper's setting);
+    ``"category"`` one-hot encodes each member's vote as (voted hallucinated, abstained) against the
+    reference "voted supported" (Table 23). Columns past ``n_votes`` are continuous extras (e.g. log-odds)
+    passed through unchanged.
+    """
+
+    def __init__(self, C: float = 1.0, abstention: str = "scalar", threshold: float = 0.5,
+                 n_votes: int | None = None, max_iter: int = 1000):
+        self.C = C
+        self.abstention = abstention
+        self.threshold = threshold
+        self.n_votes = n_votes
+        self.max_iter = max_iter
+
+    def _features(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=float)
+        k = X.shape[1] if self.n_votes is None else self.n_votes
+        votes, extra = X[:, :k], X[:, k:]
+        if self.abstention == "scalar":
+            F = votes
+        elif self.abstention == "category":
+            F = np.column_stack([(votes == 1).astype(float), (votes == ABSTAIN).astype(float)])
+        else:
+            raise ValueError(f"abstention must be 'scalar' or 'category', got {self.abstention!r}")
+        return np.column_stack([F, extra]) if extra.size else F
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "StackedLogit":
+        self._set_classes(X, y)
+        self.lr_ = LogisticRegression(C=self.C, max_iter=self.max_iter).fit(self._features(X), y)
+        self.coef_ = self.lr_.coef_.ravel().copy()
+        self.intercept_ = float(self.lr_.intercept_[0])
+        return self
+
+    def _p1(self, X: np.ndarray) -> np.ndarray:
+        return self.lr_.predict_proba(self._features(X))[:, 1]
+
+    def feature_names(self, members: list[str], extras: list[str] = ()) -> list[str]:
+        """Names aligned with ``coef_``."""
+        if self.abstention == "category":
+            base = [f"{m}=1" for m in members] + [f"{m}=abstain" for m in members]
+        else:
+            base = list(members)
+        return base + list(extras)
+
+
+class MajorityVote(_VoteClassifier):
+    """Unweighted majority: mean vote (abstain counts 0.5) ≥ threshold; label-free, ``fit`` learns nothing."""
+
+    def __init__(self, threshold: float = 0.5):
+        self.threshold = threshold
+
+    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> "MajorityVote":
+        self._set_classes(X, y)
+        return self
+
+    def _p1(self, X: np.ndarray) -> np.ndarray:
+        return X.mean(axis=1)
+
+
+def member_accuracy(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Each member's accuracy over the items it voted on (abstentions excluded); 0.5 if it never voted."""
+    voted = X != ABSTAIN
+    correct = (X == y[:, None]) & voted
+    n = voted.sum(axis=0)
+    return np.where(n > 0, correct.sum(axis=0) / np.maximum(n, 1), 0.5)
+
+
+class WeightedVote(_VoteClassifier):
+    """Accuracy- or log-odds-weighted vote, weights fitted on labelled data (Appendix I).
+
+    ``accuracy``: p = Σ aᵢ vᵢ / Σ aᵢ. ``logodds``: p = σ(Σ wᵢ (2vᵢ − 1)) with wᵢ = log(aᵢ / (1 − aᵢ)), the
+    symmetric-noise naive-Bayes posterior; an abstention (v = 0.5) contributes nothing to either.
+    """
+
+    def __init__(self, weighting: str = "accuracy", threshold: float = 0.5):
+        self.weighting = weighting
+        self.threshold = threshold
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "WeightedVote":
+        self._set_classes(X, y)
+        acc = np.clip(member_accuracy(np.asarray(X, float), np.asarray(y)), _EPS, 1 - _EPS)
+        if self.weighting == "accuracy":
+            self.weights_ = acc
+        elif self.weighting == "logodds":
+            self.weights_ = np.log(acc / (1 - acc))
+        else:
+            raise ValueError(f"weighting must be 'accuracy' or 'logodds', got {self.weighting!r}")
+        return self
+
+    def _p1(self, X: np.ndarray) -> np.ndarray:
+        if self.weighting == "accuracy":
+            return X @ self.weights_ / self.weights_.sum()
+        return 1.0 / (1.0 + np.exp(-((2 * X - 1) @ self.weights_)))
+
+
+class BestSingle(_VoteClassifier):
+    """One member chosen by its κ on the data it is fitted on (CV-best when cross-fitted, §2).
+
+    Predictions are that member's votes, abstentions included (0.5 stays an abstention for the metrics).
+    """
+
+    def __init__(self, threshold: float = 0.5):
+        self.threshold = threshold
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "BestSingle":
+        from .evaluate import kappa  # local import: evaluate depends on nothing here
+
+        self._set_classes(X, y)
+        X = np.asarray(X, dtype=float)
+        self.scores_ = np.array([kappa(np.asarray(y), X[:, j]) for j in range(X.shape[1])])
+        self.best_ = int(np.argmax(self.scores_))
+        return self
+
+    def _p1(self, X: np.ndarray) -> np.ndarray:
+        return X[:, self.best_]
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        """The member's own vote: 0, 1 or 0.5 (abstained)."""
+        return np.asarray(X, dtype=float)[:, self.best_]
+
+
+class DawidSkene(_VoteClassifier):
+    """Unsupervised Dawid–Skene through crowd-kit (label-free rung of the ladder).
+
+    ``fit(X)`` runs crowd-kit's EM on the long-format votes (abstentions are missing labels) and keeps its
+    class priors and per-member confusion matrices; ``predict_proba`` applies that model's E-step, which on
+    the fitted items reproduces crowd-kit's posteriors.
+    """
+
+    def __init__(self, n_iter: int = 100, tol: float = 1e-5, threshold: float = 0.5):
+        self.n_iter = n_iter
+        self.tol = tol
+        self.threshold = threshold
+
+    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> "DawidSkene":
+        from crowdkit.aggregation import DawidSkene as _DS
+
+        self._set_classes(X, y)
+        X = np.asarray(X, dtype=float)
+        long = _long_format(X)
+        ds = _DS(n_iter=self.n_iter, tol=self.tol).fit(long)
+        self.priors_ = np.array([ds.priors_.get(c, _EPS) for c in (0, 1)])
+        K = X.shape[1]
+        # conf_[j, t, o] = P(member j says o | true t)
+        conf = np.full((K, 2, 2), 0.5)
+        for j in range(K):
+            for o in (0, 1):
+                if (j, o) in ds.errors_.index:
+                    conf[j, :, o] = [ds.errors_.loc[(j, o)].get(t, _EPS) for t in (0, 1)]
+        self.confusion_ = np.clip(conf, _EPS, 1.0)
+        self.probas_ = ds.probas_.reindex(range(len(X)))
+        return self
+
+    def _p1(self, X: np.ndarray) -> np.ndarray:
+        logp = np.tile(np.log(np.clip(self.priors_, _EPS, 1.0)), (len(X), 1))
+        for j in range(X.shape[1]):
+            for o in (0, 1):
+                hit = X[:, j] == o
+                logp[hit] += np.log(self.confusion_[j, :, o])
+        logp -= logp.max(axis=1, keepdims=True)
+        p = np.exp(logp)
+        return p[:, 1] / p.sum(axis=1)
+
+
+def _long_format(X: np.ndarray) -> pd.DataFrame:
+    task, worker = np.nonzero(X != ABSTAIN)
+    return pd.DataFrame({"task": task, "worker": worker, "label": X[task, worker].astype(int)})
+
+
+# ---------------------------------------------------------------------------------------------- cross-fitting
+
+
+def cluster_folds(y: np.ndarray, clusters: np.ndarray, n_splits: int = 5, seed: int = 0) -> list[tuple]:
+    """Folds made of whole clusters, stratified on gold (§2: 5-fold cross-fitting, no cluster split)."""
+    n_clusters = len(np.unique(clusters))
+    if n_clusters < n_splits:
+        raise ValueError(f"cross-fitting needs at least {n_splits} clusters, got {n_clusters}")
+    cv = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+    return [(tr, te) for tr, te in cv.split(np.zeros(len(y)), y, groups=clusters)]
+
+
+@dataclass
+class CrossFit:
+    """Out-of-fold probabilities and predictions, with the estimator fitted on each fold's training part."""
+
+    proba: np.ndarray
+    pred: np.ndarray
+    estimators: list
+    folds: list
+
+
+def crossfit(estimator, X: np.ndarray, y: np.ndarray, folds: list[tuple]) -> CrossFit:
+    """Fit a clone per fold on its training clusters, predict its held-out clusters (out-of-fold)."""
+    X = np.asarray(X, dtype=float)
+    proba = np.empty(len(y))
+    pred = np.empty(len(y))
+    fitted = []
+    for tr, te in folds:
+        est = clone(estimator).fit(X[tr], y[tr])
+        proba[te] = est.predict_proba(X[te])[:, 1]
+        pred[te] = est.predict(X[te])
+        fitted.append(est)
+    return CrossFit(proba, pred, fitted, folds)

@@ -1,0 +1,154 @@
+"""Metrics, paired cluster bootstrap and the calls of §2 (Table 1, Tables 15–17, Appendix K).
+
+Predictions are float vectors in {0, 1, 0.5}; 0.5 is an abstention. Following §2:
+
+* Cohen's κ excludes abstentions;
+* balanced accuracy counts an abstention as an error of its item's own class;
+* hallucinated-class F1 counts an abstention as a missed detection.
+
+Every metric is computed from six confusion counts per item (gold × {1, 0, abstain}), so a bootstrap is one
+matrix product: cluster resampling weights (B × clusters) times per-cluster counts (clusters × 6·P).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from statsmodels.stats.multitest import multipletests
+
+from .verdicts import ABSTAIN
+
+METRICS = ("kappa", "bacc", "f1")
+# count columns: gold=1 & pred=1, gold=1 & pred=0, gold=1 & abstain, gold=0 & pred=1, gold=0 & pred=0, gold=0 & abstain
+_N_COUNTS = 6
+
+
+def indicators(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """Per-item one-hot of the six confusion cells (n × 6)."""
+    gold = np.asarray(gold)
+    pred = np.asarray(pred, dtype=float)
+    ab = pred == ABSTAIN
+    g1, g0 = gold == 1, gold == 0
+    p1, p0 = (pred == 1) & ~ab, (pred == 0) & ~ab
+    return np.column_stack([g1 & p1, g1 & p0, g1 & ab, g0 & p1, g0 & p0, g0 & ab]).astype(float)
+
+
+def from_counts(c: np.ndarray) -> dict[str, np.ndarray]:
+    """κ, bacc and F1 from confusion counts (last axis = the six cells); vectorised over leading axes.
+
+    An undefined κ (no voted item, or chance agreement of 1) is reported as 0, never NaN.
+    """
+    a11, a10, a1a, a01, a00, a0a = np.moveaxis(c, -1, 0)
+    n = a11 + a10 + a01 + a00
+    with np.errstate(divide="ignore", invalid="ignore"):
+        po = (a11 + a00) / n
+        pe = ((a11 + a01) * (a11 + a10) + (a10 + a00) * (a01 + a00)) / n**2
+        kap = np.where((n > 0) & (pe < 1), (po - pe) / (1 - pe), 0.0)
+        r1 = np.where(a11 + a10 + a1a > 0, a11 / (a11 + a10 + a1a), 0.0)
+        r0 = np.where(a00 + a01 + a0a > 0, a00 / (a00 + a01 + a0a), 0.0)
+        den = 2 * a11 + a01 + a10 + a1a
+        f1 = np.where(den > 0, 2 * a11 / den, 0.0)
+    return {"kappa": np.nan_to_num(kap), "bacc": 0.5 * (r1 + r0), "f1": f1}
+
+
+def scores(gold: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """κ, bacc, F1 of one prediction vector on the full sample."""
+    return {k: float(v) for k, v in from_counts(indicators(gold, pred).sum(axis=0)).items()}
+
+
+def kappa(gold: np.ndarray, pred: np.ndarray) -> float:
+    return scores(gold, pred)["kappa"]
+
+
+def coverage(votes: np.ndarray) -> np.ndarray:
+    """Share of items with a parseable verdict, per column (Table 22)."""
+    return (np.asarray(votes) != ABSTAIN).mean(axis=0)
+
+
+# ------------------------------------------------------------------------------------------------ bootstrap
+
+
+class ClusterBootstrap:
+    """Paired cluster bootstrap (§2): B draws of whole clusters with replacement, shared by every comparator.
+
+    ``weights`` is B × n_clusters (how often each cluster is drawn); an item's weight in a draw is its
+    cluster's. Percentile intervals.
+    """
+
+    def __init__(self, clusters: np.ndarray, n_boot: int = 2000, seed: int = 0):
+        self.cluster_ids, self.item_cluster = np.unique(np.asarray(clusters), return_inverse=True)
+        nc = len(self.cluster_ids)
+        rng = np.random.default_rng(seed)
+        self.weights = rng.multinomial(nc, np.full(nc, 1.0 / nc), size=n_boot).astype(float)
+        n = len(self.item_cluster)
+        self._agg = sparse.csr_matrix((np.ones(n), (self.item_cluster, np.arange(n))), shape=(nc, n))
+
+    def item_weights(self) -> np.ndarray:
+        """B × n item multiplicities (for tests and for custom statistics)."""
+        return self.weights[:, self.item_cluster]
+
+    def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
+        """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""
+        preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
+        ind = np.concatenate([indicators(gold, preds[:, p]) for p in range(preds.shape[1])], axis=1)
+        per_cluster = self._agg @ ind  # clusters × 6P
+        return (self.weights @ per_cluster).reshape(len(self.weights), preds.shape[1], _N_COUNTS)
+
+    def metrics(self, gold: np.ndarray, preds: np.ndarray) -> dict[str, np.ndarray]:
+        """B × P arrays of κ, bacc, F1."""
+        return from_counts(self.counts(gold, preds))
+
+
+def interval(draws: np.ndarray, level: float = 0.95) -> list[float]:
+    a = (1 - level) / 2
+    lo, hi = np.percentile(draws, [100 * a, 100 * (1 - a)])
+    return [float(lo), float(hi)]
+
+
+@dataclass
+class Delta:
+    """A paired difference (stacked − comparator) with its interval, one-sided p and call."""
+
+    estimate: float
+    ci: list[float]
+    p_one_sided: float
+    call: str
+    p_holm: float | None = None
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def paired_delta(full: float, draws: np.ndarray, level: float = 0.95) -> Delta:
+    """Δ on the full sample, percentile CI of the paired draws, p = P*(Δ ≤ 0) (H1: the panel is better)."""
+    ci = interval(draws, level)
+    p = float((1 + np.sum(draws <= 0)) / (len(draws) + 1))
+    return Delta(float(full), ci, p, call_for(ci))
+
+
+def call_for(ci: list[float]) -> str:
+    """§2: a difference is clear when its 95% paired interval excludes 0, unresolved otherwise."""
+    if ci[0] > 0:
+        return "clear improvement"
+    if ci[1] < 0:
+        return "clear worsening"
+    return "unresolved"
+
+
+def best_single_call(vs_cv: Delta, vs_oracle: Delta | None) -> str:
+    """§2 against the CV-best single: win when the lower bound exceeds 0; clean win when the panel's
+    interval against the oracle best also lies above 0; tie when the interval spans 0."""
+    if vs_cv.ci[0] > 0:
+        return "clean win" if vs_oracle is not None and vs_oracle.ci[0] > 0 else "win"
+    if vs_cv.ci[1] < 0:
+        return "clear worsening"
+    return "tie"
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm-adjusted p-values (statsmodels ``multipletests``)."""
+    if not pvalues:
+        return []
+    return [float(p) for p in multipletests(pvalues, method="holm")[1]]

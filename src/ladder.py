@@ -1,0 +1,198 @@
+"""The comparator ladder of Table 1, per dataset, with paired cluster-bootstrap deltas (§2, §3.1).
+
+Ladder rungs, ordered by the labelled information they consume: ``avg_member``, ``majority``,
+``dawid_skene`` (label-free); ``acc_weighted``, ``logodds_weighted`` (Appendix I); ``best_avg`` (one member
+chosen by its mean κ over all datasets of the table, deployed everywhere), ``best_cv`` (chosen on each fold's
+training clusters, scored out of fold), ``oracle`` (argmax on the scored set, re-taken on every bootstrap
+draw); ``stacked`` (the RAIM panel); ``frontier`` when the table carries one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.base import clone
+
+from . import admissibility
+from .aggregate import BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, cluster_folds, crossfit
+from .evaluate import METRICS, ClusterBootstrap, Delta, best_single_call, coverage, from_counts, holm, indicators
+from .evaluate import interval, paired_delta
+from .verdicts import ABSTAIN, VerdictTable
+
+COMPARATORS = ("avg_member", "majority", "dawid_skene", "acc_weighted", "logodds_weighted",
+               "best_avg", "best_cv", "oracle", "stacked", "frontier")
+DELTA_METRICS = ("kappa", "bacc")
+
+
+@dataclass
+class LadderSettings:
+    """Analysis settings (conf/analysis): folds, bootstrap and the admissibility operating point."""
+
+    n_splits: int = 5
+    seed: int = 0
+    n_boot: int = 2000
+    level: float = 0.95
+    kappa0: float = 0.30
+    c: float = 0.5
+    phi0: float = 0.40
+    core: list[str] = field(default_factory=list)
+    features: list[str] = field(default_factory=list)  # continuous extras per member, e.g. ["logodds"]
+    abstention_contrast: bool = True  # Table 23: categorical vs scalar abstention encoding
+
+
+@dataclass
+class DatasetResult:
+    """Everything computed for one dataset: the JSON-able summary and the fitted objects."""
+
+    summary: dict
+    stacker: StackedLogit  # refitted on all items of the dataset (the deployable meta-learner)
+    oof_proba: np.ndarray
+    predictions: dict[str, np.ndarray]
+    feature_names: list[str]
+
+
+def design_matrix(table: VerdictTable, features: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Votes, then the requested continuous extras of each member (missing ones are an error)."""
+    extras, names = [], []
+    for feat in features:
+        for m in table.members:
+            key = f"{m}@{feat}"
+            if key not in table.features:
+                raise KeyError(f"{table.source}: stacker feature '{key}' requested but the table has no such column")
+            extras.append(table.features[key])
+            names.append(key)
+    X = np.column_stack([table.votes] + extras) if extras else table.votes
+    return X, names
+
+
+def best_on_average(table: VerdictTable) -> int:
+    """Index of the member with the highest mean κ across the table's datasets (Table 15 'best-on-average')."""
+    per = [admissibility.member_kappas(t.gold, t.votes) for t in table.by_dataset().values()]
+    return int(np.argmax(np.mean(per, axis=0)))
+
+
+def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, best_avg: int) -> DatasetResult:
+    """The whole ladder on one dataset."""
+    y, clusters, votes = table.gold, table.clusters, table.votes
+    X, extra_names = design_matrix(table, s.features)
+    stacker = clone(stacker).set_params(n_votes=votes.shape[1])
+    folds = cluster_folds(y, clusters, s.n_splits, s.seed)
+    stk = crossfit(stacker, X, y, folds)
+    cv = crossfit(BestSingle(), votes, y, folds)
+    preds = {
+        "stacked": stk.pred,
+        "majority": MajorityVote().fit(votes).predict(votes).astype(float),
+        "dawid_skene": DawidSkene().fit(votes).predict(votes).astype(float),
+        "acc_weighted": crossfit(WeightedVote("accuracy"), votes, y, folds).pred,
+        "logodds_weighted": crossfit(WeightedVote("logodds"), votes, y, folds).pred,
+        "best_avg": votes[:, best_avg],
+        "best_cv": cv.pred,
+    }
+    if table.frontier is not None:
+        preds["frontier"] = table.frontier
+    boot = ClusterBootstrap(clusters, s.n_boot, s.seed)
+    named = list(preds)
+    P = np.column_stack([preds[k] for k in named] + [votes])
+    full = from_counts(np.stack([indicators(y, P[:, p]).sum(0) for p in range(P.shape[1])]))
+    draws = boot.metrics(y, P)
+    K = votes.shape[1]
+    full_m = {k: v[len(named):] for k, v in full.items()}
+    draw_m = {k: v[:, len(named):] for k, v in draws.items()}
+    oracle_full = int(np.argmax(full_m["kappa"]))
+    oracle_draw = np.argmax(draw_m["kappa"], axis=1)
+    est = {name: {m: full[m][i] for m in METRICS} for i, name in enumerate(named)}
+    dist = {name: {m: draws[m][:, i] for m in METRICS} for i, name in enumerate(named)}
+    est["avg_member"] = {m: float(full_m[m].mean()) for m in METRICS}
+    dist["avg_member"] = {m: draw_m[m].mean(axis=1) for m in METRICS}
+    est["oracle"] = {m: float(full_m[m][oracle_full]) for m in METRICS}
+    dist["oracle"] = {m: draw_m[m][np.arange(len(oracle_draw)), oracle_draw] for m in METRICS}
+    comparators = {
+        c: {m: {"estimate": float(est[c][m]), "ci": interval(dist[c][m], s.level)} for m in METRICS}
+        for c in COMPARATORS if c in est
+    }
+    deltas = {
+        c: {m: paired_delta(est["stacked"][m] - est[c][m], dist["stacked"][m] - dist[c][m], s.level)
+            for m in DELTA_METRICS}
+        for c in COMPARATORS if c in est and c != "stacked"
+    }
+    deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])
+    names = stacker.feature_names(table.members, extra_names)
+    betas = [dict(zip(["intercept"] + names, [e.intercept_, *e.coef_])) for e in stk.estimators]
+    final = clone(stacker).fit(X, y)
+    members = {
+        m: {"kappa": float(full_m["kappa"][j]), "bacc": float(full_m["bacc"][j]), "f1": float(full_m["f1"][j]),
+            "coverage": float(coverage(votes[:, j:j + 1])[0]), "abstentions": int(np.sum(votes[:, j] == ABSTAIN))}
+        for j, m in enumerate(table.members)
+    }
+    adm = admissibility.test(y, votes, s.kappa0, s.c, s.phi0)
+    summary = {
+        "n": int(len(y)),
+        "n_clusters": int(len(np.unique(clusters))),
+        "balance": {"supported": int(np.sum(y == 0)), "hallucinated": int(np.sum(y == 1))},
+        "abstentions": {"count": int(np.sum(votes == ABSTAIN)), "rate": float(np.mean(votes == ABSTAIN))},
+        "comparators": comparators,
+        "deltas": {c: {m: d.as_dict() for m, d in v.items()} for c, v in deltas.items()},
+        "stacker": {
+            "features": names,
+            "beta_mean": {k: float(np.mean([b[k] for b in betas])) for k in betas[0]},
+            "beta_folds": [{k: float(v) for k, v in b.items()} for b in betas],
+            "beta_full": dict(zip(["intercept"] + names, map(float, [final.intercept_, *final.coef_]))),
+            "params": {k: v for k, v in stacker.get_params().items()},
+        },
+        "members": members,
+        "selected": {
+            "best_avg": table.members[best_avg],
+            "best_cv_per_fold": [table.members[e.best_] for e in cv.estimators],
+            "oracle": table.members[oracle_full],
+        },
+        "admissibility": adm.as_dict(),
+    }
+    if s.abstention_contrast:
+        summary["abstention_contrast"] = _abstention_contrast(X, y, folds, boot, stacker, stk.pred, s)
+    return DatasetResult(summary, final, stk.proba, preds, names)
+
+
+def _abstention_contrast(X, y, folds, boot, stacker, scalar_pred, s) -> dict:
+    """Table 23: the same stacker with abstention as a category instead of 0.5 (same folds and draws)."""
+    other = "category" if stacker.abstention == "scalar" else "scalar"
+    alt = crossfit(clone(stacker).set_params(abstention=other), X, y, folds).pred
+    cat, sca = (alt, scalar_pred) if other == "category" else (scalar_pred, alt)
+    k = boot.metrics(y, np.column_stack([cat, sca]))["kappa"]
+    full = [from_counts(indicators(y, p).sum(0))["kappa"] for p in (cat, sca)]
+    d = paired_delta(float(full[0] - full[1]), k[:, 0] - k[:, 1], s.level)
+    return {"kappa_scalar": float(full[1]), "kappa_category": float(full[0]),
+            "delta_category_minus_scalar": d.as_dict(), "moved": int(np.sum(cat != sca))}
+
+
+def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings) -> dict[str, DatasetResult]:
+    """Every dataset of the table, then Holm over the configured core datasets for each comparator."""
+    best_avg = best_on_average(table)
+    results = {name: analyze_dataset(t, stacker, s, best_avg) for name, t in table.by_dataset().items()}
+    _apply_holm(results, s.core)
+    return results
+
+
+def _apply_holm(results: dict[str, DatasetResult], core: list[str]) -> None:
+    family = [d for d in results if d in core] or list(results)
+    comps = {c for r in results.values() for c in r.summary["deltas"]}
+    for c in comps:
+        for m in DELTA_METRICS:
+            fam = [d for d in family if c in results[d].summary["deltas"]]
+            adj = holm([results[d].summary["deltas"][c][m]["p_one_sided"] for d in fam])
+            for d, p in zip(fam, adj):
+                results[d].summary["deltas"][c][m]["p_holm"] = p
+    for r in results.values():
+        r.summary["holm_family"] = family
+
+
+def to_json(results: dict[str, DatasetResult], s: LadderSettings, meta: dict | None = None) -> dict:
+    """The machine-readable results.json document."""
+    return {
+        "settings": dict(s.__dict__),
+        "meta": meta or {},
+        "datasets": {name: r.summary for name, r in results.items()},
+    }
+
+
+__all__ = ["LadderSettings", "DatasetResult", "analyze", "analyze_dataset", "to_json", "Delta", "COMPARATORS"]

@@ -1,0 +1,58 @@
+"""Simulated verdict tables with known competence and error correlation (for tests and benchmarks).
+
+A Gaussian-copula panel: on item i, member j errs when ρ·zᵢ + √(1−ρ²)·εᵢⱼ exceeds Φ⁻¹(1 − errⱼ), with zᵢ
+a difficulty shared by every member; ρ sets the error correlation, errⱼ = 1 − accuracyⱼ the competence.
+These are fake judges: they exercise the aggregation logic, never the LLM plumbing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+
+def panel(
+    n_clusters: int = 500,
+    per_cluster: int = 2,
+    accuracies: list[float] | np.ndarray = (0.8,) * 10,
+    rho: float = 0.3,
+    abstain_rate: float = 0.0,
+    dataset: str = "sim",
+    seed: int = 0,
+    frontier_accuracy: float | None = None,
+) -> pd.DataFrame:
+    """A balanced verdict table in the on-disk contract (abstentions as empty cells, i.e. pandas NA)."""
+    rng = np.random.default_rng(seed)
+    acc = np.asarray(accuracies, dtype=float)
+    n = n_clusters * per_cluster
+    gold = np.tile(np.arange(per_cluster) % 2, n_clusters)
+    z = rng.standard_normal(n)[:, None]
+    eps = rng.standard_normal((n, len(acc)))
+    latent = rho * z + np.sqrt(1 - rho**2) * eps
+    err = latent > norm.ppf(acc)[None, :]
+    votes = np.where(err, 1 - gold[:, None], gold[:, None]).astype(float)
+    votes[rng.random(votes.shape) < abstain_rate] = np.nan
+    df = pd.DataFrame({
+        "item_id": [f"{dataset}-{i:06d}" for i in range(n)],
+        "cluster_id": [f"{dataset}-c{i // per_cluster:05d}" for i in range(n)],
+        "dataset": dataset,
+        "gold": gold,
+    })
+    for j in range(len(acc)):
+        df[f"m{j:02d}"] = pd.array(votes[:, j], dtype="Float64").astype("Int64")
+    if frontier_accuracy is not None:
+        wrong = rng.random(n) > frontier_accuracy
+        df["frontier"] = np.where(wrong, 1 - gold, gold)
+    return df
+
+
+def suite(n_datasets: int = 8, n_items: int = 2000, n_members: int = 10, seed: int = 0) -> pd.DataFrame:
+    """Several simulated datasets of varied competence/correlation in one table (benchmarks)."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for d in range(n_datasets):
+        acc = rng.uniform(0.55, 0.9, n_members)
+        parts.append(panel(n_items // 2, 2, acc, rho=rng.uniform(0.1, 0.7), abstain_rate=0.02,
+                           dataset=f"sim{d}", seed=seed + d, frontier_accuracy=0.85))
+    return pd.concat(parts, ignore_index=True)
