@@ -1,0 +1,61 @@
+"""Admissibility: φ against numpy's Pearson, and the call on panels whose answer is known (§3.3)."""
+
+import numpy as np
+import pytest
+
+from src import admissibility, simulate, verdicts
+from src.verdicts import ABSTAIN
+
+
+def sim(**kw):
+    t = verdicts.validate(simulate.panel(**kw))
+    return t.gold, t.votes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_phi_is_pearson_of_error_indicators(seed):
+    gold, votes = sim(n_clusters=200, accuracies=[0.8, 0.7, 0.65, 0.75], rho=0.4, seed=seed)
+    err = (votes != gold[:, None]).astype(float)
+    ref = np.corrcoef(err.T)
+    assert admissibility.phi_matrix(gold, votes) == pytest.approx(ref)
+    assert admissibility.phi_bar(gold, votes) == pytest.approx(ref[np.triu_indices(4, 1)].mean())
+
+
+def test_phi_uses_pairwise_complete_items():
+    gold, votes = sim(n_clusters=200, accuracies=[0.8, 0.7, 0.65], rho=0.4, abstain_rate=0.2)
+    m = (votes[:, 0] != ABSTAIN) & (votes[:, 1] != ABSTAIN)
+    err = votes[m][:, :2] != gold[m][:, None]
+    assert admissibility.phi_matrix(gold, votes)[0, 1] == pytest.approx(np.corrcoef(err.T)[0, 1])
+
+
+def test_agreement_equals_error_indicator_agreement():
+    gold, votes = sim(n_clusters=100, accuracies=[0.8, 0.7], rho=0.3)
+    err = votes != gold[:, None]
+    assert admissibility.agreement_matrix(votes)[0, 1] == pytest.approx(np.mean(err[:, 0] == err[:, 1]))
+
+
+def test_dominant_member_panel_is_not_admissible():
+    gold, votes = sim(n_clusters=400, accuracies=[0.97] + [0.55] * 9, rho=0.1)
+    a = admissibility.test(gold, votes)
+    assert not a.admissible and a.members_at_kappa0 == 1 and "1/10" in a.reason
+
+
+def test_correlated_competent_panel_is_not_admissible():
+    gold, votes = sim(n_clusters=400, accuracies=[0.8] * 10, rho=0.9)
+    a = admissibility.test(gold, votes)
+    assert a.members_at_kappa0 == 10 and a.phi_bar > 0.4 and not a.admissible and "φ̄" in a.reason
+
+
+def test_spread_decorrelated_panel_is_admissible():
+    gold, votes = sim(n_clusters=400, accuracies=[0.8] * 6 + [0.6] * 4, rho=0.2)
+    a = admissibility.test(gold, votes)
+    assert a.admissible and a.phi_bar < 0.4 and a.members_at_kappa0 >= 5
+    assert a.as_dict()["kappa0"] == 0.30 and a.as_dict()["c"] == 0.5 and a.as_dict()["phi0"] == 0.40
+
+
+def test_operating_point_is_respected():
+    mk = np.array([0.31, 0.31, 0.1, 0.1])
+    assert admissibility.decide(mk, 0.39, 0.30, 0.5, 0.40)[0]
+    assert not admissibility.decide(mk, 0.41, 0.30, 0.5, 0.40)[0]
+    assert not admissibility.decide(mk, 0.39, 0.32, 0.5, 0.40)[0]
+    assert not admissibility.decide(mk, None, 0.30, 0.5, 0.40)[0]

@@ -1,0 +1,108 @@
+"""Metrics, bootstrap and calls against reference implementations (scikit-learn, statsmodels)."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score, f1_score
+from statsmodels.stats.multitest import multipletests
+
+from src import evaluate
+from src.evaluate import ClusterBootstrap, best_single_call, from_counts, holm, indicators, paired_delta, scores
+from src.verdicts import ABSTAIN
+
+
+def random_pred(rng, gold, acc=0.7, abstain=0.1):
+    pred = np.where(rng.random(len(gold)) < acc, gold, 1 - gold).astype(float)
+    pred[rng.random(len(gold)) < abstain] = ABSTAIN
+    return pred
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_metrics_match_sklearn_with_abstentions(seed):
+    rng = np.random.default_rng(seed)
+    gold = rng.integers(0, 2, 300)
+    pred = random_pred(rng, gold, acc=rng.uniform(0.3, 0.95), abstain=rng.uniform(0, 0.3))
+    s = scores(gold, pred)
+    voted = pred != ABSTAIN
+    # κ excludes abstentions
+    assert s["kappa"] == pytest.approx(cohen_kappa_score(gold[voted], pred[voted].astype(int)))
+    # bacc: an abstention is an error of its own class
+    as_error = np.where(voted, pred, 1 - gold).astype(int)
+    assert s["bacc"] == pytest.approx(balanced_accuracy_score(gold, as_error))
+    # F1 of the hallucinated class: an abstention is a missed detection
+    assert s["f1"] == pytest.approx(f1_score(gold, (pred == 1).astype(int)))
+
+
+def test_undefined_kappa_is_zero_not_nan():
+    gold = np.array([1, 1, 1])
+    assert scores(gold, np.array([1.0, 1.0, 1.0]))["kappa"] == 0.0
+    assert scores(gold, np.full(3, ABSTAIN))["kappa"] == 0.0
+    assert scores(gold, np.full(3, ABSTAIN))["bacc"] == 0.0
+
+
+def test_bootstrap_keeps_clusters_whole_and_resamples_all_clusters():
+    rng = np.random.default_rng(0)
+    clusters = np.repeat(np.arange(50), rng.integers(1, 5, 50))
+    boot = ClusterBootstrap(clusters, n_boot=300, seed=1)
+    w = boot.item_weights()
+    for c in np.unique(clusters):
+        cols = w[:, clusters == c]
+        assert (cols == cols[:, :1]).all(), "items of one cluster must share their multiplicity"
+    assert (boot.weights.sum(axis=1) == 50).all()
+    assert (boot.weights.mean(axis=0) > 0.8).all() and (boot.weights.mean(axis=0) < 1.2).all()
+
+
+def test_bootstrap_metrics_equal_weighted_sklearn_per_draw():
+    rng = np.random.default_rng(3)
+    clusters = np.repeat(np.arange(80), 2)
+    gold = np.tile([0, 1], 80)
+    preds = np.column_stack([random_pred(rng, gold, 0.8, 0.05), random_pred(rng, gold, 0.6, 0.0)])
+    boot = ClusterBootstrap(clusters, n_boot=20, seed=0)
+    got = boot.metrics(gold, preds)
+    for b in range(5):
+        w = boot.item_weights()[b]
+        for p in range(2):
+            m = (preds[:, p] != ABSTAIN) & (w > 0)
+            ref = cohen_kappa_score(gold[m], preds[m, p].astype(int), sample_weight=w[m])
+            assert got["kappa"][b, p] == pytest.approx(ref)
+            as_err = np.where(preds[:, p] != ABSTAIN, preds[:, p], 1 - gold).astype(int)
+            assert got["bacc"][b, p] == pytest.approx(balanced_accuracy_score(gold, as_err, sample_weight=w))
+
+
+def test_from_counts_vectorises_over_leading_axes():
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 2, 100)
+    c = np.stack([indicators(gold, random_pred(rng, gold)).sum(0) for _ in range(6)]).reshape(2, 3, 6)
+    out = from_counts(c)
+    assert out["kappa"].shape == (2, 3)
+    assert out["kappa"][1, 2] == pytest.approx(from_counts(c[1, 2])["kappa"])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_holm_matches_statsmodels(seed):
+    p = list(np.random.default_rng(seed).uniform(0, 0.2, 5))
+    assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
+    # Holm is monotone in the sorted p-values and never below the raw p
+    assert all(a >= b for a, b in zip(holm(p), p))
+
+
+def test_paired_delta_calls():
+    d = paired_delta(0.05, np.random.default_rng(0).normal(0.05, 0.01, 2000))
+    assert d.call == "clear improvement" and d.ci[0] > 0 and d.p_one_sided < 0.01
+    d = paired_delta(-0.05, np.random.default_rng(0).normal(-0.05, 0.01, 2000))
+    assert d.call == "clear worsening" and d.p_one_sided > 0.99
+    d = paired_delta(0.0, np.random.default_rng(0).normal(0, 0.05, 2000))
+    assert d.call == "unresolved"
+
+
+def test_best_single_calls():
+    win = paired_delta(0.05, np.full(100, 0.05))
+    tie = paired_delta(0.0, np.linspace(-0.1, 0.1, 100))
+    assert best_single_call(win, win) == "clean win"
+    assert best_single_call(win, tie) == "win"
+    assert best_single_call(tie, tie) == "tie"
+    assert best_single_call(paired_delta(-0.05, np.full(100, -0.05)), tie) == "clear worsening"
+
+
+def test_coverage_counts_abstentions():
+    v = np.array([[1, ABSTAIN], [0, ABSTAIN], [ABSTAIN, 1], [1, 0]])
+    assert evaluate.coverage(v) == pytest.approx([0.75, 0.5])
