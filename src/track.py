@@ -1,0 +1,454 @@
+"""MLflow tracking for RAIM runs (issue 4).
+
+* Backend store: sqlite (``tracking.uri``, default ``sqlite:///mlflow.db`` at the repo root); the environment
+  variable ``MLFLOW_TRACKING_URI`` wins. A relative sqlite path is made absolute against the repo root, so a
+  run launched from anywhere (a DVC temp workspace, a Hydra job) lands in the same database.
+* Artifacts: ``mlruns/`` next to the sqlite file (``<repo>/mlruns`` by default).
+* :func:`start_run` opens a run (nested under an active parent, or under the sweep's parent in a Hydra
+  multirun), tags it (kind, dataset, roster, frame, stacker, git commit) and logs the composed config as
+  params, secrets scrubbed.
+* :func:`log_analysis` logs one stacking/ladder analysis: a parent run, one nested child per dataset with
+  κ/bacc/F1 and their intervals, paired deltas (calls as tags), β per member (metrics + CSV), admissibility
+  coordinates, hashes of the inputs, and the fitted stacker as a pyfunc model (:mod:`src.serve`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_URI = "sqlite:///mlflow.db"
+PARENT_ENV = "RAIM_MLFLOW_PARENT_RUN_ID"
+REDACTED = "***"
+
+# ------------------------------------------------------------------------------------------------- secrets
+
+_SECRET_KEY = re.compile(r"(api[_-]?key|apikey|token|secret|passw(or)?d|credential|auth|private[_-]?key)", re.I)
+_SECRET_VALUE = re.compile(
+    r"(sk-ant-[\w-]{8,}|sk-[A-Za-z0-9_-]{16,}|hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{16,}"
+    r"|xox[abpr]-[\w-]{8,}|AKIA[0-9A-Z]{16}|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})"
+)
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/@:\s]+)(:(?P<pw>[^/@\s]+))?@", re.I)
+
+
+def _secret_env_values() -> list[str]:
+    """Values of environment variables whose names look secret (ANTHROPIC_API_KEY, HF_TOKEN, …)."""
+    vals = {v for k, v in os.environ.items() if _SECRET_KEY.search(k) and v and len(v) >= 6}
+    return sorted(vals, key=len, reverse=True)
+
+
+def scrub_text(text: str, secrets: Iterable[str] | None = None) -> str:
+    """Replace secret values in free text: known env secrets, token-shaped strings, URL passwords."""
+    secrets = _secret_env_values() if secrets is None else secrets
+    for s in secrets:
+        text = text.replace(s, REDACTED)
+    text = _SECRET_VALUE.sub(REDACTED, text)
+    return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+
+
+def scrub(obj: Any, secrets: Iterable[str] | None = None, key: str = "") -> Any:
+    """A copy of a JSON-like object with secret-looking keys' values and secret-looking values redacted."""
+    secrets = _secret_env_values() if secrets is None else list(secrets)
+    if isinstance(obj, Mapping):
+        return {k: scrub(v, secrets, str(k)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v, secrets, key) for v in obj]
+    if key and _SECRET_KEY.search(key) and obj not in (None, "", False):
+        return REDACTED
+    if isinstance(obj, str):
+        return scrub_text(obj, secrets)
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------- config
+
+def tracking_uri(cfg: DictConfig | None = None) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``cfg.tracking.uri``; a relative sqlite path is made absolute
+    against the repository root (never against the current directory)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or (
+        OmegaConf.select(cfg, "tracking.uri", default=None) if cfg is not None else None) or DEFAULT_URI
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///"):]
+        if rel and rel != ":memory:":
+            return "sqlite:///" + str((ROOT / rel).resolve())
+    if "://" not in uri and not uri.startswith("databricks"):
+        return Path(uri).resolve().as_uri() if not Path(uri).is_absolute() else Path(uri).as_uri()
+    return uri
+
+
+def artifact_root(uri: str, experiment: str = "raim") -> str | None:
+    """``mlruns/<experiment>`` beside the sqlite database (None for a server: it decides)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlruns" / re.sub(r"[^\w.-]", "_", experiment)).as_uri()
+    return None
+
+
+def to_container(cfg: DictConfig) -> dict:
+    """The composed config as plain data (interpolations resolved where possible; no ``hydra`` node)."""
+    if not isinstance(cfg, DictConfig):
+        return dict(cfg)
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # e.g. a ${hydra:...} interpolation outside a Hydra app
+        data = OmegaConf.to_container(cfg, resolve=False)
+    data.pop("hydra", None)
+    return data
+
+
+def flatten(data: Any, prefix: str = "") -> dict[str, str]:
+    """Dotted keys → string values (lists as JSON), as MLflow params."""
+    out: dict[str, str] = {}
+    if isinstance(data, Mapping):
+        for k, v in data.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+        if not data and prefix:
+            out[prefix[:-1]] = "{}"
+        return out
+    value = json.dumps(data, default=str) if isinstance(data, (list, tuple)) else str(data)
+    out[prefix[:-1]] = value[:6000]
+    return out
+
+
+def choices(cfg: DictConfig) -> dict[str, str]:
+    """Chosen option per config group: Hydra's runtime choices when inside Hydra, else read off the config."""
+    picked: dict[str, str] = {}
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            picked = {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()
+                      if v is not None and not k.startswith("hydra")}
+    except Exception:
+        picked = {}
+    for group in ("roster", "dataset", "frame", "stacker", "analysis"):
+        if group in picked:
+            continue
+        node = OmegaConf.select(cfg, group, default=None) if isinstance(cfg, DictConfig) else cfg.get(group)
+        if node is None:
+            continue
+        name = node.get("name") if hasattr(node, "get") else None
+        if name is None and hasattr(node, "get") and node.get("_target_"):
+            name = str(node.get("_target_")).rsplit(".", 1)[-1]
+        if name is not None:
+            picked[group] = str(name)
+    if picked.get("dataset") == "all" and isinstance(cfg, DictConfig):
+        ds = OmegaConf.select(cfg, "dataset.datasets", default=None)
+        if ds:
+            picked["datasets"] = ",".join(ds)
+    return picked
+
+
+def git_commit() -> tuple[str | None, bool | None]:
+    """HEAD's commit and whether the working tree differs from it (None when not in a git checkout)."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip() or None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=20).stdout.strip() != ""
+        return sha, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+# ---------------------------------------------------------------------------------------------- hashes
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(paths: Iterable[str | Path]) -> str | None:
+    """One hash over files (directories walked in sorted order): relative path and content of each."""
+    h, seen = hashlib.sha256(), False
+    for root in paths:
+        root = Path(root)
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root] * root.is_file()
+        for f in files:
+            seen = True
+            h.update(str(f.relative_to(root.parent)).encode() + b"\0" + sha256_file(f).encode() + b"\n")
+    return h.hexdigest() if seen else None
+
+
+def table_hash(table) -> str:
+    """Content hash of a verdict table (the on-disk contract, rows in their order)."""
+    return hashlib.sha256(table.to_frame().to_csv(index=False).encode()).hexdigest()
+
+
+def input_hashes(cfg: DictConfig, table, dataset: str | None = None) -> dict[str, str]:
+    """Hashes of what an analysis read: the verdict table, the balanced set(s) and the verdict cache."""
+    out = {"verdict_table_sha256": table_hash(table)}
+    if OmegaConf.select(cfg, "verdicts", default=None):
+        p = Path(cfg.verdicts)
+        if p.is_file():
+            out["verdicts_file_sha256"] = sha256_file(p)
+        return out
+    names = [dataset] if dataset else list(dict.fromkeys(table.items["dataset"]))
+    ddir = Path(OmegaConf.select(cfg, "paths.datasets_dir", default="datasets"))
+    bal = sha256_tree(ddir / f"{n}.jsonl" for n in names)
+    if bal:
+        out["balanced_set_sha256"] = bal
+    cdir = Path(OmegaConf.select(cfg, "paths.cache_dir", default="verdicts/cache"))
+    members = [str(m) for m in table.members]
+    if table.frontier_name:
+        members.append(table.frontier_name)
+    cache = sha256_tree(cdir / m for m in members)
+    if cache:
+        out["verdict_cache_sha256"] = cache
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+_BAD_NAME = re.compile(r"[^\w\-. /]")
+
+
+def metric_name(*parts: str) -> str:
+    """An MLflow-legal metric name (alphanumerics, ``_ - . /`` and spaces)."""
+    return _BAD_NAME.sub("_", "/".join(str(p) for p in parts))
+
+
+def _experiment_id(name: str, uri: str) -> str:
+    import mlflow
+
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            return mlflow.create_experiment(name, artifact_location=artifact_root(uri, name))
+        except Exception:  # another process created it meanwhile
+            exp = mlflow.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    return exp.experiment_id
+
+
+def setup(cfg: DictConfig | None = None) -> str:
+    """Point MLflow at the configured store and experiment; returns the experiment id."""
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = tracking_uri(cfg)
+    mlflow.set_tracking_uri(uri)
+    name = (OmegaConf.select(cfg, "tracking.experiment", default=None) if cfg is not None else None) or "raim"
+    exp_id = _experiment_id(name, uri)
+    mlflow.set_experiment(experiment_id=exp_id)
+    return exp_id
+
+
+def base_tags(cfg: DictConfig, kind: str) -> dict[str, str]:
+    tags = {"kind": kind, **choices(cfg)}
+    sha, dirty = git_commit()
+    if sha:
+        tags.update({"git_commit": sha, "mlflow.source.git.commit": sha, "git_dirty": str(dirty).lower()})
+    return tags
+
+
+def _sweep_parent(cfg: DictConfig, exp_id: str) -> str | None:
+    """In a Hydra multirun, the id of the sweep's parent run (created by the first job that asks)."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    if os.environ.get(PARENT_ENV):
+        return os.environ[PARENT_ENV]
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+            return None
+        hc = HydraConfig.get()
+        sweep_id = str(hc.sweep.dir)
+        overrides = " ".join(hc.overrides.task)
+    except Exception:
+        return None
+    found = mlflow.search_runs([exp_id], filter_string=f"tags.sweep_dir = '{sweep_id}' and tags.kind = 'sweep'",
+                               output_format="list", max_results=1)
+    if found:
+        return found[0].info.run_id
+    client = MlflowClient()
+    tags = {**base_tags(cfg, "sweep"), "sweep_dir": sweep_id, "mlflow.runName": f"sweep {Path(sweep_id).name}"}
+    tags = {k: v for k, v in tags.items() if k not in ("dataset", "roster", "frame", "stacker")}
+    run = client.create_run(exp_id, tags=tags)
+    client.log_param(run.info.run_id, "first_job_overrides", scrub_text(overrides))
+    client.set_terminated(run.info.run_id, "FINISHED")  # a container: children attach to it as they come
+    return run.info.run_id
+
+
+@contextlib.contextmanager
+def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool = False,
+              run_name: str | None = None) -> Iterator[Any]:
+    """Open a tagged run with the composed config logged as params (secrets scrubbed); yields the run.
+
+    Nested under the active run if there is one (or ``nested=True``); inside a Hydra multirun with no active
+    run, nested under the sweep's parent run.
+    """
+    import mlflow
+
+    exp_id = setup(cfg)
+    all_tags = {**base_tags(cfg, kind), **{k: str(v) for k, v in (tags or {}).items()}}
+    all_tags = {k: scrub_text(v) for k, v in scrub(all_tags).items()}
+    active = mlflow.active_run()
+    kwargs: dict[str, Any] = {"experiment_id": exp_id, "tags": all_tags, "run_name": run_name}
+    if active is not None:
+        kwargs["nested"] = True
+    elif nested or kind != "sweep":
+        parent = _sweep_parent(cfg, exp_id)
+        if parent:
+            kwargs["parent_run_id"] = parent
+            kwargs["nested"] = True
+    with mlflow.start_run(**kwargs) as run:
+        if active is None:  # children inherit the parent's config: log it once
+            params = flatten(scrub(to_container(cfg)))
+            mlflow.log_params(params)
+            with tempfile.TemporaryDirectory() as tmp:
+                p = Path(tmp) / "config.yaml"
+                p.write_text(OmegaConf.to_yaml(OmegaConf.create(scrub(to_container(cfg)))))
+                mlflow.log_artifact(str(p))
+        yield run
+
+
+def log_figures(paths: Iterable[str | Path], artifact_path: str = "figures") -> list[str]:
+    """Log figure files (PNG/PDF/SVG…) of the active run; returns the logged file names."""
+    import mlflow
+
+    logged = []
+    for p in map(Path, paths):
+        if p.is_file():
+            mlflow.log_artifact(str(p), artifact_path=artifact_path)
+            logged.append(p.name)
+    return logged
+
+
+def log_json(obj: Any, name: str) -> None:
+    """A JSON artifact of the active run (secrets scrubbed)."""
+    import mlflow
+
+    mlflow.log_text(json.dumps(scrub(obj), indent=2, default=_jsonable) + "\n", name)
+
+
+def _jsonable(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    return str(x)
+
+
+# ---------------------------------------------------------------------------------------------- analysis
+
+def summary_metrics(s: dict) -> tuple[dict[str, float], dict[str, str]]:
+    """One dataset's summary → (metrics, tags): comparators with CI bounds, deltas, members, admissibility."""
+    metrics: dict[str, float] = {"n": s["n"], "n_clusters": s["n_clusters"],
+                                 "abstention_rate": s["abstentions"]["rate"]}
+    tags: dict[str, str] = {}
+    for comp, per in s["comparators"].items():
+        for m, v in per.items():
+            metrics[metric_name(comp, m)] = v["estimate"]
+            metrics[metric_name(comp, f"{m}_lo")], metrics[metric_name(comp, f"{m}_hi")] = v["ci"]
+    for comp, per in s["deltas"].items():
+        for m, d in per.items():
+            base = f"delta_{comp}"
+            metrics[metric_name(base, m)] = d["estimate"]
+            metrics[metric_name(base, f"{m}_lo")], metrics[metric_name(base, f"{m}_hi")] = d["ci"]
+            metrics[metric_name(base, f"{m}_p")] = d["p_one_sided"]
+            if d.get("p_holm") is not None:
+                metrics[metric_name(base, f"{m}_p_holm")] = d["p_holm"]
+            tags[f"call.{comp}.{m}"] = d["call"]
+    for member, v in s["members"].items():
+        for m in ("kappa", "bacc", "f1", "coverage"):
+            metrics[metric_name("member", member, m)] = v[m]
+    adm = s["admissibility"]
+    metrics["adm/members_at_kappa0"] = adm["members_at_kappa0"]
+    metrics["adm/share_at_kappa0"] = adm["members_at_kappa0"] / max(adm["n_members"], 1)
+    metrics["adm/admissible"] = float(bool(adm["admissible"]))
+    for k in ("phi_bar", "agreement_proxy"):
+        if adm.get(k) is not None:
+            metrics[f"adm/{k}"] = adm[k]
+    tags["admissible"] = str(bool(adm["admissible"])).lower()
+    tags["admissibility_reason"] = adm["reason"]
+    tags["best_cv_call"] = s["deltas"]["best_cv"]["kappa"]["call"]
+    for k, v in s["stacker"]["beta_mean"].items():
+        metrics[metric_name("beta", k)] = v
+    for k, v in s["stacker"]["beta_full"].items():
+        metrics[metric_name("beta_full", k)] = v
+    if "abstention_contrast" in s:
+        ac = s["abstention_contrast"]
+        metrics["abstention/delta_category_minus_scalar"] = ac["delta_category_minus_scalar"]["estimate"]
+    return {k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)}, tags
+
+
+def beta_table(s: dict):
+    """β per stacker feature: fold-mean, each fold, and the refit on all items (a DataFrame)."""
+    import pandas as pd
+
+    st = s["stacker"]
+    df = pd.DataFrame({"feature": list(st["beta_mean"]), "mean": list(st["beta_mean"].values())})
+    for i, fold in enumerate(st["beta_folds"]):
+        df[f"fold{i}"] = df["feature"].map(fold)
+    df["full"] = df["feature"].map(st["beta_full"])
+    return df
+
+
+def stacker_example(table, result, rows: int = 5):
+    """Input example of the served stacker: the first rows of the dataset's design matrix."""
+    import pandas as pd
+
+    from .ladder import design_matrix
+
+    extras = [f for f in result.feature_names if "@" in f]
+    X, names = design_matrix(table, sorted({e.split("@", 1)[1] for e in extras}))
+    return pd.DataFrame(X[:rows], columns=list(table.members) + names)
+
+
+def log_dataset(cfg: DictConfig, table, name: str, result) -> str:
+    """The active (child) run ← one dataset's ladder, β table, hashes and the fitted stacker model."""
+    import mlflow
+
+    from . import serve
+
+    s = result.summary
+    metrics, tags = summary_metrics(s)
+    mlflow.log_metrics(metrics)
+    for i, fold in enumerate(s["stacker"]["beta_folds"]):  # β per fold as a series (step = fold)
+        for k, v in fold.items():
+            mlflow.log_metric(metric_name("beta_fold", k), float(v), step=i)
+    mlflow.set_tags({**tags, **input_hashes(cfg, table, name)})
+    mlflow.log_text(beta_table(s).to_csv(index=False), "beta.csv")
+    log_json(s, "summary.json")
+    example = stacker_example(table, result)
+    info = serve.log_stacker(result.stacker, list(example.columns), example)
+    mlflow.set_tag("stacker_model_uri", info.model_uri)
+    return info.model_uri
+
+
+def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "stacking") -> str:
+    """One run per analysis (results.json, hashes, mean κ), one nested child per dataset; returns its id."""
+    import mlflow
+
+    by = table.by_dataset()
+    with start_run(cfg, kind) as run:
+        mlflow.set_tags({**input_hashes(cfg, table), "datasets": ",".join(results)})
+        log_json(doc, "results.json")
+        kappas = [r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]
+        mlflow.log_metric("stacked/kappa_mean", float(np.mean(kappas)))
+        mlflow.log_metric("admissible_count", float(sum(r.summary["admissibility"]["admissible"]
+                                                        for r in results.values())))
+        for name, result in results.items():
+            with start_run(cfg, kind, tags={"dataset": name}, nested=True, run_name=name):
+                log_dataset(cfg, by[name], name, result)
+        return run.info.run_id
+
+
+__all__ = ["tracking_uri", "start_run", "log_figures", "log_analysis", "log_json", "scrub", "scrub_text",
+           "input_hashes", "summary_metrics", "setup", "metric_name", "sha256_tree"]
