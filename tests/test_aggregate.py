@@ -44,7 +44,7 @@ def test_crossfit_equals_cross_val_predict(table):
 
 def test_stacker_is_l2_logistic_regression_with_c1(table):
     est = StackedLogit().fit(table.votes, table.gold)
-    ref = LogisticRegression(C=1.0, max_iter=1000).fit(table.votes, table.gold)
+    ref = LogisticRegression(C=1.0, tol=1e-10, max_iter=10000).fit(table.votes, table.gold)  # lbfgs, tight
     assert est.coef_ == pytest.approx(ref.coef_.ravel(), rel=1e-4, abs=1e-6)
     assert est.intercept_ == pytest.approx(ref.intercept_[0], rel=1e-4, abs=1e-6)
     assert clone(est).get_params() == est.get_params() and not hasattr(clone(est), "coef_")
