@@ -89,7 +89,7 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         "best_avg": votes[:, best_avg],
         "best_cv": cv.pred,
     }
-    if table.frontier is not None:
+    if table.frontier is not None and (table.frontier != ABSTAIN).any():
         preds["frontier"] = table.frontier
     boot = ClusterBootstrap(clusters, s.n_boot, s.seed)
     named = list(preds)
@@ -168,7 +168,14 @@ def _abstention_contrast(X, y, folds, boot, stacker, scalar_pred, s) -> dict:
 def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings) -> dict[str, DatasetResult]:
     """Every dataset of the table, then Holm over the configured core datasets for each comparator."""
     best_avg = best_on_average(table)
-    results = {name: analyze_dataset(t, stacker, s, best_avg) for name, t in table.by_dataset().items()}
+    results = {}
+    for name, t in table.by_dataset().items():
+        if len(np.unique(t.gold)) < 2:
+            raise ValueError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
+        try:
+            results[name] = analyze_dataset(t, stacker, s, best_avg)
+        except ValueError as e:
+            raise ValueError(f"{table.source}: dataset {name!r}: {e}") from e
     _apply_holm(results, s.core)
     return results
 

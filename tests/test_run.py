@@ -11,7 +11,7 @@ from src import run, simulate
 from src.ladder import COMPARATORS
 from src.verdicts import VerdictError
 
-from .conftest import ROOT
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
