@@ -112,6 +112,10 @@ def analyse(cfg: DictConfig) -> tuple[verdicts.VerdictTable, dict, dict]:
 def main(cfg: DictConfig) -> float:
     table, results, doc = analyse(cfg)
     out = write_json(doc, cfg.output)
+    if cfg.get("metrics") or cfg.get("betas"):  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
+        from .track import write_stage_files
+
+        write_stage_files(doc, cfg.get("metrics"), cfg.get("betas"))
     for name, r in results.items():
         s = r.summary
         log.info("%s: n=%d stacked κ=%.3f best_cv κ=%.3f (%s) admissible=%s", name, s["n"],

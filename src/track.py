@@ -450,5 +450,60 @@ def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "
         return run.info.run_id
 
 
+# ---------------------------------------------------------------------------------------------- DVC stage files
+
+def compact_metrics(doc: dict) -> dict:
+    """Per dataset, the headline numbers of results.json (what `dvc metrics show/diff` should compare)."""
+    out = {}
+    for name, s in doc["datasets"].items():
+        comp, delta, adm = s["comparators"], s["deltas"], s["admissibility"]
+        row = {"n": s["n"],
+               "stacked": {m: comp["stacked"][m]["estimate"] for m in ("kappa", "bacc", "f1")},
+               "best_cv_kappa": comp["best_cv"]["kappa"]["estimate"],
+               "delta_best_cv_kappa": delta["best_cv"]["kappa"]["estimate"],
+               "delta_best_cv_kappa_lo": delta["best_cv"]["kappa"]["ci"][0],
+               "call_best_cv": delta["best_cv"]["kappa"]["call"],
+               "admissible": bool(adm["admissible"]),
+               "phi_bar": adm["phi_bar"],
+               "members_at_kappa0": adm["members_at_kappa0"]}
+        if "frontier" in delta:
+            row["delta_frontier_kappa"] = delta["frontier"]["kappa"]["estimate"]
+        out[name] = row
+    return out
+
+
+def beta_rows(doc: dict):
+    """β per dataset and stacker feature (fold mean and full refit), long format, as a DataFrame."""
+    import pandas as pd
+
+    rows = [{"dataset": name, "feature": f, "label": f"{name}: {f}", "beta": b,
+             "beta_full": s["stacker"]["beta_full"][f]}
+            for name, s in doc["datasets"].items() for f, b in s["stacker"]["beta_mean"].items()]
+    return pd.DataFrame(rows, columns=["dataset", "feature", "label", "beta", "beta_full"])
+
+
+def write_stage_files(doc: dict, metrics: str | Path | None = None, betas: str | Path | None = None) -> None:
+    """The DVC `metrics` (compact JSON) and `plots` (β CSV) files of the stacking stage."""
+    for path, text in ((metrics, lambda: json.dumps(compact_metrics(doc), indent=2, default=_jsonable) + "\n"),
+                       (betas, lambda: beta_rows(doc).to_csv(index=False, float_format="%.6g"))):
+        if path:
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text())
+
+
+def judge_cli_args(params_path: str | Path = "params.yaml") -> str:
+    """``--datasets … [--per-dataset N]`` for ``python -m src.judges`` from params.yaml (DVC cannot
+    interpolate a list into a command)."""
+    cfg = OmegaConf.load(params_path)
+    ds = list(cfg.dataset.datasets) if cfg.dataset.name == "all" else [cfg.dataset.name]
+    args = ["--datasets", *ds]
+    per = OmegaConf.select(cfg, "judge.per_dataset", default=None)
+    if per:
+        args += ["--per-dataset", str(int(per))]
+    return " ".join(args)
+
+
 __all__ = ["tracking_uri", "start_run", "log_figures", "log_analysis", "log_json", "scrub", "scrub_text",
-           "input_hashes", "summary_metrics", "setup", "metric_name", "sha256_tree"]
+           "input_hashes", "summary_metrics", "setup", "metric_name", "sha256_tree", "compact_metrics",
+           "write_stage_files", "judge_cli_args"]
