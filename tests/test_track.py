@@ -1,0 +1,294 @@
+"""MLflow tracking (src/track.py): what one analysis logs, nesting, hashes, the stacker model, no secrets.
+
+Every test here uses a throwaway sqlite store under pytest's tmp dir, never the repo's mlflow.db. The
+helpers at the top are shared with test_registry / test_serve / test_pipeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from src import run, simulate, track
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1",
+         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+SECRET = "sk-ant-api03-" + "Zq7" * 14  # a fake key: must never reach the store
+GOOD = dict(accuracies=[0.75] * 8, rho=0.05)  # competent, decorrelated: admissible, stacker wins
+BAD = dict(accuracies=[0.93] + [0.56] * 7, rho=0.6)  # one dominant member: inadmissible, no win
+
+
+# ---------------------------------------------------------------------------------------- shared helpers
+
+def write_panels(path: Path, which=("good", "bad"), n_clusters: int = 150) -> Path:
+    """A bring-your-own verdict table with simulated datasets named ``good`` / ``bad``."""
+    spec = {"good": GOOD, "bad": BAD}
+    parts = [simulate.panel(n_clusters, 2, dataset=name, seed=i + 1, **spec[name]) for i, name in enumerate(which)]
+    pd.concat(parts, ignore_index=True).to_csv(path, index=False)
+    return path
+
+
+def compose_cfg(*overrides: str):
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def analysis_overrides(verdicts: Path, out: Path) -> list[str]:
+    return ["analysis=fast", "analysis.abstention_contrast=false", f"verdicts={verdicts}", f"output={out}",
+            "analysis.core=[good,bad]"]
+
+
+@contextlib.contextmanager
+def tracking_store(path: Path):
+    """Point MLflow (and any subprocess) at a fresh sqlite store under ``path``; restore afterwards."""
+    import mlflow
+
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", *QUIET)}
+    uri = f"sqlite:///{path / 'mlflow.db'}"
+    os.environ.update({"MLFLOW_TRACKING_URI": uri, **QUIET})
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield uri
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        mlflow.set_tracking_uri(None)
+
+
+def log_simulated(tmp: Path, which=("good", "bad"), extra: tuple[str, ...] = ()):
+    """Analyse simulated panels and log them; returns (parent run id, cfg, table, results, doc)."""
+    cfg = compose_cfg(*analysis_overrides(write_panels(tmp / "verdicts.csv", which), tmp / "results.json"), *extra)
+    table, results, doc = run.analyse(cfg)
+    return track.log_analysis(cfg, table, results, doc), cfg, table, results, doc
+
+
+def children(run_id: str) -> dict:
+    import mlflow
+
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                              filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
+    return {r.data.tags.get("dataset", r.info.run_name): r for r in runs}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(args: list[str], port: int, ready_path: str, env: dict | None = None, timeout: float = 150):
+    """Start a loopback server (``mlflow server`` / ``mlflow models serve``); stop it on exit."""
+    env = {**os.environ, **QUIET, **(env or {})}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # uvicorn, gunicorn
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{args[:3]} exited {proc.returncode}:\n{proc.stdout.read()[-4000:]}")
+            try:
+                with urllib.request.urlopen(url + ready_path, timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                raise TimeoutError(f"{args[:3]} not ready on {url} after {timeout}s")
+            time.sleep(0.5)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+def post_json(url: str, payload: dict, timeout: float = 30) -> tuple[int, dict]:
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+# ------------------------------------------------------------------------------------------- fixtures
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """One analysis (two simulated datasets) logged with a secret in the environment and in the config."""
+    tmp = tmp_path_factory.mktemp("track")
+    os.environ["ANTHROPIC_API_KEY"] = SECRET
+    try:
+        with tracking_store(tmp):
+            extra = (f"+judge.api_key={SECRET}", "+tracking.token=tok-abcdef123456",
+                     "+paths.remote=https://bob:hunter2secret@example.org/x")
+            rid, cfg, table, results, doc = log_simulated(tmp, extra=extra)
+            yield {"tmp": tmp, "run_id": rid, "cfg": cfg, "table": table, "results": results, "doc": doc}
+    finally:
+        os.environ.pop("ANTHROPIC_API_KEY", None)
+
+
+# ---------------------------------------------------------------------------------------------- tests
+
+def test_tracking_uri_env_wins_and_relative_sqlite_is_repo_absolute(monkeypatch):
+    cfg = compose_cfg()
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert track.tracking_uri(cfg) == f"sqlite:///{ROOT / 'mlflow.db'}"
+    assert track.artifact_root(track.tracking_uri(cfg)) == (ROOT / "mlruns" / "raim").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////tmp/elsewhere/x.db")
+    assert track.tracking_uri(cfg) == "sqlite:////tmp/elsewhere/x.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    assert track.tracking_uri(cfg) == "http://127.0.0.1:5000"
+    assert track.artifact_root("http://127.0.0.1:5000") is None
+
+
+def test_scrub_redacts_secret_keys_values_and_url_passwords(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "plainvalue-without-shape")
+    data = {"judge": {"api_key": "x", "model": "qwen"}, "note": "key sk-ant-api03-aaaaaaaaaaaaaaaa",
+            "u": "https://al:pw@h/x", "env": "plainvalue-without-shape", "tokens": None, "n": 3}
+    out = track.scrub(data)
+    assert out["judge"] == {"api_key": "***", "model": "qwen"}
+    assert "sk-ant" not in out["note"] and out["u"] == "https://***@h/x" and out["env"] == "***"
+    assert out["tokens"] is None and out["n"] == 3
+
+
+def test_parent_run_tags_params_and_results(logged):
+    import mlflow
+
+    parent = mlflow.get_run(logged["run_id"])
+    t, p = parent.data.tags, parent.data.params
+    assert t["kind"] == "stacking" and t["roster"] == "cpu" and t["frame"] == "auto" and t["datasets"] == "good,bad"
+    assert t["stacker"] and len(t["git_commit"]) == 40
+    assert p["stacker.C"] == "1.0" and p["analysis.n_boot"] == "200" and p["judge.api_key"] == "***"
+    art = Path(parent.info.artifact_uri.removeprefix("file://"))
+    assert art.is_relative_to(logged["tmp"] / "mlruns")
+    assert json.loads((art / "results.json").read_text())["datasets"].keys() == logged["doc"]["datasets"].keys()
+    assert t["verdicts_file_sha256"] == hashlib.sha256((logged["tmp"] / "verdicts.csv").read_bytes()).hexdigest()
+    assert parent.data.metrics["stacked/kappa_mean"] == pytest.approx(np.mean(
+        [d["comparators"]["stacked"]["kappa"]["estimate"] for d in logged["doc"]["datasets"].values()]))
+
+
+def test_children_carry_the_ladder_betas_and_admissibility(logged):
+    kids = children(logged["run_id"])
+    assert set(kids) == {"good", "bad"}
+    for name, child in kids.items():
+        s, m, t = logged["doc"]["datasets"][name], child.data.metrics, child.data.tags
+        assert t["dataset"] == name and t["kind"] == "stacking"
+        for comp in ("stacked", "best_cv", "majority", "oracle"):
+            for metric in ("kappa", "bacc", "f1"):
+                est = s["comparators"][comp][metric]
+                assert m[f"{comp}/{metric}"] == pytest.approx(est["estimate"])
+                assert m[f"{comp}/{metric}_lo"] <= m[f"{comp}/{metric}_hi"]
+        d = s["deltas"]["best_cv"]["kappa"]
+        assert m["delta_best_cv/kappa"] == pytest.approx(d["estimate"])
+        assert m["delta_best_cv/kappa_p_holm"] == pytest.approx(d["p_holm"])
+        assert t["call.best_cv.kappa"] == d["call"] and t["call.majority.bacc"] == s["deltas"]["majority"]["bacc"]["call"]
+        assert t["admissible"] == str(s["admissibility"]["admissible"]).lower()
+        assert m["adm/phi_bar"] == pytest.approx(s["admissibility"]["phi_bar"])
+        for f, b in s["stacker"]["beta_mean"].items():
+            assert m[f"beta/{f}"] == pytest.approx(b)
+        beta = pd.read_csv(Path(child.info.artifact_uri.removeprefix("file://")) / "beta.csv")
+        assert list(beta["feature"]) == ["intercept"] + [f"m{j:02d}" for j in range(8)]
+        assert beta["full"].tolist() == pytest.approx(list(s["stacker"]["beta_full"].values()))
+        assert len(t["verdict_table_sha256"]) == 64
+    assert kids["good"].data.tags["admissible"] == "true" and kids["bad"].data.tags["admissible"] == "false"
+    assert kids["good"].data.tags["verdict_table_sha256"] != kids["bad"].data.tags["verdict_table_sha256"]
+
+
+def test_stacker_model_signature_requirements_and_probabilities(logged):
+    import mlflow
+
+    child = children(logged["run_id"])["good"]
+    uri = child.data.tags["stacker_model_uri"]
+    model = mlflow.pyfunc.load_model(uri)
+    cols = [f"m{j:02d}" for j in range(8)]
+    assert model.metadata.get_input_schema().input_names() == cols
+    assert model.metadata.get_output_schema().input_names() == ["p_hallucinated", "verdict", "label"]
+    reqs = Path(mlflow.pyfunc.get_model_dependencies(uri)).read_text().split()
+    assert {r.split("==")[0] for r in reqs} >= {"mlflow", "scikit-learn", "numpy", "pandas", "cloudpickle"}
+    assert all("==" in r for r in reqs)
+    table = logged["table"].by_dataset()["good"]
+    X = pd.DataFrame(table.votes[:50], columns=cols)
+    out = model.predict(X)
+    expect = logged["results"]["good"].stacker.predict_proba(table.votes[:50])[:, 1]
+    assert out["p_hallucinated"].to_numpy() == pytest.approx(expect)
+    assert (out["verdict"] == (expect >= 0.5)).all()
+    # an abstention may be sent as 0.5 or as a missing value: same answer
+    both = model.predict(pd.DataFrame({c: [0.5, None] for c in cols}))
+    assert both["p_hallucinated"][0] == pytest.approx(both["p_hallucinated"][1])
+    with pytest.raises(Exception, match="0, 1 or 0.5"):
+        model.predict(pd.DataFrame({c: [2.0] for c in cols}))
+
+
+def test_secrets_never_reach_params_tags_artifacts_or_the_database(logged):
+    import mlflow
+
+    secrets = [SECRET, "tok-abcdef123456", "hunter2secret"]
+    runs = mlflow.search_runs(search_all_experiments=True, output_format="list")
+    assert len(runs) == 3
+    for r in runs:
+        blob = json.dumps([r.data.params, r.data.tags])
+        assert not [s for s in secrets if s in blob], r.info.run_name
+    files = [p for p in logged["tmp"].rglob("*") if p.is_file() and p.name != "verdicts.csv"]
+    assert any(p.name == "config.yaml" for p in files) and any(p.name == "mlflow.db" for p in files)
+    leaks = [(str(p), s) for p in files for s in secrets if s.encode() in p.read_bytes()]
+    assert not leaks
+
+
+def test_start_run_nests_under_active_run_and_logs_figures(tmp_path):
+    import mlflow
+
+    fig = tmp_path / "fig.png"
+    fig.write_bytes(b"\x89PNG fake")
+    with tracking_store(tmp_path):
+        cfg = compose_cfg("dataset=wice", "stacker=logreg_categorical")
+        with track.start_run(cfg, "budget", tags={"budget": 50}) as parent:
+            with track.start_run(cfg, "budget", tags={"budget": 100}) as child:
+                assert track.log_figures([fig, tmp_path / "missing.png"]) == ["fig.png"]
+        got = mlflow.get_run(child.info.run_id)
+        assert got.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert got.data.tags["dataset"] == "wice" and got.data.tags["budget"] == "100"
+        assert mlflow.get_run(parent.info.run_id).data.params["stacker.abstention"] == "category"
+        assert not got.data.params  # the config is logged once, on the parent
+        assert [a.path for a in mlflow.MlflowClient().list_artifacts(child.info.run_id, "figures")] == [
+            "figures/fig.png"]
+
+
+def test_stage_files_and_judge_args(logged, tmp_path):
+    track.write_stage_files(logged["doc"], tmp_path / "m.json", tmp_path / "b.csv")
+    m = json.loads((tmp_path / "m.json").read_text())
+    assert m["good"]["admissible"] is True and m["bad"]["admissible"] is False
+    assert m["good"]["stacked"]["kappa"] == logged["doc"]["datasets"]["good"]["comparators"]["stacked"]["kappa"][
+        "estimate"]
+    b = pd.read_csv(tmp_path / "b.csv")
+    assert set(b["dataset"]) == {"good", "bad"} and len(b) == 2 * 9
+    p = tmp_path / "params.yaml"
+    p.write_text("dataset: {name: all, datasets: [wice, medhallu]}\njudge: {per_dataset: 200}\n")
+    assert track.judge_cli_args(p) == "--datasets wice medhallu --per-dataset 200"
+    p.write_text("dataset: {name: wice}\njudge: {per_dataset: null}\n")
+    assert track.judge_cli_args(p) == "--datasets wice"
