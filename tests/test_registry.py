@@ -1,0 +1,85 @@
+"""Promotion to the model registry (src/registry.py): refused unless admissible and a win vs CV-best."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from src import registry
+
+from test_track import QUIET, ROOT, children, log_simulated, tracking_store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("registry")
+    with tracking_store(tmp) as uri:
+        rid, cfg, table, results, doc = log_simulated(tmp)
+        yield {"uri": uri, "run_id": rid, "doc": doc, "kids": children(rid)}
+
+
+def test_simulated_panels_are_what_the_tests_assume(store):
+    good, bad = store["doc"]["datasets"]["good"], store["doc"]["datasets"]["bad"]
+    assert good["admissibility"]["admissible"] and good["deltas"]["best_cv"]["kappa"]["call"] in registry.WINS
+    assert not bad["admissibility"]["admissible"] and bad["deltas"]["best_cv"]["kappa"]["call"] not in registry.WINS
+
+
+def test_refuses_an_inadmissible_panel_that_does_not_win_and_says_why(store):
+    with pytest.raises(registry.PromotionRefused) as e:
+        registry.promote(store["run_id"], dataset="bad")
+    msg = str(e.value)
+    assert "not admissible" in msg and "members at κ≥0.3" in msg
+    assert "Δκ vs the CV-best single" in msg and "not a win" in msg
+
+
+def test_refuses_an_ambiguous_parent_run(store):
+    with pytest.raises(registry.PromotionRefused, match="pass --dataset"):
+        registry.promote(store["run_id"])
+    with pytest.raises(registry.PromotionRefused, match="no dataset run 'nope'"):
+        registry.promote(store["run_id"], dataset="nope")
+
+
+@pytest.mark.parametrize("admissible,call,ok", [
+    ("true", "win", True), ("true", "clean win", True), ("true", "tie", False),
+    ("false", "clean win", False), ("true", "clear worsening", False), ("true", None, False)])
+def test_rule_needs_both_admissibility_and_a_win(admissible, call, ok):
+    tags = {"admissible": admissible, "admissibility_reason": "r"}
+    if call:
+        tags["call.best_cv.kappa"] = call
+    metrics = {"delta_best_cv/kappa": 0.01, "delta_best_cv/kappa_lo": -0.02, "delta_best_cv/kappa_hi": 0.04}
+    assert (registry.reasons_to_refuse(tags, metrics) == []) is ok
+
+
+def test_promotes_a_winning_admissible_stacker_and_loads_it_by_alias(store):
+    import mlflow
+
+    mv = registry.promote(store["run_id"], dataset="good")
+    assert mv.name == "raim-stacker-good" and mv.run_id == store["kids"]["good"].info.run_id
+    client = mlflow.MlflowClient()
+    assert client.get_model_version_by_alias("raim-stacker-good", "champion").version == mv.version
+    model = mlflow.pyfunc.load_model("models:/raim-stacker-good@champion")
+    out = model.predict(pd.DataFrame({f"m{j:02d}": [1.0, 0.0] for j in range(8)}))
+    assert out["verdict"].tolist() == [1, 0] and out["p_hallucinated"][0] > 0.9 > 0.1 > out["p_hallucinated"][1]
+    # promoting again makes a new version and moves the alias
+    mv2 = registry.promote(store["kids"]["good"].info.run_id, alias="champion")
+    assert int(mv2.version) == int(mv.version) + 1
+    assert client.get_model_version_by_alias("raim-stacker-good", "champion").version == mv2.version
+
+
+def test_cli_exit_status_and_message(store):
+    env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
+    refused = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
+                              "--dataset", "bad", "--alias", "champion"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == registry.REFUSED and "REFUSED" in refused.stderr and "not admissible" in refused.stderr
+    ok = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
+                         "--dataset", "good", "--name", "cli-stacker", "--alias", "staging"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert "models:/cli-stacker@staging" in ok.stdout
+    show = subprocess.run([sys.executable, "-m", "src.registry", "show", "--name", "cli-stacker"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert "aliases=['staging']" in show.stdout
