@@ -1,0 +1,163 @@
+"""Serving (src/serve.py): the promoted stacker behind `mlflow models serve`, and the panel model (tiny roster)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src import registry, serve
+from src.aggregate import StackedLogit
+
+from test_track import compose_cfg, free_port, log_simulated, post_json, server, tracking_store
+
+MEMBERS = [f"m{j:02d}" for j in range(8)]
+
+
+@pytest.fixture(scope="module")
+def champion(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve")
+    with tracking_store(tmp) as uri:
+        log_simulated(tmp, which=("good",))
+        import mlflow
+
+        run_id = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                                    filter_string="tags.dataset = 'good'")[0].info.run_id
+        registry.promote(run_id, alias="champion")
+        yield {"uri": uri, "tmp": tmp, "local": mlflow.pyfunc.load_model("models:/raim-stacker-good@champion")}
+
+
+@pytest.fixture(scope="module")
+def served(champion):
+    port = free_port()
+    args = [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/raim-stacker-good@champion",
+            "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
+    with server(args, port, "/ping", env={"MLFLOW_TRACKING_URI": champion["uri"]}) as url:
+        yield url
+
+
+def test_served_stacker_answers_member_verdicts_with_probability_and_verdict(champion, served):
+    rows = [[1, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 1, 0.5, 1, 1]]
+    status, body = post_json(served + "/invocations", {"dataframe_split": {"columns": MEMBERS, "data": rows}})
+    assert status == 200, body
+    got = pd.DataFrame(body["predictions"])
+    expect = champion["local"].predict(pd.DataFrame(rows, columns=MEMBERS))
+    assert got["p_hallucinated"].to_numpy() == pytest.approx(expect["p_hallucinated"].to_numpy())
+    assert got["verdict"].tolist() == expect["verdict"].tolist() == [1, 0, 1]
+    assert got["label"].tolist() == ["hallucinated", "supported", "hallucinated"]
+    assert 0.0 <= got["p_hallucinated"].min() and got["p_hallucinated"].max() <= 1.0
+
+
+def test_served_stacker_takes_abstentions_as_null_and_rejects_bad_votes(served):
+    rec = {m: 1 for m in MEMBERS}
+    abst = {**rec, "m03": None}
+    half = {**rec, "m03": 0.5}
+    status, body = post_json(served + "/invocations", {"dataframe_records": [abst, half]})
+    assert status == 200, body
+    a, b = body["predictions"]
+    assert a["p_hallucinated"] == pytest.approx(b["p_hallucinated"])
+    status, body = post_json(served + "/invocations", {"dataframe_records": [{**rec, "m00": 2}]})
+    assert status >= 400 and "0, 1 or 0.5" in str(body)
+
+
+# ------------------------------------------------------------------------------------- panel model
+
+ITEMS = pd.DataFrame({
+    "question": ["", "", ""],
+    "evidence": ["The Eiffel Tower is in Paris and was completed in 1889.",
+                 "Aspirin reduces fever and mild pain in adults.",
+                 "The Nile flows north into the Mediterranean Sea."],
+    "candidate": ["The Eiffel Tower was completed in 1889 in Paris.",
+                  "Quantum tunnelling cures diabetes in cats overnight.",
+                  "The Nile flows north into the Mediterranean."],
+})
+
+
+def _prefill(roster, model: serve.PanelModel, items: pd.DataFrame, cache_dir, votes: list[int]) -> None:
+    """Put verdicts of the LLM member in the cache, as an earlier `python -m src.judges --compute` would."""
+    from src.judges.cache import VerdictCache
+    from src.judges.frames import load_frame
+    from src.judges.runner import build_backend
+
+    member = roster["members"][0]
+    cache = VerdictCache(cache_dir, member["name"], build_backend(member["backend"]).identity())
+    frame = load_frame(model.frames[model.default_frame])
+    cache.open_for_append()
+    for rec, v in zip(model.items(items).to_dict("records"), votes):
+        cache.put({"key": cache.key(frame.name, frame.hash, rec), "vote": v, "logodds": 2.0 * (v - 0.5),
+                   "mass": 0.9, "abstain": None, "truncated": False, "member": member["name"],
+                   "item_id": rec["item_id"]})
+
+
+@pytest.fixture(scope="module")
+def panel(champion):
+    import mlflow
+    from omegaconf import OmegaConf
+
+    roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
+    names = [m["name"] for m in roster["members"]]
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 2, 400)
+    X = np.column_stack([np.where(rng.random(400) < 0.8, gold, 1 - gold) for _ in names]).astype(float)
+    stacker = StackedLogit(n_votes=len(names)).fit(X, gold)
+    with tracking_store(champion["tmp"]):
+        with mlflow.start_run():
+            info = serve.log_panel(roster, stacker, names, default_frame="claim",
+                                   cache_dir=champion["tmp"] / "unused-cache")
+        yield {"uri": info.model_uri, "roster": roster, "names": names, "stacker": stacker}
+
+
+def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, monkeypatch):
+    import mlflow
+    from src.judges.backends import llamacpp
+
+    def no_model(self, *a, **k):
+        raise AssertionError("a cached verdict must not load the model")
+
+    monkeypatch.setattr(llamacpp.LlamaCppBackend, "load", no_model)
+    cache = tmp_path / "cache"
+    model = mlflow.pyfunc.load_model(panel["uri"], model_config={"cache_dir": str(cache)})
+    inner = model.unwrap_python_model()
+    llm, lexical = panel["names"]
+    _prefill(panel["roster"], inner, ITEMS, cache, [0, 1, 0])
+
+    out = model.predict(ITEMS)
+    assert list(out.columns) == ["item_id", llm, lexical, "p_hallucinated", "verdict", "label"]
+    assert out[llm].tolist() == [0, 1, 0]  # from the cache
+    assert out[lexical].tolist() == [0, 1, 0]  # computed: supported claims overlap the evidence, the cat cure not
+    X = out[[llm, lexical]].to_numpy(dtype=float)
+    assert out["p_hallucinated"].to_numpy() == pytest.approx(panel["stacker"].predict_proba(X)[:, 1])
+    assert out["verdict"].tolist() == [0, 1, 0]
+    assert inner.last_report[lexical]["computed"] == 3 and inner.last_report[llm]["computed"] == 0
+
+    lexical_file = next((cache / lexical).glob("*.jsonl"))
+    before = lexical_file.read_bytes()
+    again = model.predict(ITEMS)  # the same items again: every verdict is a cache hit
+    pd.testing.assert_frame_equal(again, out)
+    assert lexical_file.read_bytes() == before and inner.last_report[lexical]["computed"] == 0
+
+
+def test_panel_model_without_compute_abstains_on_a_miss(panel, tmp_path, monkeypatch):
+    import mlflow
+    from src.judges.backends import llamacpp
+
+    monkeypatch.setattr(llamacpp.LlamaCppBackend, "load", lambda self: pytest.fail("model loaded"))
+    model = mlflow.pyfunc.load_model(panel["uri"], model_config={"cache_dir": str(tmp_path), "compute": False})
+    new = pd.DataFrame({"evidence": ["Water boils at 100 C at sea level."], "candidate": ["Water boils at 100 C."],
+                        "item_id": ["x1"]})
+    _prefill(panel["roster"], model.unwrap_python_model(), new, tmp_path, [1])
+    out = model.predict(new)  # the LLM's verdict is cached, the lexical judge's is not (and is not computed)
+    assert out["item_id"].tolist() == ["x1"] and out[panel["names"][0]].tolist() == [1]
+    assert np.isnan(out[panel["names"][1]][0])
+    assert out["p_hallucinated"][0] == pytest.approx(panel["stacker"].predict_proba([[1.0, 0.5]])[0, 1])
+
+
+def test_panel_model_refuses_a_stacker_of_another_roster(panel):
+    with pytest.raises(ValueError, match="not the roster's members"):
+        serve.log_panel(panel["roster"], panel["stacker"], ["a", "b"])
+    with pytest.raises(ValueError, match="candidate"):
+        serve.PanelModel(panel["roster"], {}, "claim", panel["stacker"], panel["names"]).items(
+            pd.DataFrame({"question": ["q"]}))
+
