@@ -1,0 +1,120 @@
+"""The paper's analysis suite on any verdict table (issue 5): :func:`run_suite` → the suite.json document.
+
+Per dataset: the pairwise φ matrix (Fig. 4), regime-call recovery from a label budget (Table 6), the
+stacker's learning curve (Table 7, Fig. 6b), stacked κ against panel size (Fig. 6a), leave-one-member-out Δκ
+(Fig. 5) and the (sub-)panel outcomes of Appendix C. Across datasets: leave-one-dataset-out transfer
+(Fig. 8), the item-level mechanism test (Table 4), the cross-dataset predictor (Table 5), the admissibility
+threshold grid, Fig. 3a's invariance region, and the cost model (Table 2, Appendix H).
+
+``python -m src.analyses`` runs it on the table of ``src.run.load_table(cfg)``, writes suite.json and the
+figures (:mod:`src.report`) and logs them to MLflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..aggregate import StackedLogit
+from ..ladder import LadderSettings
+from ..verdicts import VerdictTable
+from . import budget, common, cost, mechanism, panel
+from .reference import Reference, references, rng_for
+
+log = logging.getLogger("raim.suite")
+
+
+def _timed(timings: dict, key: str):
+    class _T:
+        def __enter__(self):
+            self.t = time.perf_counter()
+
+        def __exit__(self, *exc):
+            timings[key] = timings.get(key, 0.0) + time.perf_counter() - self.t
+
+    return _T()
+
+
+def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg: Mapping,
+              measured: Mapping | None = None) -> dict:
+    """Every analysis of the suite; ``cfg`` is the ``suite`` config node (plain mapping)."""
+    seed = int(cfg.get("seed", 0))
+    tm: dict[str, float] = {}
+    with _timed(tm, "references"):
+        refs = references(table, stacker, s)
+    b, p, m = cfg["budget"], cfg["panel"], cfg["mechanism"]
+    per: dict[str, dict] = {}
+    sps: dict[str, dict] = {}
+    K = len(table.members)
+    subsets = mechanism.draw_subpanels(K, int(m["subpanels"]), int(m["subpanel_min_size"]),
+                                       rng_for(seed, "subpanels"))
+    for name, ref in refs.items():
+        log.info("suite: %s", name)
+        row = {"members": ref.table.members, "member_kappa": ref.member_kappa,
+               "phi": np.where(np.isnan(ref.phi), None, ref.phi).tolist(),
+               "admissibility": ref.admissibility.as_dict()}
+        with _timed(tm, "regime_recovery"):
+            row["regime"] = budget.regime_recovery(ref, list(b["budgets"]), int(b["draws"]),
+                                                   rng_for(seed, "regime", name), s.kappa0, s.c, s.phi0)
+        with _timed(tm, "learning_curve"):
+            row["curve"] = budget.learning_curve(ref, list(b["curve_budgets"]), int(b["curve_draws"]),
+                                                 rng_for(seed, "curve", name))
+        with _timed(tm, "size_curve"):
+            row["size"] = panel.size_curve(ref)
+        with _timed(tm, "leave_one_out"):
+            row["leave_one_out"] = panel.leave_one_out(ref, int(p["n_boot"]), seed, s.level)
+        with _timed(tm, "subpanels"):
+            sps[name] = mechanism.subpanels(ref, subsets, int(m["subpanel_boot"]), seed, s.level)
+        per[name] = row
+    core = list(p.get("transfer") or s.core or refs)
+    with _timed(tm, "transfer"):
+        transfer = panel.transfer(refs, stacker, s, core, int(p["n_boot"]), seed)
+    with _timed(tm, "mechanism"):
+        rec = mechanism.recovery(refs)
+        cross = mechanism.cross_dataset(refs, s.kappa0, list(m.get("held_back") or []))
+    with _timed(tm, "threshold_grid"):
+        grid = mechanism.threshold_grid(sps, m["grid"], float(m["near_frontier"]), (s.kappa0, s.c, s.phi0))
+        inv = mechanism.invariance(refs, s.kappa0, s.c, s.phi0)
+    lpr = {n: len(r.table.items) / len(np.unique(r.table.clusters)) for n, r in refs.items()}
+    with _timed(tm, "cost"):
+        costs = {"paper": cost.paper(cfg["cost"]),
+                 "panel": cost.compute(cfg["cost"], table.members, lpr, measured, table.frontier_name)}
+    doc = {
+        "settings": {"suite": _plain(cfg), "analysis": dict(s.__dict__)},
+        "members": table.members, "frontier": table.frontier_name,
+        "datasets": per,
+        "regime_summary": budget.summarise_regime({n: r["regime"] for n, r in per.items()}, list(b["budgets"])),
+        "transfer": transfer,
+        "recovery": rec,
+        "cross_dataset": cross,
+        "appendix_c": {**grid, "invariance": inv, "subpanels": _subpanel_rows(sps, table.members, subsets)},
+        "cost": costs,
+        "timings": tm,
+    }
+    return common.jsonable(doc)
+
+
+def _subpanel_rows(sps: dict, members: list[str], subsets: np.ndarray) -> dict:
+    """Compact per-(sub-)panel outcomes (members as a bit string in roster order)."""
+    codes = ["".join("1" if x else "0" for x in row) for row in subsets]
+    return {"members": members, "panels": codes,
+            "datasets": {n: {"phi_bar": sp["phi_bar"], "stacked": sp["stacked"], "best_cv": sp["best_cv"],
+                             "delta_lo": sp["delta_ci"][:, 0], "frontier": sp["frontier"]}
+                         for n, sp in sps.items()}}
+
+
+def _plain(cfg):
+    try:
+        from omegaconf import DictConfig, OmegaConf
+
+        if isinstance(cfg, DictConfig):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return dict(cfg)
+
+
+__all__ = ["run_suite", "Reference", "references", "budget", "panel", "mechanism", "cost", "common"]

@@ -1,0 +1,304 @@
+"""Vectorised building blocks shared by the analysis suite (issue 5).
+
+* :func:`fit_logit_many` fits many L2-penalised logistic regressions at once (the stacker of §2, P(y=1|v) =
+  σ(β₀ + Σ βᵢ vᵢ), penalty 1/(2C)·‖β‖², intercept unpenalised: scikit-learn's objective) by a batched damped
+  Newton method. Each problem has its own item weights (a label-budget draw, a fold's training part) and its
+  own feature mask (a sub-panel, a left-out member). Rows are first collapsed to the distinct (features, gold)
+  patterns, so the work scales with the patterns, not the items.
+* :func:`oof_many` cross-fits such problems on the reported stacker's folds and pools the out-of-fold
+  predictions (Table 7, Fig. 5, Fig. 6, Appendix C sub-panels).
+* :func:`pair_stats` / :func:`phi_from_stats` give the members' pairwise error correlation φ (§3.3) for many
+  weightings of the items at once (Table 6 draws); at unit weights they equal :func:`src.admissibility.phi_matrix`.
+* :func:`member_counts` / :func:`kappas` give each member's confusion counts and Cohen's κ through
+  :func:`src.evaluate.from_counts`, for many weightings at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from sklearn.base import clone
+
+from ..aggregate import StackedLogit, cluster_folds
+from ..evaluate import from_counts, indicators
+from ..verdicts import ABSTAIN, VerdictTable
+
+# --------------------------------------------------------------------------------------------- the stacker
+
+
+@dataclass
+class Design:
+    """The stacker's feature map on one dataset: F (n × d), the member behind each column, the folds."""
+
+    F: np.ndarray
+    col_member: np.ndarray  # (d,) index into table.members
+    y: np.ndarray
+    clusters: np.ndarray
+    folds: list
+    C: float
+    threshold: float
+
+
+def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
+           features: list[str] = ()) -> Design:
+    """The reported stacker's features (votes, abstention encoding, extras) and its cluster folds (§2)."""
+    from ..ladder import design_matrix
+
+    X, extra_names = design_matrix(table, list(features))
+    K = len(table.members)
+    st = clone(stacker).set_params(n_votes=K)
+    F = st._features(X)
+    names = st.feature_names(table.members, extra_names)
+    col_member = np.array([_member_of(n, table.members) for n in names])
+    folds = cluster_folds(table.gold, table.clusters, n_splits, seed)
+    return Design(F, col_member, table.gold, table.clusters, folds, float(stacker.C), float(stacker.threshold))
+
+
+def _member_of(name: str, members: list[str]) -> int:
+    for suffix in ("=1", "=abstain"):
+        if name.endswith(suffix) and name[: -len(suffix)] in members:
+            return members.index(name[: -len(suffix)])
+    base = name.split("@", 1)[0]
+    return members.index(base if base in members else name)
+
+
+def member_masks(d: Design, subsets: np.ndarray) -> np.ndarray:
+    """Feature masks (M × d) from member masks (M × K): a column is on when its member is."""
+    return np.asarray(subsets, bool)[:, d.col_member]
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def fit_logit_many(F: np.ndarray, y: np.ndarray, W: np.ndarray, mask: np.ndarray | None = None,
+                   C: float = 1.0, max_iter: int = 100, tol: float = 1e-9) -> np.ndarray:
+    """M weighted L2 logistic regressions on one design; returns B (M × (1+d)), intercept first.
+
+    ``W`` (M × n) weights the items of each problem (0 = left out); ``mask`` (M × d) switches features on.
+    The objective is scikit-learn's ``LogisticRegression(C)``: C·Σ wᵢ·logloss + ½‖β‖², intercept free.
+    A problem whose weighted items hold one class only gets β = 0 and an intercept of ±30 (it predicts that
+    class; scikit-learn would refuse to fit it). Masked coefficients are exactly 0.
+    """
+    F = np.asarray(F, float)
+    y = np.asarray(y, float)
+    W = np.atleast_2d(np.asarray(W, float))
+    M, d = len(W), F.shape[1]
+    mask = np.ones((M, d), bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), (M, d))
+    # collapse items to distinct (features, gold) patterns
+    pat, inv = np.unique(np.column_stack([F, y]), axis=0, return_inverse=True)
+    inv = inv.ravel()
+    S = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), inv)), shape=(len(y), len(pat)))
+    Wu = np.asarray((S.T @ W.T).T)  # M × U
+    Z = np.column_stack([np.ones(len(pat)), pat[:, :d]])  # U × (1+d)
+    yu = pat[:, d]
+    on = np.column_stack([np.ones(M, bool), mask])  # M × (1+d)
+    pos, tot = Wu @ yu, Wu.sum(axis=1)
+    single = (pos <= 0) | (pos >= tot)
+    B = np.zeros((M, d + 1))
+    B[single, 0] = np.where(pos[single] > 0, 30.0, -30.0)
+    live = np.flatnonzero(~single)
+    if len(live):
+        B[live] = _newton(Z, yu, Wu[live], on[live], 1.0 / C, max_iter, tol)
+    return B
+
+
+def _softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log(1 + eᶯ) and σ(η), sharing one exponential."""
+    e = np.exp(-np.abs(eta))
+    return np.maximum(eta, 0.0) + np.log1p(e), np.where(eta >= 0, 1.0, e) / (1.0 + e)
+
+
+def _newton(Z, y, W, on, lam, max_iter, tol):
+    """Batched damped Newton on Σ w·logloss + λ/2‖β₁:‖² (λ = 1/C), over the nonzero (problem, pattern)
+    weights only, so a small label budget costs in proportion to its records."""
+    M, p = on.shape
+    U = len(Z)
+    r, c = np.nonzero(W)
+    w, yy, Zc = W[r, c], y[c], Z[c]
+    indptr = np.searchsorted(r, np.arange(M + 1))
+    outer = (Z[:, :, None] * Z[:, None, :]).reshape(U, p * p)
+
+    def by_problem(vals: np.ndarray, dense: np.ndarray) -> np.ndarray:
+        """Σ over each problem's (pattern) entries of vals · dense[pattern] → M × dense.shape[1]."""
+        return sparse.csr_matrix((vals, c, indptr), shape=(M, U)) @ dense
+
+    ones = np.ones((U, 1))
+    pen = np.full(p, lam)
+    pen[0] = 0.0
+    onf = on.astype(float)
+    pair_on = onf[:, :, None] * onf[:, None, :]
+    fix = np.eye(p)[None] * (1.0 - onf)[:, None, :] + np.diag(pen)[None]
+    B = np.zeros((M, p))
+    eta = np.zeros(len(r))
+    sp, sg = _softplus_sigmoid(eta)
+    f = by_problem(w * (sp - yy * eta), ones)[:, 0]
+    for _ in range(max_iter):
+        g = (by_problem(w * (sg - yy), Z) + B * pen) * onf
+        H = by_problem(w * sg * (1 - sg), outer).reshape(M, p, p) * pair_on + fix
+        step = np.linalg.solve(H, g[..., None])[..., 0]
+        d_eta = np.einsum("ij,ij->i", Zc, step[r])
+        t = np.ones(M)
+        for _ in range(30):  # halve the step where the objective went up
+            eta_c = eta - t[r] * d_eta
+            sp, sg = _softplus_sigmoid(eta_c)
+            Bc = B - t[:, None] * step
+            fc = by_problem(w * (sp - yy * eta_c), ones)[:, 0] + 0.5 * (Bc**2 * pen).sum(1)
+            bad = fc > f + 1e-12 * np.abs(f)
+            if not bad.any():
+                break
+            t[bad] *= 0.5
+        B, eta, f = Bc, eta_c, fc
+        if np.abs(t[:, None] * step).max() < tol:
+            break
+    return B
+
+
+def predict_proba(B: np.ndarray, F: np.ndarray) -> np.ndarray:
+    """P(hallucinated) of each fitted problem (rows of B) on items F → M × n."""
+    return _sigmoid(B[:, :1] + B[:, 1:] @ np.asarray(F, float).T)
+
+
+def oof_many(d: Design, W: np.ndarray | None = None, mask: np.ndarray | None = None,
+             draws: list[np.ndarray] | None = None) -> np.ndarray:
+    """Out-of-fold stacked predictions (M × n, values 0/1) of M problems, pooled over the design's folds.
+
+    Per fold the problems are fitted on its training clusters, weighted by ``W`` (M × n, default 1), or by
+    ``draws[f]`` (M × n) when each fold has its own weights (a budget drawn within that fold's training
+    clusters); features are switched by ``mask`` (M × d). Prediction: hallucinated iff p ≥ threshold.
+    """
+    n = len(d.y)
+    M = len(draws[0]) if draws is not None else (1 if W is None and mask is None else
+                                                 len(W) if W is not None else len(mask))
+    pred = np.empty((M, n))
+    for f, (tr, te) in enumerate(d.folds):
+        w = np.zeros((M, n))
+        if draws is not None:
+            w[:, tr] = draws[f][:, tr]
+        else:
+            w[:, tr] = 1.0 if W is None else np.broadcast_to(W, (M, n))[:, tr]
+        B = fit_logit_many(d.F, d.y, w, mask, d.C)
+        pred[:, te] = predict_proba(B, d.F[te]) >= d.threshold
+    return pred
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+
+
+def counts(gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
+    """Confusion counts (the six cells of :func:`src.evaluate.indicators`) of P prediction vectors → P × 6.
+
+    ``preds`` is P × n; values 0, 1 or ABSTAIN.
+    """
+    P = np.atleast_2d(np.asarray(preds, float))
+    g1 = (np.asarray(gold) == 1).astype(float)
+    g0 = 1.0 - g1
+    ab = P == ABSTAIN
+    p1 = ((P == 1) & ~ab).astype(float)
+    p0 = ((P == 0) & ~ab).astype(float)
+    ab = ab.astype(float)
+    return np.stack([p1 @ g1, p0 @ g1, ab @ g1, p1 @ g0, p0 @ g0, ab @ g0], axis=-1)
+
+
+def kappas(gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
+    """Cohen's κ (abstentions excluded, §2) of each row of ``preds`` (P × n) → (P,)."""
+    return from_counts(counts(gold, preds))["kappa"]
+
+
+def member_counts(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
+    """Per-item confusion indicators of every member: n × K × 6."""
+    return np.stack([indicators(gold, votes[:, j]) for j in range(votes.shape[1])], axis=1)
+
+
+def cluster_sums(clusters: np.ndarray, per_item: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum per-item arrays (n × …) within clusters → (cluster ids, nc × …)."""
+    ids, inv = np.unique(np.asarray(clusters), return_inverse=True)
+    out = np.zeros((len(ids),) + per_item.shape[1:])
+    np.add.at(out, inv.ravel(), per_item)
+    return ids, out
+
+
+# --------------------------------------------------------------------------------------------------- φ
+
+
+def pair_stats(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
+    """Per item and member pair (i < j): [both voted, eᵢ, eⱼ, eᵢeⱼ] on jointly voted items → n × P × 4.
+
+    eᵢ = 1[vᵢ ≠ y]. Summed over (weighted) items these give φ through :func:`phi_from_stats`.
+    """
+    gold = np.asarray(gold)
+    voted = (votes != ABSTAIN).astype(float)
+    err = (votes != gold[:, None]).astype(float) * voted
+    i, j = np.triu_indices(votes.shape[1], k=1)
+    both = voted[:, i] * voted[:, j]
+    return np.stack([both, err[:, i] * voted[:, j], err[:, j] * voted[:, i], err[:, i] * err[:, j]], axis=-1)
+
+
+def phi_from_stats(s: np.ndarray) -> np.ndarray:
+    """φ per pair from summed :func:`pair_stats` (… × P × 4) → … × P, NaN where undefined (as in §3.3:
+    fewer than two common items, or a member whose errors are constant on them)."""
+    n, a, b, ab = np.moveaxis(s, -1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ma, mb = a / n, b / n
+        va, vb = ma - ma**2, mb - mb**2
+        r = (ab / n - ma * mb) / np.sqrt(va * vb)
+    ok = (n >= 2) & (va > 1e-12) & (vb > 1e-12)
+    return np.where(ok, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def phi_bar_from(phi_pairs: np.ndarray) -> np.ndarray:
+    """Mean φ over the defined pairs (last axis), NaN when none is."""
+    ok = np.isfinite(phi_pairs)
+    n = ok.sum(axis=-1)
+    return np.where(n > 0, np.where(ok, phi_pairs, 0.0).sum(axis=-1) / np.maximum(n, 1), np.nan)
+
+
+def pair_index(K: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.triu_indices(K, k=1)
+
+
+def as_matrix(phi_pairs: np.ndarray, K: int) -> np.ndarray:
+    """Pair vector → symmetric K × K with unit diagonal."""
+    out = np.eye(K)
+    i, j = pair_index(K)
+    out[i, j] = out[j, i] = phi_pairs
+    return out
+
+
+# ------------------------------------------------------------------------------------------------- draws
+
+
+def draw_clusters(n_clusters: int, size: int, n_draws: int, rng: np.random.Generator,
+                  pool: np.ndarray | None = None) -> np.ndarray:
+    """0/1 selection matrix (n_draws × n_clusters): ``size`` whole clusters without replacement per draw,
+    from ``pool`` (cluster indices; default all)."""
+    pool = np.arange(n_clusters) if pool is None else np.asarray(pool)
+    pick = np.argsort(rng.random((n_draws, len(pool))), axis=1)[:, :size]
+    sel = np.zeros((n_draws, n_clusters))
+    np.put_along_axis(sel, pool[pick], 1.0, axis=1)
+    return sel
+
+
+def cluster_index(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cluster ids, item → cluster index)."""
+    ids, inv = np.unique(np.asarray(clusters), return_inverse=True)
+    return ids, inv.ravel()
+
+
+def jsonable(x):
+    """Plain Python numbers/lists (NaN → None) for suite.json."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, (np.bool_, bool)):
+        return bool(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return None if not np.isfinite(x) else float(x)
+    return x
