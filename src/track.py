@@ -504,6 +504,40 @@ def judge_cli_args(params_path: str | Path = "params.yaml") -> str:
     return " ".join(args)
 
 
+ENV_DEPENDENT = ("MLFLOW_TRACKING_URI", "RAIM_RAW_DIR")  # conf/ interpolations whose env values must not be baked
+
+
+def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[str] = ()) -> Path:
+    """Regenerate params.yaml from conf/ exactly as `dvc exp run` does (DVC's Hydra composition), with the
+    environment variables of :data:`ENV_DEPENDENT` unset so that no machine-specific value is committed."""
+    from dvc.utils.hydra import compose_and_dump
+
+    saved = {k: os.environ.pop(k) for k in ENV_DEPENDENT if k in os.environ}
+    try:
+        compose_and_dump(path, str(ROOT / "conf"), None, "config", "", list(overrides))
+    finally:
+        os.environ.update(saved)
+    return Path(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m src.track params [override …]``: regenerate params.yaml from conf/."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m src.track")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("params", help="regenerate params.yaml from conf/ (as `dvc exp run` does)")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. stacker.C=0.5")
+    p.add_argument("--out", default=str(ROOT / "params.yaml"))
+    a = ap.parse_args(argv)
+    print(f"wrote {write_params(a.out, a.overrides)}")
+    return 0
+
+
 __all__ = ["tracking_uri", "start_run", "log_figures", "log_analysis", "log_json", "scrub", "scrub_text",
            "input_hashes", "summary_metrics", "setup", "metric_name", "sha256_tree", "compact_metrics",
-           "write_stage_files", "judge_cli_args"]
+           "write_stage_files", "judge_cli_args", "write_params"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

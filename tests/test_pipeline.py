@@ -1,0 +1,177 @@
+"""The day-to-day loop: Hydra CLI runs and sweeps land in MLflow (found through the server's REST API),
+params.yaml is the composition of conf/, and the DVC pipeline reproduces on a clean clone without models.
+
+MLflow goes to a throwaway sqlite store; the clean-clone test works on a `git clone` of HEAD in tmp.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from src import track
+
+from test_track import QUIET, ROOT, free_port, post_json, server, tracking_store, write_panels
+
+VENV_BIN = str(Path(sys.executable).parent)
+RAW = Path(os.environ.get("RAIM_RAW_DIR", ROOT.parent / "shared" / "data" / "raw")).resolve()
+
+
+def sh(args, cwd, env, timeout=600) -> subprocess.CompletedProcess:
+    p = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{args}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+def child_env(**extra) -> dict:
+    env = {**os.environ, **QUIET, **extra}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+# ---------------------------------------------------------------------------------------------- Hydra + MLflow
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """`python -m src.run roster=ablation_no_gemma` and a `-m` sweep, from the repo root, into a tmp store."""
+    tmp = tmp_path_factory.mktemp("cli")
+    verdicts = write_panels(tmp / "verdicts.csv", n_clusters=60)
+    before = {p.name for p in ROOT.iterdir()}
+    with tracking_store(tmp) as uri:
+        env = child_env(MLFLOW_TRACKING_URI=uri, RAIM_HYDRA_DIR=str(tmp / "hydra"))
+        common = ["analysis=fast", "analysis.abstention_contrast=false", f"verdicts={verdicts}",
+                  f"output={tmp}/results.json"]
+        single = sh([sys.executable, "-m", "src.run", "roster=ablation_no_gemma", *common], ROOT, env)
+        sweep = sh([sys.executable, "-m", "src.run", "-m", "stacker.C=0.1,10", "roster=cpu", *common], ROOT, env)
+        yield {"uri": uri, "tmp": tmp, "before": before, "single": single, "sweep": sweep}
+
+
+def _runs(filter_string: str):
+    import mlflow
+
+    return mlflow.search_runs(search_all_experiments=True, output_format="list", filter_string=filter_string)
+
+
+def test_cli_run_logs_one_tagged_run_with_dataset_children(cli_runs):
+    with tracking_store(cli_runs["tmp"]):
+        runs = _runs("tags.roster = 'ablation_no_gemma' and tags.kind = 'stacking'")
+        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        assert len(parents) == 1
+        p = parents[0]
+        assert p.data.tags["stacker"] == "logreg" and p.data.tags["frame"] == "auto"  # Hydra's own choices
+        assert p.data.params["roster.name"] == "ablation_no_gemma"
+        kids = _runs(f"tags.mlflow.parentRunId = '{p.info.run_id}'")
+        assert sorted(k.data.tags["dataset"] for k in kids) == ["bad", "good"]
+
+
+def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
+    with tracking_store(cli_runs["tmp"]):
+        sweeps = _runs("tags.kind = 'sweep'")
+        assert len(sweeps) == 1
+        jobs = _runs(f"tags.mlflow.parentRunId = '{sweeps[0].info.run_id}'")
+        assert sorted(j.data.params["stacker.C"] for j in jobs) == ["0.1", "10"]
+        for j in jobs:
+            assert len(_runs(f"tags.mlflow.parentRunId = '{j.info.run_id}'")) == 2  # good, bad
+        assert sweeps[0].data.tags["sweep_dir"].startswith(str(cli_runs["tmp"] / "hydra" / "multirun"))
+
+
+def test_hydra_outputs_stay_out_of_the_repo(cli_runs):
+    assert {p.name for p in ROOT.iterdir()} - cli_runs["before"] <= {"mlruns", ".pytest_cache"}
+    assert not (ROOT / "outputs").exists() and not (ROOT / "multirun").exists()
+    hydra = cli_runs["tmp"] / "hydra"
+    assert list((hydra / "runs").glob("*/.hydra/config.yaml")) and list((hydra / "multirun").glob("*/1/.hydra"))
+
+
+def test_mlflow_server_finds_the_runs_over_rest(cli_runs):
+    port = free_port()
+    args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", cli_runs["uri"],
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with server(args, port, "/health") as url:
+        with urllib.request.urlopen(url + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=raim") as r:
+            exp = json.loads(r.read())["experiment"]
+        status, body = post_json(url + "/api/2.0/mlflow/runs/search",
+                                 {"experiment_ids": [exp["experiment_id"]], "filter": "tags.kind = 'sweep'"})
+        assert status == 200 and len(body["runs"]) == 1
+        sweep_id = body["runs"][0]["info"]["run_id"]
+        status, body = post_json(url + "/api/2.0/mlflow/runs/search", {
+            "experiment_ids": [exp["experiment_id"]], "filter": f"tags.mlflow.parentRunId = '{sweep_id}'",
+            "order_by": ["params.`stacker.C` ASC"]})
+        assert status == 200 and len(body["runs"]) == 2
+        status, body = post_json(url + "/api/2.0/mlflow/runs/search", {
+            "experiment_ids": [exp["experiment_id"]], "filter": "tags.dataset = 'good' and metrics.`stacked/kappa` > 0"})
+        assert status == 200 and len(body["runs"]) == 3  # one per analysis (single run + two sweep jobs)
+        with urllib.request.urlopen(url + "/") as r:
+            assert r.status == 200 and b"<html" in r.read(2000).lower()
+
+
+# ---------------------------------------------------------------------------------------------- DVC
+
+def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
+    """params.yaml is generated from conf/ (as `dvc exp run` does): edit conf/, never params.yaml by hand."""
+    from dvc.utils.hydra import compose_and_dump
+
+    for var in track.ENV_DEPENDENT:
+        monkeypatch.delenv(var, raising=False)
+    compose_and_dump(tmp_path / "params.yaml", str(ROOT / "conf"), None, "config", "", [])
+    assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == yaml.safe_load(
+        (ROOT / "params.yaml").read_text()), "regenerate: python -m src.track params (see README)"
+
+
+def test_dvc_yaml_declares_an_honest_pipeline():
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert list(spec) == ["balance", "verdicts", "stacking"]
+    outs = {k: {list(o)[0] if isinstance(o, dict) else o: o for o in v.get("outs", [])} for k, v in spec.items()}
+    cache = outs["verdicts"]["${paths.cache_dir}"]["${paths.cache_dir}"]
+    assert cache == {"cache": False, "persist": True}  # committed, and never deleted before a rerun
+    assert outs["balance"]["${paths.datasets_dir}"]["${paths.datasets_dir}"] == {"cache": False}
+    assert "${paths.datasets_dir}" in spec["verdicts"]["deps"] and "${paths.cache_dir}" in spec["stacking"]["deps"]
+    assert "stacker" in spec["stacking"]["params"] and "stacker" not in spec["verdicts"]["params"]
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
+    assert set(lock) == set(spec)
+
+
+def _dvc(*args, cwd, env, timeout=900):
+    return sh([os.path.join(VENV_BIN, "dvc"), *args], cwd, env, timeout)
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A clean clone of HEAD next to a `shared/data/raw` like the workplace's (no DVC remote, no models)."""
+    if not RAW.is_dir():
+        pytest.skip(f"raw data not found at {RAW} (set RAIM_RAW_DIR)")
+    base = tmp_path_factory.mktemp("clone")
+    (base / "shared" / "data").mkdir(parents=True)
+    (base / "shared" / "data" / "raw").symlink_to(RAW)
+    repo = base / "repo"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True, timeout=300)
+    env = child_env(MLFLOW_TRACKING_URI=f"sqlite:///{base / 'mlflow.db'}", RAIM_HYDRA_DIR=str(base / "hydra"),
+                    RAIM_MODELS_DIR=str(base / "no-models"), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
+                    GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env.pop("RAIM_RAW_DIR", None)
+    yield repo, env
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
+    repo, env = clone
+    status = json.loads(_dvc("status", "--json", cwd=repo, env=env).stdout)
+    assert set(status) == {"stacking"}, status  # only the analysis, whose results are not committed
+    # `dvc exp run -S` recomposes params.yaml from conf/ with the override, then reproduces in the workspace
+    out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", cwd=repo, env=env).stdout
+    assert "Running stage 'stacking'" in out
+    assert "Running stage 'balance'" not in out and "Running stage 'verdicts'" not in out
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    assert params["stacker"]["C"] == 0.5 and params["analysis"]["n_boot"] == 200
+    assert json.loads((repo / "results" / "results.json").read_text())["settings"]["n_boot"] == 200
+    assert (repo / "results" / "metrics.json").exists()
+    again = _dvc("repro", cwd=repo, env=env).stdout
+    assert "Running stage" not in again and "up to date" in again
+    assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
