@@ -67,13 +67,16 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
     import pandas as pd
 
     from .data import read_items
-    from .judges.runner import verdict_table
+    from .judges.runner import cluster_subsample, verdict_table
 
     frames = []
     for name in dataset_names(cfg):
         items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl")
-        frames.append(verdict_table(cfg.roster, items, frame_for(cfg, name), Path(cfg.paths.cache_dir),
-                                    compute=cfg.judge.compute, per_dataset=cfg.judge.per_dataset))
+        if cfg.judge.per_dataset:  # the same whole-cluster subsample as `python -m src.judges --per-dataset`
+            items = cluster_subsample(items, int(cfg.judge.per_dataset), seed=0)
+        frame = frame_for(cfg, name)
+        frames.append(verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
+                                    compute=cfg.judge.compute, progress=False))
     members = [m.name for m in cfg.roster.members]
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
     return verdicts.validate(pd.concat(frames, ignore_index=True), source=source,
