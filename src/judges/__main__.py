@@ -1,0 +1,169 @@
+"""``python -m src.judges``: fill the verdict cache and write verdict tables + the coverage audit.
+
+    python -m src.judges --roster cpu --datasets medhallu wice truthfulqa expertqa \
+        --items-dir datasets --per-dataset 200 --compute
+
+Reads ``<items-dir>/<dataset>.jsonl`` (``src.data.read_items``), takes a whole-cluster, gold-stratified
+subsample (seed 0) when ``--per-dataset`` is given, scores missing verdicts with ``--compute`` (dataset by
+dataset, member by member; kill it at any time and rerun the same command to resume), and writes
+``<tables-dir>/<roster>/<dataset>.csv`` plus ``coverage.csv`` / ``coverage.json`` (Table 22 shape with κ,
+abstentions, truncations and seconds per item).  Without ``--compute`` it only reads the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from .frames import is_frame_cfg
+from .runner import (
+    NothingCached,
+    cluster_subsample,
+    coverage_audit,
+    coverage_matrix,
+    member_names,
+    roster_judges,
+    verdict_table,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+CONF = REPO / "conf"
+
+
+def load_roster(name: str):
+    """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml."""
+    from hydra import compose, initialize_config_dir
+
+    path = CONF / "roster" / f"{name}.yaml"
+    if not path.exists():
+        avail = sorted(p.stem for p in (CONF / "roster").glob("*.yaml"))
+        raise SystemExit(f"no roster {name!r}; available: {avail}")
+    with initialize_config_dir(config_dir=str(CONF / "roster"), version_base=None):
+        return compose(config_name=name)
+
+
+def load_frame_cfgs():
+    from hydra import compose, initialize_config_dir
+
+    out = {}
+    with initialize_config_dir(config_dir=str(CONF / "frame"), version_base=None):
+        for p in sorted((CONF / "frame").glob("*.yaml")):
+            cfg = compose(config_name=p.stem)
+            if is_frame_cfg(cfg):  # skip selectors such as `auto`
+                out[p.stem] = cfg
+    return out
+
+
+def read_dataset(items_dir: Path, name: str) -> pd.DataFrame:
+    path = items_dir / f"{name}.jsonl"
+    if not path.exists():
+        raise SystemExit(
+            f"{path} not found: build the items first (python -m src.data --raw-dir <raw> --out-dir {items_dir})"
+        )
+    from src.data import read_items
+
+    return read_items(path)
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m src.judges", description=__doc__.splitlines()[0])
+    ap.add_argument("--roster", default="cpu")
+    ap.add_argument("--datasets", nargs="+", default=["medhallu", "wice", "truthfulqa", "expertqa"])
+    ap.add_argument("--items-dir", type=Path, default=REPO / "datasets")
+    ap.add_argument("--cache-dir", type=Path, default=REPO / "verdicts" / "cache")
+    ap.add_argument("--tables-dir", type=Path, default=REPO / "verdicts" / "tables")
+    ap.add_argument("--per-dataset", type=int, default=0, help="whole-cluster stratified subsample size (0: all)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--members", default="", help="comma-separated subset of members to compute")
+    ap.add_argument("--compute", action="store_true", help="score missing verdicts (otherwise read the cache)")
+    ap.add_argument("--frontier", action="store_true", help="also compute the frontier judge (paid API)")
+    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of the identity)")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if a.threads:
+        import os
+
+        os.environ["RAIM_THREADS"] = str(a.threads)
+
+    roster = load_roster(a.roster)
+    frames = load_frame_cfgs()
+    only = [m for m in a.members.split(",") if m] or None
+    if only:
+        unknown = set(only) - set(member_names(roster))
+        if unknown:
+            raise SystemExit(f"unknown members {sorted(unknown)}; roster has {member_names(roster)}")
+    out_dir = a.tables_dir / a.roster
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tables: dict[str, pd.DataFrame] = {}
+    reports: dict[str, dict] = {}
+    for ds in a.datasets:
+        items = read_dataset(a.items_dir, ds)
+        if a.per_dataset:
+            items = cluster_subsample(items, a.per_dataset, seed=a.seed)
+        logging.info("%s: %d items, %d clusters", ds, len(items), items["cluster_id"].nunique())
+        t0 = time.time()
+        try:
+            t = verdict_table(
+                roster, items, frames, a.cache_dir, a.compute, frontier=a.frontier, members=only,
+                progress=not a.no_progress,
+            )
+        except NothingCached as e:
+            logging.error("%s: %s", ds, e)
+            continue
+        # a table lists every roster member (uncached cells empty) even when only some were computed
+        t.to_csv(out_dir / f"{ds}.csv", index=False)
+        tables[ds] = t
+        reports[ds] = t.attrs["report"]
+        for m, r in t.attrs["report"].items():
+            logging.info(
+                "%s %-12s cached %d/%d abstained %d truncated %d computed %d (%.1fs) hits %d misses %d",
+                ds, m, r["cached"], r["items"], r["abstained"], r["truncated"], r["computed"],
+                r["compute_seconds"], r["cache"]["hits"], r["cache"]["misses"],
+            )
+        logging.info("%s done in %.0fs", ds, time.time() - t0)
+    judges = [n for n, _, _ in roster_judges(roster)]
+    audit = coverage_audit(tables, judges)
+    if not audit.empty:
+        # merge with an existing audit so per-dataset runs accumulate
+        cov_csv = out_dir / "coverage.csv"
+        if cov_csv.exists():
+            old = pd.read_csv(cov_csv)
+            old = old[~old["dataset"].isin(audit["dataset"].unique())]
+            audit = pd.concat([old, audit], ignore_index=True)
+        audit = audit.sort_values(["dataset", "member"]).reset_index(drop=True)
+        audit.to_csv(cov_csv, index=False)
+        (out_dir / "coverage.json").write_text(
+            json.dumps(
+                {
+                    "roster": a.roster,
+                    "per_dataset": a.per_dataset,
+                    "seed": a.seed,
+                    "coverage": coverage_matrix(audit).to_dict(),
+                    "rows": audit.to_dict("records"),
+                    "reports": reports,
+                },
+                indent=1,
+                default=_json_default,
+            )
+            + "\n"
+        )
+        print(coverage_matrix(audit).round(3).to_string())
+        print(audit[["member", "dataset", "n", "coverage", "kappa", "bacc", "seconds_per_item"]].to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

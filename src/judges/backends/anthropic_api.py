@@ -1,0 +1,157 @@
+"""The frontier judge: Anthropic's Messages API through the official SDK (``claude-sonnet-4-6``, temperature 0).
+
+The verdict is parsed from the model's answer (free generation; the API exposes no logprobs), an unparseable
+answer is a counted abstention.  Retries with exponential back-off (honouring ``retry-after``) on 429, 5xx,
+529 and connection errors; a client-side rate limit (requests per minute); token and cost accounting in
+``self.usage`` and in each record.  ``base_url`` (or ``ANTHROPIC_BASE_URL``) points the SDK at another
+endpoint that speaks the Messages API (the tests use a local one).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from typing import Any, Mapping
+
+from ..frames import Frame
+from ..scoring import ABSTAIN_ERROR, parse_free_text
+from .base import Backend, abstention
+
+RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
+
+
+class RateLimiter:
+    def __init__(self, per_minute: float):
+        self.interval = 60.0 / per_minute if per_minute and per_minute > 0 else 0.0
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def wait(self) -> None:
+        if not self.interval:
+            return
+        with self._lock:
+            now = time.monotonic()
+            delay = self._next - now
+            self._next = max(now, self._next) + self.interval
+        if delay > 0:
+            time.sleep(delay)
+
+
+class AnthropicBackend(Backend):
+    kind = "anthropic"
+
+    def __init__(
+        self,
+        model: str = "claude-sonnet-4-6",
+        temperature: float = 0.0,
+        max_tokens: int = 5,
+        requests_per_minute: float = 50,
+        max_retries: int = 6,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        timeout: float = 60.0,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        usd_per_mtok_in: float = 3.0,
+        usd_per_mtok_out: float = 15.0,
+        **kw: Any,
+    ):
+        super().__init__(mass_floor=0.0, mode="generate")
+        self.model = model
+        self.temperature = float(temperature)
+        self.max_tokens = int(max_tokens)
+        self.max_retries = int(max_retries)
+        self.backoff_base = float(backoff_base)
+        self.backoff_max = float(backoff_max)
+        self.timeout = float(timeout)
+        self.base_url = base_url
+        self.api_key = api_key
+        self.price_in = float(usd_per_mtok_in)
+        self.price_out = float(usd_per_mtok_out)
+        self.limiter = RateLimiter(requests_per_minute)
+        self.client = None
+        self.usage = {"requests": 0, "retries": 0, "input_tokens": 0, "output_tokens": 0, "usd": 0.0, "errors": 0}
+
+    def _identity_extra(self) -> dict:
+        return {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens}
+
+    def load(self):
+        if self.client is None:
+            import anthropic
+
+            key = self.api_key or os.environ.get("ANTHROPIC_API_KEY")
+            if not key:
+                raise RuntimeError("the frontier judge needs ANTHROPIC_API_KEY (or `api_key`)")
+            self.client = anthropic.Anthropic(
+                api_key=key,
+                base_url=self.base_url or os.environ.get("ANTHROPIC_BASE_URL") or None,
+                max_retries=0,  # retries are ours: counted, with back-off and rate limit
+                timeout=self.timeout,
+            )
+        return self.client
+
+    def _delay(self, attempt: int, err: Exception) -> float:
+        ra = None
+        resp = getattr(err, "response", None)
+        if resp is not None:
+            try:
+                ra = float(resp.headers.get("retry-after"))
+            except (TypeError, ValueError):
+                ra = None
+        d = ra if ra is not None else self.backoff_base * (2**attempt) * (0.5 + random.random() / 2)
+        return min(max(d, 0.0), self.backoff_max)
+
+    def request(self, system: str, user: str):
+        import anthropic
+
+        client = self.load()
+        for attempt in range(self.max_retries + 1):
+            self.limiter.wait()
+            self.usage["requests"] += 1
+            try:
+                return client.messages.create(
+                    model=self.model,
+                    max_tokens=self.max_tokens,
+                    temperature=self.temperature,
+                    system=system,
+                    messages=[{"role": "user", "content": user}],
+                )
+            except anthropic.APIStatusError as e:
+                if e.status_code not in RETRYABLE or attempt == self.max_retries:
+                    raise
+                err: Exception = e
+            except (anthropic.APIConnectionError, anthropic.APITimeoutError) as e:
+                if attempt == self.max_retries:
+                    raise
+                err = e
+            self.usage["retries"] += 1
+            time.sleep(self._delay(attempt, err))
+        raise RuntimeError("unreachable")
+
+    def score_one(self, frame: Frame, item: Mapping[str, Any]) -> dict:
+        import anthropic
+
+        t0 = time.perf_counter()
+        r = frame.render(item)
+        try:
+            resp = self.request(r.system, r.user)
+        except anthropic.APIStatusError as e:
+            if e.status_code in (401, 403):
+                raise
+            self.usage["errors"] += 1
+            return abstention(ABSTAIN_ERROR, t0, error=str(e.status_code))
+        text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
+        rec = parse_free_text(text, frame.supported_words, frame.hallucinated_words)
+        tin = int(getattr(resp.usage, "input_tokens", 0) or 0)
+        tout = int(getattr(resp.usage, "output_tokens", 0) or 0)
+        usd = tin * self.price_in / 1e6 + tout * self.price_out / 1e6
+        self.usage["input_tokens"] += tin
+        self.usage["output_tokens"] += tout
+        self.usage["usd"] += usd
+        rec.update(answer=text, input_tokens=tin, output_tokens=tout, usd=usd, truncated=False,
+                   n_prompt_tokens=tin, seconds=time.perf_counter() - t0)
+        return rec
+
+

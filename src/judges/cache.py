@@ -1,0 +1,201 @@
+"""The append-only, crash-safe verdict cache.
+
+One JSONL file per judge identity (``<cache_dir>/<member>/<identity-hash[:16]>.jsonl``), one record a line,
+keyed by sha256(judge identity, frame name + prompt hash, item id + item content hash).
+
+Crash safety:
+* every record is written with a single ``write`` of one whole line under an exclusive ``flock``, then
+  flushed and fsynced, so a record is either on disk whole or not at all (except a torn last line when the
+  process dies inside the write);
+* on open, a torn last line (no trailing newline / not JSON) is cut off (the file is truncated to the last
+  complete record), so a resumed run recomputes exactly that one item;
+* before appending, the writer reads whatever other processes appended since it last looked, and skips
+  keys that are already present: no duplicates, even with two writers on one file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .frames import canonical_hash
+
+
+def item_content_hash(item: Mapping[str, Any]) -> str:
+    parts = []
+    for k in ("question", "evidence", "candidate"):
+        v = item.get(k)
+        parts.append(v if isinstance(v, str) else "")
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+def verdict_key(identity_hash: str, frame_name: str, frame_hash: str, item_id: str, content_hash: str) -> str:
+    return hashlib.sha256(
+        "|".join([identity_hash, frame_name, frame_hash, str(item_id), content_hash]).encode()
+    ).hexdigest()
+
+
+def identity_hash(identity: Mapping[str, Any]) -> str:
+    return canonical_hash(dict(identity))
+
+
+class VerdictCache:
+    """Records of one judge identity.  ``get``/``put`` by key; ``hits``/``misses``/``writes`` counters."""
+
+    def __init__(self, cache_dir: Path | str, member: str, identity: Mapping[str, Any]):
+        self.identity = dict(identity)
+        self.identity_hash = identity_hash(self.identity)
+        self.dir = Path(cache_dir) / member
+        self.path = self.dir / f"{self.identity_hash[:16]}.jsonl"
+        self.member = member
+        self.records: dict[str, dict] = {}
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+        self.repaired_bytes = 0
+        self.bad_lines = 0
+        self._offset = 0
+        self._load(repair=False)
+
+    # -- reading -----------------------------------------------------------------------------------
+    def _ingest(self, data: bytes, final: bool) -> int:
+        """Parse complete lines of ``data``; return the number of bytes consumed (complete lines only)."""
+        consumed = 0
+        while True:
+            nl = data.find(b"\n", consumed)
+            if nl < 0:
+                break
+            line = data[consumed:nl]
+            consumed = nl + 1
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                self.records.setdefault(rec["key"], rec)
+            except (ValueError, KeyError):
+                self.bad_lines += 1
+        return consumed
+
+    def _load(self, repair: bool) -> None:
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read()
+        used = self._ingest(data, final=True)
+        self._offset += used
+        if repair and used < len(data):
+            # a torn last record (a write interrupted mid-line): cut it off
+            with open(self.path, "r+b") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    size = os.fstat(f.fileno()).st_size
+                    if size > self._offset:
+                        f.seek(self._offset)
+                        tail = f.read()
+                        if b"\n" not in tail:  # still torn (no writer completed it meanwhile)
+                            f.truncate(self._offset)
+                            os.fsync(f.fileno())
+                            self.repaired_bytes += len(tail)
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+
+    def key(self, frame_name: str, frame_hash: str, item: Mapping[str, Any]) -> str:
+        return verdict_key(self.identity_hash, frame_name, frame_hash, str(item["item_id"]), item_content_hash(item))
+
+    def get(self, key: str) -> dict | None:
+        rec = self.records.get(key)
+        if rec is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return rec
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    # -- writing -----------------------------------------------------------------------------------
+    def put(self, rec: dict) -> bool:
+        """Append one record (must hold ``key``).  Returns False when the key was already cached."""
+        key = rec["key"]
+        if key in self.records:
+            return False
+        self.dir.mkdir(parents=True, exist_ok=True)
+        line = (json.dumps(rec, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                size = os.fstat(fd).st_size
+                if size > self._offset:  # another writer appended (or a torn tail is there)
+                    os.lseek(fd, self._offset, os.SEEK_SET)
+                    data = b""
+                    while len(data) < size - self._offset:
+                        chunk = os.read(fd, size - self._offset - len(data))
+                        if not chunk:
+                            break
+                        data += chunk
+                    used = self._ingest(data, final=False)
+                    self._offset += used
+                    if used < len(data):  # torn tail left by a killed writer: cut it before appending
+                        os.ftruncate(fd, self._offset)
+                        self.repaired_bytes += len(data) - used
+                    if key in self.records:
+                        return False
+                view = memoryview(line)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+                self._offset += len(line)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+        self.records[key] = rec
+        self.writes += 1
+        return True
+
+    def open_for_append(self) -> None:
+        """Call before a compute run: pick up new records and repair a torn tail."""
+        self._load(repair=True)
+
+    def stats(self) -> dict:
+        return {
+            "member": self.member,
+            "path": str(self.path),
+            "records": len(self.records),
+            "hits": self.hits,
+            "misses": self.misses,
+            "writes": self.writes,
+            "repaired_bytes": self.repaired_bytes,
+            "bad_lines": self.bad_lines,
+        }
+
+
+def write_identity(cache: VerdictCache) -> None:
+    """A readable sidecar naming the identity behind a cache file (written once)."""
+    side = cache.path.with_suffix(".identity.json")
+    if not side.exists():
+        cache.dir.mkdir(parents=True, exist_ok=True)
+        tmp = side.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache.identity, indent=2, sort_keys=True, default=str) + "\n")
+        os.replace(tmp, side)
+
+
+def iter_records(paths: Iterable[Path]) -> Iterable[dict]:
+    for p in paths:
+        with open(p, "rb") as f:
+            for line in f:
+                if line.endswith(b"\n"):
+                    try:
+                        yield json.loads(line)
+                    except ValueError:
+                        continue

