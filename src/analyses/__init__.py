@@ -2,7 +2,8 @@
 
 Per dataset: the pairwise φ matrix (Fig. 4), regime-call recovery from a label budget (Table 6), the
 stacker's learning curve (Table 7, Fig. 6b), stacked κ against panel size (Fig. 6a), leave-one-member-out Δκ
-(Fig. 5) and the (sub-)panel outcomes of Appendix C. Across datasets: leave-one-dataset-out transfer
+(Fig. 5), the label-free rungs against the CV-best single (Table 17) and the (sub-)panel outcomes of
+Appendix C. Across datasets: leave-one-dataset-out transfer
 (Fig. 8), the item-level mechanism test (Table 4), the cross-dataset predictor (Table 5), the admissibility
 threshold grid, Fig. 3a's invariance region, and the cost model (Table 2, Appendix H).
 
@@ -66,6 +67,8 @@ def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg
             row["size"] = panel.size_curve(ref)
         with _timed(tm, "leave_one_out"):
             row["leave_one_out"] = panel.leave_one_out(ref, int(p["n_boot"]), seed, s.level)
+        with _timed(tm, "label_free"):
+            row["label_free"] = panel.label_free(ref, s.n_boot, s.seed, s.level)
         with _timed(tm, "subpanels"):
             sps[name] = mechanism.subpanels(ref, subsets, int(m["subpanel_boot"]), seed, s.level)
         per[name] = row

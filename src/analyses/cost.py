@@ -91,11 +91,11 @@ def compute(cfg: Mapping, members: list[str], labels_per_record: Mapping[str, fl
     tok = (measured or {}).get(frontier_name or "", {}).get("prompt_tokens_per_item") if use else None
     front = _frontier(cfg, tok)
     lpr_cfg = _get(cfg, "labelling", "labels_per_record")
-    calib = {}
-    if lpr_cfg is not None:
-        calib["all"] = _calibration(cfg, panel, front["per_1k"], float(lpr_cfg))
-    for ds, lpr in (labels_per_record or {}).items():
-        calib[ds] = _calibration(cfg, panel, front["per_1k"], float(lpr) if lpr_cfg is None else float(lpr_cfg))
+    if lpr_cfg is not None:  # one labelling rate for every dataset
+        calib = {"all": _calibration(cfg, panel, front["per_1k"], float(lpr_cfg))}
+    else:  # each dataset's own records: its mean items per cluster
+        calib = {ds: _calibration(cfg, panel, front["per_1k"], float(lpr))
+                 for ds, lpr in (labels_per_record or {}).items()}
     return {"price_per_gpu_hour": price, "members": per_member, "panel_per_1k": panel, "frontier": front,
             "ratio": front["per_1k"] / panel if panel > 0 else None,
             "panel_share_of_frontier": panel / front["per_1k"] if front["per_1k"] > 0 else None,

@@ -5,6 +5,8 @@
   already in is lowest, ties to the more competent), the stacker refitted on the same folds at each K.
 * :func:`leave_one_out` (Fig. 5): Δκ = stacked without the member − full stacked, on the same folds, with a
   paired cluster-bootstrap interval; a member whose removal clearly costs the panel is load-bearing.
+* :func:`label_free` (Table 17): the label-free rungs (unweighted majority, Dawid–Skene) against the CV-best
+  single, as paired deltas on the ladder's own bootstrap draws (same clusters, B and seed as results.json).
 * :func:`transfer` (Fig. 8, Appendix E): the stacker fitted on every other dataset of the table and applied
   to the held-out one, against the in-domain cross-fitted stacker, the CV-best single and the average member.
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import clone
 
-from ..aggregate import StackedLogit
+from ..aggregate import DawidSkene, StackedLogit
 from ..evaluate import ClusterBootstrap, kappa, paired_delta
 from ..ladder import LadderSettings, design_matrix
 from . import common
@@ -97,3 +99,14 @@ def transfer(refs: dict[str, Reference], stacker: StackedLogit, s: LadderSetting
                        "avg_member": float(ref.member_kappa.mean()), "delta_lodo_minus_in": d.as_dict(),
                        "trained_on": others}
     return out
+
+
+def label_free(ref: Reference, n_boot: int, seed: int, level: float) -> dict:
+    """Table 17's Δ(unw − best) and Δ(D–S − best), κ, with paired cluster-bootstrap intervals."""
+    y, votes = ref.gold, ref.table.votes
+    ds = DawidSkene().fit(votes).predict(votes).astype(float)
+    P = np.column_stack([ref.majority, ds, ref.best_cv])
+    k = ClusterBootstrap(ref.table.clusters, n_boot, seed).metrics(y, P)["kappa"]
+    full = [kappa(y, P[:, i]) for i in range(3)]
+    return {"majority_minus_best_cv": paired_delta(full[0] - full[2], k[:, 0] - k[:, 2], level).as_dict(),
+            "dawid_skene_minus_best_cv": paired_delta(full[1] - full[2], k[:, 1] - k[:, 2], level).as_dict()}

@@ -1,0 +1,93 @@
+"""``python -m src.analyses [verdicts=PATH] [suite=fast] …``: the analysis suite on the configured verdicts.
+
+Same config as ``python -m src.run``. Reads the table of :func:`src.run.load_table`, runs
+:func:`src.analyses.run_suite`, writes ``suite.output`` (results/suite.json) and the figures of
+:mod:`src.report` under ``suite.figures_dir`` (those of Figs. 2 and 3b need the ladder's ``output``,
+results/results.json), and logs them to MLflow when ``tracking.enabled``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import hydra
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from .. import run
+from . import cost, run_suite
+
+log = logging.getLogger("raim.suite")
+
+
+def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
+    """(suite document, results.json document or None) for the configured table."""
+    settings = instantiate(cfg.analysis, _convert_="all")
+    stacker = instantiate(cfg.stacker, _convert_="all")
+    table = run.load_table(cfg)
+    measured = None
+    if not cfg.verdicts and cfg.suite.cost.get("use_measured", True):
+        names = list(table.members) + ([table.frontier_name] if table.frontier_name else [])
+        measured = cost.measured_from_cache(cfg.paths.cache_dir, names)
+    doc = run_suite(table, stacker, settings, OmegaConf.to_container(cfg.suite, resolve=True), measured)
+    doc["meta"] = {"verdicts": table.source, "members": table.members, "frontier": table.frontier_name}
+    res_path = Path(cfg.output)
+    results = json.loads(res_path.read_text()) if res_path.exists() else None
+    return doc, results
+
+
+def flat_metrics(doc: dict) -> dict[str, float]:
+    """Headline numbers of suite.json as MLflow metrics."""
+    from ..track import metric_name
+
+    out: dict[str, float] = {}
+    for name, d in doc["datasets"].items():
+        for b, v in d["regime"]["budgets"].items():
+            if v:
+                out[metric_name("regime", name, f"p_match_{b}")] = v["p_match"]
+        for b, v in d["curve"]["budgets"].items():
+            if v:
+                out[metric_name("curve", name, f"kappa_{b}")] = v["mean"]
+        for k, v in zip(d["size"]["k"], d["size"]["stacked"]):
+            out[metric_name("size", name, f"kappa_K{k}")] = v
+        for m, v in d["leave_one_out"]["members"].items():
+            out[metric_name("loo", name, m)] = v["estimate"]
+    for b, v in doc["regime_summary"].items():
+        if v:
+            out[metric_name("regime", f"p_match_{b}")] = v["p_match"]
+    fe = doc["recovery"].get("logit_fe") or {}
+    if "coef" in fe:
+        out["mechanism/logit_fe_coef"] = fe["coef"]
+    if doc["recovery"].get("pointbiserial"):
+        out["mechanism/pointbiserial_r"] = doc["recovery"]["pointbiserial"]["r"]
+    for k in ("paper", "panel"):
+        out[f"cost/{k}_panel_per_1k"] = doc["cost"][k]["panel_per_1k"]
+        out[f"cost/{k}_frontier_per_1k"] = doc["cost"][k]["frontier"]["per_1k"]
+    out["appendix_c/share_points_direction_holds"] = doc["appendix_c"].get("share_points_direction_holds") or 0.0
+    return {k: float(v) for k, v in out.items() if v is not None}
+
+
+@hydra.main(version_base=None, config_path="../../conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from .. import report
+
+    doc, results = compute(cfg)
+    out = run.write_json(doc, cfg.suite.output)
+    figs = report.figures(results, doc, cfg.suite.figures_dir)
+    log.info("suite written to %s; %d figures under %s; timings %s", out, len(figs), cfg.suite.figures_dir,
+             {k: round(v, 1) for k, v in doc["timings"].items()})
+    if cfg.tracking.enabled:
+        import mlflow
+
+        from .. import track
+
+        with track.start_run(cfg, "suite", tags={"datasets": ",".join(doc["datasets"])}):
+            mlflow.log_metrics(flat_metrics(doc))
+            track.log_json(doc, "suite.json")
+            track.log_figures(figs)
+
+
+if __name__ == "__main__":
+    main()
