@@ -45,7 +45,7 @@ class AnthropicBackend(Backend):
     def __init__(
         self,
         model: str = "claude-sonnet-4-6",
-        temperature: float = 0.0,
+        temperature: float | None = 0.0,
         max_tokens: int = 5,
         requests_per_minute: float = 50,
         max_retries: int = 6,
@@ -60,7 +60,7 @@ class AnthropicBackend(Backend):
     ):
         super().__init__(mass_floor=0.0, mode="generate")
         self.model = model
-        self.temperature = float(temperature)
+        self.temperature = None if temperature is None else float(temperature)
         self.max_tokens = int(max_tokens)
         self.max_retries = int(max_retries)
         self.backoff_base = float(backoff_base)
@@ -111,12 +111,16 @@ class AnthropicBackend(Backend):
             self.limiter.wait()
             self.usage["requests"] += 1
             try:
+                kw: dict[str, Any] = {}
+                if self.temperature is not None:
+                    # SDK 2.x has no `temperature` argument any more; the Messages API field goes in the body
+                    kw["extra_body"] = {"temperature": self.temperature}
                 return client.messages.create(
                     model=self.model,
                     max_tokens=self.max_tokens,
-                    temperature=self.temperature,
                     system=system,
                     messages=[{"role": "user", "content": user}],
+                    **kw,
                 )
             except anthropic.APIStatusError as e:
                 if e.status_code not in RETRYABLE or attempt == self.max_retries:
@@ -138,7 +142,9 @@ class AnthropicBackend(Backend):
         try:
             resp = self.request(r.system, r.user)
         except anthropic.APIStatusError as e:
-            if e.status_code in (401, 403):
+            # a request the API rejects for its content (400, 413, 422) is a counted abstention; auth errors,
+            # and 429/5xx once the retries are spent, raise so that nothing transient is cached
+            if e.status_code in (401, 403) or e.status_code in RETRYABLE or e.status_code >= 500:
                 raise
             self.usage["errors"] += 1
             return abstention(ABSTAIN_ERROR, t0, error=str(e.status_code))

@@ -10,8 +10,10 @@ document's KV cache because items arrive grouped by document.
 
 from __future__ import annotations
 
+import json
 import os
 import time
+import urllib.error
 from typing import Any, Mapping
 
 from ..frames import Frame
@@ -51,7 +53,6 @@ class OpenAICompatBackend(Backend):
         self.api_key = api_key or os.environ.get("OPENAI_API_KEY", "none")
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
-        self._http = None
 
     def _identity_extra(self) -> dict:
         d = {"model": self.model, "sha256": self.sha256, "revision": self.revision, "endpoint": self.endpoint,
@@ -62,25 +63,26 @@ class OpenAICompatBackend(Backend):
             d["max_new_tokens"] = self.max_new_tokens
         return d
 
-    def http(self):
-        if self._http is None:
-            import httpx
-
-            self._http = httpx.Client(timeout=self.timeout, headers={"Authorization": f"Bearer {self.api_key}"})
-        return self._http
-
     def _post(self, path: str, body: dict) -> dict:
-        import httpx
+        """POST JSON with the standard library (no extra dependency); retries 429/5xx and connection errors."""
+        import urllib.error
+        import urllib.request
 
+        data = json.dumps(body).encode()
         for attempt in range(self.max_retries + 1):
+            req = urllib.request.Request(
+                self.base_url + path, data=data, method="POST",
+                headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}"},
+            )
             try:
-                r = self.http().post(self.base_url + path, json=body)
-                if r.status_code in (429, 500, 502, 503, 504) and attempt < self.max_retries:
+                with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                    return json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                if e.code in (429, 500, 502, 503, 504) and attempt < self.max_retries:
                     time.sleep(min(2**attempt, 30))
                     continue
-                r.raise_for_status()
-                return r.json()
-            except httpx.TransportError:
+                raise
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if attempt == self.max_retries:
                     raise
                 time.sleep(min(2**attempt, 30))
@@ -119,12 +121,10 @@ class OpenAICompatBackend(Backend):
                     if tl:
                         lp = dict(tl[0])
             usage = out.get("usage") or {}
-        except Exception as e:  # noqa: BLE001
-            import httpx
-
+        except urllib.error.HTTPError as e:
             # a request the server rejects (4xx, e.g. a prompt over its context) is a counted abstention;
             # transport failures and 5xx after retries raise, so nothing wrong is cached and a rerun resumes
-            if not (isinstance(e, httpx.HTTPStatusError) and 400 <= e.response.status_code < 500):
+            if not 400 <= e.code < 500 or e.code == 429:
                 raise
             return abstention(ABSTAIN_ERROR, t0, error=repr(e)[:200])
         if gen:
@@ -135,9 +135,3 @@ class OpenAICompatBackend(Backend):
         rec.update(truncated=False, n_prompt_tokens=usage.get("prompt_tokens"), seconds=time.perf_counter() - t0)
         return rec
 
-
-
-    def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
