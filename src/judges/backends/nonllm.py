@@ -141,7 +141,13 @@ class NumpyMiniLM:
         return e / max(np.linalg.norm(e), 1e-12)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        return np.stack([self.encode_one(t) for t in texts]) if texts else np.zeros((0, 384), np.float32)
+        if not texts:
+            return np.zeros((0, 384), np.float32)
+        # small matrices: one BLAS thread (multi-threaded BLAS spins and stalls on shared, busy cores)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):
+            return np.stack([self.encode_one(t) for t in texts])
 
 
 def windows(text: str, size: int = 3) -> list[str]:
@@ -196,7 +202,7 @@ class MiniLMSimilarityBackend(Backend):
         if self._doc_cache is None or self._doc_cache[0] != ev:  # document reuse across its items
             self._doc_cache = (ev, enc.encode(windows(ev, self.window)))
         E = self._doc_cache[1]
-        c = enc.encode_one(cand)
+        c = enc.encode([cand])[0]
         sim = float((E @ c).max()) if len(E) else 0.0
         thr = self.threshold[frame.name] if isinstance(self.threshold, dict) else self.threshold
         return _done({"vote": int(sim < thr), "p_hal": None, "logodds": float(thr - sim) * 10.0, "similarity": sim}, t0)
