@@ -273,3 +273,12 @@ def test_minilm_numpy_encoder_matches_known_similarity():
     # the sentence-transformers documentation's values for all-MiniLM-L6-v2
     assert s[0, 1] == pytest.approx(0.7553, abs=2e-3)
     assert s[0, 2] == pytest.approx(-0.1050, abs=2e-3)
+
+
+def test_verdict_table_members_subset_keeps_every_column(tmp_path):
+    it = items()
+    r = roster(("lexical", LEXICAL), ("lex2", dict(LEXICAL, threshold=0.3)))
+    t = verdict_table(r, it, None, tmp_path, compute=True, members=["lex2"], progress=False)
+    assert {"lexical", "lex2"} <= set(t.columns)
+    assert t["lexical"].isna().all() and t.attrs["report"]["lexical"]["computed"] == 0
+    assert t.attrs["report"]["lex2"]["computed"] == len(it)

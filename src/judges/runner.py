@@ -192,8 +192,8 @@ def verdict_table(
 ) -> pd.DataFrame:
     """The engine's verdict table for ``items`` (see module doc).
 
-    ``frontier``: compute the frontier judge too (default: only when compute and it is reachable is not
-    assumed — False; cached frontier verdicts are always read).  ``members`` restricts the members scored.
+    ``frontier``: also compute the frontier judge (a paid API: off by default; its cached verdicts are always
+    read).  ``members`` restricts the members computed; the others are read from the cache.
     """
     cache_dir = Path(cache_dir)
     frames = load_frames(frame_cfgs)
@@ -204,9 +204,8 @@ def verdict_table(
     report: dict[str, dict] = {}
     only = set(members) if members else None
     for name, bcfg, is_frontier in roster_judges(roster_cfg):
-        if only is not None and name not in only and not is_frontier:
-            continue
-        do = compute and (bool(frontier) if is_frontier else True)
+        # members outside `members` are still read from the cache (their columns stay in the table)
+        do = compute and (bool(frontier) if is_frontier else (only is None or name in only))
         out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress)
         votes = [None if r is None else r.get("vote") for r in out]
         table[name] = pd.array(votes, dtype="Int64")
@@ -255,7 +254,6 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
         for j in judges:
             if j not in t.columns:
                 continue
-            v = t[j].to_numpy(dtype=object)
             answered = ~pd.isna(t[j]).to_numpy()
             r = rep.get(j, {})
             gold = t["gold"].to_numpy().astype(int)
@@ -278,7 +276,6 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
                     "seconds_per_item": r.get("seconds_per_item"),
                 }
             )
-            del v
     return pd.DataFrame(rows)
 
 
