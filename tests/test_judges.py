@@ -282,3 +282,30 @@ def test_verdict_table_members_subset_keeps_every_column(tmp_path):
     assert {"lexical", "lex2"} <= set(t.columns)
     assert t["lexical"].isna().all() and t.attrs["report"]["lexical"]["computed"] == 0
     assert t.attrs["report"]["lex2"]["computed"] == len(it)
+
+
+def test_committed_cpu_verdicts_cover_the_four_datasets():
+    """The committed `cpu` verdict tables agree with the committed cache, and cover the four datasets."""
+    tdir = REPO / "verdicts" / "tables" / "cpu"
+    if not tdir.exists():
+        pytest.skip("no committed cpu verdicts")
+    from src.judges.__main__ import load_roster
+    from src.judges.runner import build_backend, roster_judges
+
+    recs = {}
+    for name, bcfg, _ in roster_judges(load_roster("cpu")):  # the cache files of the cpu roster's identities
+        c = VerdictCache(REPO / "verdicts" / "cache", name, build_backend(bcfg).identity())
+        recs.update({(name, r["item_id"]): r for r in c.records.values()})
+    for ds in ("medhallu", "wice", "truthfulqa", "expertqa"):
+        t = pd.read_csv(tdir / f"{ds}.csv", dtype={"item_id": str})
+        assert len(t) >= 200 and t["item_id"].is_unique and set(t["gold"]) == {0, 1}
+        assert abs(int(t["gold"].sum()) - len(t) / 2) <= 3  # stratified
+        members = [c for c in t.columns if c not in ("item_id", "cluster_id", "dataset", "gold") and "@" not in c]
+        answered = 0
+        for m in members:
+            for iid, v in zip(t["item_id"], t[m]):
+                r = recs.get((m, iid))
+                if not pd.isna(v):  # (an empty cell may be filled in the cache by a run still going)
+                    assert r is not None and r["vote"] == int(v)
+                    answered += 1
+        assert answered > 0, ds
