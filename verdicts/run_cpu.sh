@@ -13,7 +13,7 @@ PER=${PER:-200}
 THREADS=${THREADS:-2}
 ALL="truthfulqa expertqa medhallu wice"
 SHORT="truthfulqa,expertqa,medhallu"
-PLAN=${PLAN:-"lexical:${ALL// /,} minilm:${ALL// /,} smollm135m:$SHORT gemma270m:$SHORT smollm135m:wice gemma270m:wice qwen05b:$SHORT qwen05b:wice qwen15b:$SHORT qwen15b:wice"}
+PLAN=${PLAN:-"lexical:${ALL// /,} minilm:${ALL// /,} smollm135m:$SHORT qwen05b:medhallu gemma270m:$SHORT qwen05b:$SHORT smollm135m:wice gemma270m:wice qwen05b:wice qwen15b:$SHORT qwen15b:wice"}
 PY=${PY:-.venv/bin/python}
 for step in $PLAN; do
   m=${step%%:*}
