@@ -205,6 +205,7 @@ def test_coverage_audit_and_kappa():
     t.attrs["report"] = {"m": {"cached": 4, "abstained": 1, "truncated": 0, "seconds_per_item": 0.5}}
     a = coverage_audit({"d": t}, ["m"])
     assert a.loc[0, "coverage"] == 0.75 and a.loc[0, "bacc"] == 0.5  # abstention counts as an error in bacc
+    assert a.loc[0, "auc_logodds"] is None
     assert a.loc[0, "kappa"] == pytest.approx(cohen_kappa(np.array([0, 1, 1]), np.array([0.0, 1.0, 0.0])))
     from sklearn.metrics import cohen_kappa_score
 

@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
             + "\n"
         )
         print(coverage_matrix(audit).round(3).to_string())
-        print(audit[["member", "dataset", "n", "coverage", "kappa", "bacc", "seconds_per_item"]].to_string())
+        print(audit[["member", "dataset", "n", "cached", "coverage", "kappa", "bacc", "auc_logodds",
+                     "seconds_per_item"]].to_string())
     return 0
 
 

@@ -246,8 +246,9 @@ def cohen_kappa(gold: np.ndarray, vote: np.ndarray) -> float | None:
 
 def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.DataFrame:
     """Table 22 shape plus the extra columns we measure: one row per (member, dataset) with coverage (share of
-    items with a parseable verdict), cached share, abstentions, truncations, κ vs gold on answered items,
-    balanced accuracy (abstention = error) and mean seconds per item."""
+    items with a parseable verdict), cached count, abstentions, truncations, κ vs gold on answered items,
+    balanced accuracy (abstention = error), the AUC of the log-odds against gold (ranking signal, where the
+    member has a continuous score) and mean seconds per item."""
     rows = []
     for ds, t in tables.items():
         rep = t.attrs.get("report", {})
@@ -261,6 +262,14 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
             rec1 = float(((vv == 1) & (gold == 1)).sum() / max((gold == 1).sum(), 1))
             rec0 = float(((vv == 0) & (gold == 0)).sum() / max((gold == 0).sum(), 1))
             k = cohen_kappa(gold, np.where(answered, vv, np.nan).astype(float))
+            auc = None
+            if f"{j}@logodds" in t.columns:  # the ranking signal of the continuous score (constant voters keep it)
+                lo = t[f"{j}@logodds"].to_numpy(dtype=float, na_value=np.nan)
+                ok = ~np.isnan(lo)
+                if ok.sum() >= 2 and len(set(gold[ok])) == 2:
+                    from sklearn.metrics import roc_auc_score
+
+                    auc = round(float(roc_auc_score(gold[ok], lo[ok])), 4)
             rows.append(
                 {
                     "member": j,
@@ -273,6 +282,7 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
                     "kappa": None if k is None else round(k, 4),
                     "bacc": round((rec0 + rec1) / 2, 4),
                     "share_voted_hallucinated": float((vv == 1).sum() / max(answered.sum(), 1)),
+                    "auc_logodds": auc,
                     "seconds_per_item": r.get("seconds_per_item"),
                 }
             )
