@@ -24,13 +24,14 @@ import io
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+
+from .fsutil import atomic_write_text
 
 ITEM_COLUMNS: tuple[str, ...] = (
     "item_id", "cluster_id", "dataset", "frame", "question", "evidence", "candidate", "gold",
@@ -313,7 +314,7 @@ def _load_hub(path: str, config: str | None, split: str, revision: str | None = 
 
 def _write_jsonl_rows(rows: Iterable[Mapping], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, "".join(json.dumps(dict(r), ensure_ascii=False) + "\n" for r in rows))
+    atomic_write_text(path, "".join(json.dumps(dict(r), ensure_ascii=False) + "\n" for r in rows))
 
 
 def _write_csv_rows(rows: list[Mapping], path: Path) -> None:
@@ -322,7 +323,7 @@ def _write_csv_rows(rows: list[Mapping], path: Path) -> None:
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    _atomic_write(path, buf.getvalue())
+    atomic_write_text(path, buf.getvalue())
 
 
 def _hub_medhallu(raw_dir: Path) -> None:
@@ -594,19 +595,6 @@ def build(name: str, raw_dir: str | Path, seed: int = 0, source: str = "local") 
     return BUILDERS[name](raw, seed)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a failure never leaves a partial file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are shared data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _native(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
@@ -618,7 +606,7 @@ def write_items(df: pd.DataFrame, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = df.sort_values("item_id", kind="stable").to_dict("records")
-    _atomic_write(path, "".join(
+    atomic_write_text(path, "".join(
         json.dumps({k: _native(v) for k, v in row.items()}, ensure_ascii=False) + "\n" for row in rows))
 
 
@@ -671,7 +659,7 @@ def build_all(raw_dir: str | Path, out_dir: str | Path, names: Sequence[str] | N
         df = build(name, raw_dir, seed=seed, source=source)
         write_items(df, out / f"{name}.jsonl")
         summary[name] = {**summarize(df), "paper_n": paper_n(name)}
-    _atomic_write(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 
 

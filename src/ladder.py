@@ -96,7 +96,6 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     P = np.column_stack([preds[k] for k in named] + [votes])
     full = from_counts(np.stack([indicators(y, P[:, p]).sum(0) for p in range(P.shape[1])]))
     draws = boot.metrics(y, P)
-    K = votes.shape[1]
     full_m = {k: v[len(named):] for k, v in full.items()}
     draw_m = {k: v[:, len(named):] for k, v in draws.items()}
     oracle_full = int(np.argmax(full_m["kappa"]))

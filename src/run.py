@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from . import ladder, verdicts
+from .fsutil import atomic_write_text
 
 log = logging.getLogger("raim")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -85,12 +86,7 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
 
 def write_json(doc: dict, path: str | Path) -> Path:
     """Write atomically (temp file then rename), so a crash never leaves a truncated results.json."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(doc, indent=2, sort_keys=False, default=_jsonable) + "\n")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=False, default=_jsonable) + "\n")
 
 
 def _jsonable(x):
