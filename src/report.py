@@ -101,14 +101,14 @@ def fig3a_regime(results: dict, suite: dict | None, path: Path) -> Path:
                            label="admissible"))
     inv = (suite or {}).get("appendix_c", {}).get("invariance")
     if inv:
-        phis, cs, same = np.array(inv["phi0"]), np.array(inv["c"]), np.array(inv["same"])
-        step = phis[1] - phis[0] if len(phis) > 1 else 0.01
-        for i, cc in enumerate(cs):
-            for j, pp in enumerate(phis):
-                if same[i, j]:
-                    ax.add_patch(Rectangle((pp - step / 2, cc * K - 0.5), step, 1.0, fill=False, hatch="///",
-                                           edgecolor="#bdbdbd", lw=0))
-        ax.add_patch(Rectangle((0, 0), 0, 0, fill=False, hatch="///", edgecolor="#bdbdbd", lw=0,
+        phis, cs, same = np.array(inv["phi0"]), np.array(inv["c"]), np.array(inv["same"], bool)
+        xe = np.r_[phis[0], (phis[1:] + phis[:-1]) / 2, phis[-1]]  # cell edges around the grid points
+        for i, cc in enumerate(cs):  # one hatched rectangle per run of positions where nobody changes side
+            run = np.flatnonzero(np.diff(np.r_[0, same[i].astype(int), 0]))
+            for a, b in zip(run[::2], run[1::2]):
+                ax.add_patch(Rectangle((xe[a], cc * K - 0.5), xe[b] - xe[a], 1.0, fill=False, hatch="///",
+                                       edgecolor="#9e9e9e", lw=0))
+        ax.add_patch(Rectangle((0, 0), 0, 0, fill=False, hatch="///", edgecolor="#9e9e9e", lw=0,
                                label="invariance region"))
     ax.axvline(p0, color="#d4a017", lw=2)
     ax.axhline(c * K, color="#d4a017", lw=2)
@@ -371,6 +371,9 @@ def table1(results: dict) -> str:
                      delta_cell(_delta(s, "frontier")), delta_cell(_delta(s, "frontier", "bacc"), 2, 100)])
     head = ["Dataset", "n", "avg. mem.", "unw.", "D–S", "best (avg)", "best (CV)", "oracle", "stacked κ",
             "stacked bacc", f"{fr} κ", f"{fr} bacc", "Δ avg (κ)", "Δ best (κ)", f"Δ {fr} (κ)", f"Δ {fr} (bacc)"]
+    if not any("frontier" in s["comparators"] for s in ds.values()):  # no frontier judge: drop its columns
+        keep = [i for i, h in enumerate(head) if fr not in h]
+        head, rows = [head[i] for i in keep], [[r[i] for i in keep] for r in rows]
     return table(head, rows) + ("\n\nκ as a decimal, bacc as a percentage; Δ = panel − comparator, bold where the "
                                 "95% paired cluster-bootstrap interval excludes 0; † win, ‡ clean win against the "
                                 "CV-best single (§2).")
@@ -647,20 +650,26 @@ def markdown(results: dict | None, suite: dict | None, fig_dir: str | Path, repo
     return "\n".join(parts)
 
 
-def write(results_path: str | Path, suite_path: str | Path, fig_dir: str | Path, report_path: str | Path,
-          redraw: bool = False) -> Path:
-    """Read the two documents, draw missing figures (all with ``redraw``), write the report."""
-    results = _read(results_path)
-    suite = _read(suite_path)
+def write_docs(results: dict | None, suite: dict | None, fig_dir: str | Path, report_path: str | Path,
+               redraw: bool = True) -> Path:
+    """Draw the figures (only the missing ones unless ``redraw``) and write the report; returns its path."""
     if results is None and suite is None:
-        raise FileNotFoundError(f"neither {results_path} nor {suite_path} exists: run src.run / src.analyses first")
-    missing = [k for k in FIGURES if not (Path(fig_dir) / FIGURES[k]).exists()]
-    if redraw or missing:
+        raise ValueError("nothing to report: neither results.json nor suite.json")
+    if redraw or any(not (Path(fig_dir) / f).exists() for f in FIGURES.values()):
         figures(results, suite, fig_dir)
     report_path = Path(report_path)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     report_path.write_text(markdown(results, suite, fig_dir, report_path))
     return report_path
+
+
+def write(results_path: str | Path, suite_path: str | Path, fig_dir: str | Path, report_path: str | Path,
+          redraw: bool = False) -> Path:
+    """Read results.json and suite.json (either may be absent, not both) and write the report."""
+    results, suite = _read(results_path), _read(suite_path)
+    if results is None and suite is None:
+        raise FileNotFoundError(f"neither {results_path} nor {suite_path} exists: run src.run / src.analyses first")
+    return write_docs(results, suite, fig_dir, report_path, redraw)
 
 
 def _read(path) -> dict | None:

@@ -72,7 +72,8 @@ def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg
         with _timed(tm, "subpanels"):
             sps[name] = mechanism.subpanels(ref, subsets, int(m["subpanel_boot"]), seed, s.level)
         per[name] = row
-    core = list(p.get("transfer") or s.core or refs)
+    wanted = list(p.get("transfer") or s.core or [])
+    core = [n for n in wanted if n in refs] or list(refs)  # as the ladder's Holm family: all when none is present
     with _timed(tm, "transfer"):
         transfer = panel.transfer(refs, stacker, s, core, int(p["n_boot"]), seed)
     with _timed(tm, "mechanism"):

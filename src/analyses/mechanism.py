@@ -254,7 +254,7 @@ def invariance(refs: dict[str, Reference], kappa0: float, c: float, phi0: float,
     if not refs:
         return {}
     K = max(len(r.table.members) for r in refs.values())
-    phis = np.round(np.arange(0.0, 1.0 + step / 2, step), 6)
+    phis = np.round(np.arange(-0.2, 1.0 + step / 2, step), 6)
     cs = np.arange(K + 1) / K
 
     def admitted(cc, pp):
