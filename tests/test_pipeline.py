@@ -127,13 +127,15 @@ def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
 
 def test_dvc_yaml_declares_an_honest_pipeline():
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    assert list(spec) == ["balance", "verdicts", "stacking"]
+    assert list(spec) == ["balance", "verdicts", "stacking", "suite", "report"]
     outs = {k: {list(o)[0] if isinstance(o, dict) else o: o for o in v.get("outs", [])} for k, v in spec.items()}
     cache = outs["verdicts"]["${paths.cache_dir}"]["${paths.cache_dir}"]
     assert cache == {"cache": False, "persist": True}  # committed, and never deleted before a rerun
     assert outs["balance"]["${paths.datasets_dir}"]["${paths.datasets_dir}"] == {"cache": False}
     assert "${paths.datasets_dir}" in spec["verdicts"]["deps"] and "${paths.cache_dir}" in spec["stacking"]["deps"]
     assert "stacker" in spec["stacking"]["params"] and "stacker" not in spec["verdicts"]["params"]
+    assert "${output}" in spec["suite"]["deps"] and "${suite.output}" in spec["report"]["deps"]
+    assert spec["stacking"]["metrics"] == [{"results/metrics.json": {"cache": False}}]
     lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
     assert set(lock) == set(spec)
 
@@ -163,15 +165,18 @@ def clone(tmp_path_factory):
 def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
     repo, env = clone
     status = json.loads(_dvc("status", "--json", cwd=repo, env=env).stdout)
-    assert set(status) == {"stacking"}, status  # only the analysis, whose results are not committed
-    # `dvc exp run -S` recomposes params.yaml from conf/ with the override, then reproduces in the workspace
-    out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", cwd=repo, env=env).stdout
-    assert "Running stage 'stacking'" in out
+    # only the analysis stages, whose outputs are not committed: balanced sets and verdicts are up to date
+    assert set(status) == {"stacking", "suite", "report"}, status
+    # `dvc exp run -S` recomposes params.yaml from conf/ with the overrides, then reproduces in the workspace:
+    # a stacker parameter reruns the stacking stage and what follows it, never the sets or the judges
+    out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast",
+               cwd=repo, env=env).stdout
+    assert all(f"Running stage '{s}'" in out for s in ("stacking", "suite", "report")), out
     assert "Running stage 'balance'" not in out and "Running stage 'verdicts'" not in out
     params = yaml.safe_load((repo / "params.yaml").read_text())
     assert params["stacker"]["C"] == 0.5 and params["analysis"]["n_boot"] == 200
     assert json.loads((repo / "results" / "results.json").read_text())["settings"]["n_boot"] == 200
-    assert (repo / "results" / "metrics.json").exists()
+    assert (repo / "results" / "metrics.json").exists() and (repo / "results" / "report.md").exists()
     again = _dvc("repro", cwd=repo, env=env).stdout
     assert "Running stage" not in again and "up to date" in again
     assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
