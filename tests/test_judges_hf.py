@@ -41,6 +41,7 @@ def test_transformers_backend_gguf_matches_llama_cpp():
     b = hf.score(f, its)
     full = TransformersBackend(model="smollm2-135m", weights_key="smollm2-135m", template="chatml",
                                dtype="float32", max_length=1024, prefix_reuse=False)
+    full.model, full.tok, full._dev = hf.model, hf.tok, hf._dev  # same weights, loaded once
     c = full.score(f, its)
     for x, y, z in zip(a, b, c):
         assert x["vote"] in (0, 1) and 0 < x["mass"] <= 1

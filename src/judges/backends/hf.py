@@ -122,6 +122,17 @@ class TransformersBackend(Backend):
             self._ids[frame.hash] = verdict_token_ids(frame, self._enc, lambda t: self.tok.decode([t]))
         return self._ids[frame.hash]
 
+    def _fwd(self, ids: list[int], cache):
+        """One forward pass; transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` before)."""
+        import inspect
+
+        import torch
+
+        if not hasattr(self, "_cache_kw"):
+            params = inspect.signature(self.model.forward).parameters
+            self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        return self.model(torch.tensor([ids], device=self._dev), use_cache=True, **{self._cache_kw: cache})
+
     def _last_logits(self, prefix: list[int], suffix: list[int]):
         import torch
         from transformers import DynamicCache
@@ -131,14 +142,13 @@ class TransformersBackend(Backend):
                 key = tuple(prefix)
                 if self._prefix is None or self._prefix[0] != key:
                     cache = DynamicCache()
-                    self.model(torch.tensor([prefix], device=self._dev), past_key_values=cache, use_cache=True)
+                    self._fwd(prefix, cache)
                     self._prefix = (key, cache)
                 cache = copy.deepcopy(self._prefix[1])
-                out = self.model(torch.tensor([suffix], device=self._dev), past_key_values=cache, use_cache=True)
+                out = self._fwd(suffix, cache)
             else:
                 cache = DynamicCache()
-                out = self.model(torch.tensor([prefix + suffix], device=self._dev), past_key_values=cache,
-                                 use_cache=True)
+                out = self._fwd(prefix + suffix, cache)
         return out.logits[0, -1].float().cpu().numpy().astype(np.float64), cache
 
     def score_one(self, frame: Frame, item: Mapping[str, Any]) -> dict:
@@ -169,7 +179,7 @@ class TransformersBackend(Backend):
                     if tok == self.tok.eos_token_id:
                         break
                     out.append(tok)
-                    o = self.model(torch.tensor([[tok]], device=self._dev), past_key_values=cache, use_cache=True)
+                    o = self._fwd([tok], cache)
                     logits = o.logits[0, -1].float().cpu().numpy()
             text = self.tok.decode(out, skip_special_tokens=True)
             rec = parse_free_text(text, frame.supported_words, frame.hallucinated_words)
