@@ -292,8 +292,9 @@ def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool
               run_name: str | None = None) -> Iterator[Any]:
     """Open a tagged run with the composed config logged as params (secrets scrubbed); yields the run.
 
-    Nested under the active run if there is one (or ``nested=True``); inside a Hydra multirun with no active
-    run, nested under the sweep's parent run.
+    Nested under the active run if there is one; inside a Hydra multirun with no active run, nested under the
+    sweep's parent run (``$RAIM_MLFLOW_PARENT_RUN_ID`` names a parent explicitly). ``nested`` is accepted for
+    symmetry with ``mlflow.start_run``: with no parent to nest under, the run is a top-level one.
     """
     import mlflow
 
@@ -304,7 +305,7 @@ def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool
     kwargs: dict[str, Any] = {"experiment_id": exp_id, "tags": all_tags, "run_name": run_name}
     if active is not None:
         kwargs["nested"] = True
-    elif nested or kind != "sweep":
+    elif kind != "sweep":
         parent = _sweep_parent(cfg, exp_id)
         if parent:
             kwargs["parent_run_id"] = parent

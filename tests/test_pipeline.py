@@ -84,7 +84,8 @@ def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
 
 
 def test_hydra_outputs_stay_out_of_the_repo(cli_runs):
-    assert {p.name for p in ROOT.iterdir()} - cli_runs["before"] <= {"mlruns", ".pytest_cache"}
+    new = {p.name for p in ROOT.iterdir()} - cli_runs["before"]
+    assert not new & {"outputs", "multirun", ".hydra", "run.log"}, new
     assert not (ROOT / "outputs").exists() and not (ROOT / "multirun").exists()
     hydra = cli_runs["tmp"] / "hydra"
     assert list((hydra / "runs").glob("*/.hydra/config.yaml")) and list((hydra / "multirun").glob("*/1/.hydra"))

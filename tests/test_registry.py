@@ -69,7 +69,7 @@ def test_promotes_a_winning_admissible_stacker_and_loads_it_by_alias(store):
     assert client.get_model_version_by_alias("raim-stacker-good", "champion").version == mv2.version
 
 
-def test_cli_exit_status_and_message(store):
+def test_cli_exit_status_and_message(store, capsys):
     env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
     refused = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
                               "--dataset", "bad", "--alias", "champion"], cwd=ROOT, env=env,
@@ -80,6 +80,5 @@ def test_cli_exit_status_and_message(store):
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "models:/cli-stacker@staging" in ok.stdout
-    show = subprocess.run([sys.executable, "-m", "src.registry", "show", "--name", "cli-stacker"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=120)
-    assert "aliases=['staging']" in show.stdout
+    assert registry.main(["show", "--name", "cli-stacker"]) == 0
+    assert "aliases=['staging']" in capsys.readouterr().out
