@@ -494,14 +494,17 @@ def write_stage_files(doc: dict, metrics: str | Path | None = None, betas: str |
 
 
 def judge_cli_args(params_path: str | Path = "params.yaml") -> str:
-    """``--datasets … [--per-dataset N]`` for ``python -m src.judges`` from params.yaml (DVC cannot
-    interpolate a list into a command)."""
+    """``--datasets … [--per-dataset N] [--compute]`` for ``python -m src.judges`` from params.yaml (DVC cannot
+    interpolate a list into a command). ``--compute`` only with ``judge.compute: true``: by default the
+    pipeline reads the verdict cache and never loads a judge model."""
     cfg = OmegaConf.load(params_path)
     ds = list(cfg.dataset.datasets) if cfg.dataset.name == "all" else [cfg.dataset.name]
     args = ["--datasets", *ds]
     per = OmegaConf.select(cfg, "judge.per_dataset", default=None)
     if per:
         args += ["--per-dataset", str(int(per))]
+    if OmegaConf.select(cfg, "judge.compute", default=False):
+        args.append("--compute")
     return " ".join(args)
 
 

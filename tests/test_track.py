@@ -288,7 +288,7 @@ def test_stage_files_and_judge_args(logged, tmp_path):
     b = pd.read_csv(tmp_path / "b.csv")
     assert set(b["dataset"]) == {"good", "bad"} and len(b) == 2 * 9
     p = tmp_path / "params.yaml"
-    p.write_text("dataset: {name: all, datasets: [wice, medhallu]}\njudge: {per_dataset: 200}\n")
-    assert track.judge_cli_args(p) == "--datasets wice medhallu --per-dataset 200"
+    p.write_text("dataset: {name: all, datasets: [wice, medhallu]}\njudge: {per_dataset: 200, compute: true}\n")
+    assert track.judge_cli_args(p) == "--datasets wice medhallu --per-dataset 200 --compute"
     p.write_text("dataset: {name: wice}\njudge: {per_dataset: null}\n")
     assert track.judge_cli_args(p) == "--datasets wice"
