@@ -112,16 +112,22 @@ def fig3a_regime(results: dict, suite: dict | None, path: Path) -> Path:
                                label="invariance region"))
     ax.axvline(p0, color="#d4a017", lw=2)
     ax.axhline(c * K, color="#d4a017", lw=2)
-    xs = []
-    for n, s in ds.items():
+    xs, placed, undefined = [], [], []
+    for n, s in sorted(ds.items(), key=lambda kv: kv[1]["admissibility"]["phi_bar"] or 0.0):
         a = s["admissibility"]
         if a["phi_bar"] is None:
+            undefined.append(n)
             continue
-        xs.append(a["phi_bar"])
-        ax.scatter(a["phi_bar"], a["members_at_kappa0"], s=50, zorder=3,
+        x, y = a["phi_bar"], a["members_at_kappa0"]
+        xs.append(x)
+        ax.scatter(x, y, s=50, zorder=3,
                    marker="o" if a["admissible"] else "X", color="#2b8cbe" if a["admissible"] else "#de2d26")
-        ax.annotate(n, (a["phi_bar"], a["members_at_kappa0"]), xytext=(5, 4), textcoords="offset points",
-                    fontsize=8)
+        near = sum(1 for px, py in placed if py == y and abs(px - x) < 0.06)  # stagger labels that would collide
+        placed.append((x, y))
+        ax.annotate(n, (x, y), xytext=(5, 4 + 11 * near), textcoords="offset points", fontsize=8)
+    if undefined:
+        ax.text(0.99, 0.02, f"φ̄ undefined, not shown: {', '.join(undefined)}", transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=7, color="grey")
     lo = min([0.0] + xs)
     ax.set_xlim(lo - 0.02, max([p0 + 0.2] + [x + 0.1 for x in xs]))
     ax.set_ylim(-0.5, K + 0.5)
@@ -198,10 +204,10 @@ def fig5_leave_one_out(suite: dict, path: Path, clip: float = 0.07) -> Path:
     im = ax.imshow(np.clip(M, -clip, clip), cmap="RdBu", vmin=-clip, vmax=clip, aspect="auto")
     for j in range(len(names)):
         col = M[:, j]
-        lo, hi = int(np.argmin(col)), int(np.argmax(col))
+        extremes = {i for i in (int(np.argmin(col)), int(np.argmax(col))) if abs(col[i]) > 5e-4}
         for i in range(len(members)):
             ax.text(j, i, f"{col[i]:+.3f}", ha="center", va="center", fontsize=7,
-                    fontweight="bold" if i in (lo, hi) else "normal",
+                    fontweight="bold" if i in extremes else "normal",
                     color="white" if abs(col[i]) > 0.6 * clip else "black")
     ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 5 else 0,
                   ha="right" if len(names) > 5 else "center")
@@ -217,7 +223,7 @@ def fig6_curves(suite: dict, path_a: Path, path_b: Path) -> list[Path]:
     ds = suite["datasets"]
     names = list(ds)
     nr, nc = _grid(len(names))
-    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.8 * nr), squeeze=False, sharey=False)
+    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.6 * nr + 0.9), squeeze=False, sharey=False)
     for ax, n in zip(axes.flat, names):
         sz = ds[n]["size"]
         ax.plot(sz["k"], sz["stacked"], "o-", ms=4, label="stacked")
@@ -230,10 +236,9 @@ def fig6_curves(suite: dict, path_a: Path, path_b: Path) -> list[Path]:
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=7, frameon=False)
-    fig.suptitle("Fig. 6a — stacked κ against panel size (greedy decorrelating order)")
-    out = [_save(fig, path_a)]
-    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.8 * nr), squeeze=False)
+    _figure_legend(fig, axes.flat[0], 3, "Fig. 6a — stacked κ against panel size (greedy decorrelating order)")
+    out = [_save(fig, path_a, tight=False)]
+    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.6 * nr + 0.9), squeeze=False)
     for ax, n in zip(axes.flat, names):
         cv = ds[n]["curve"]
         pts = [(int(b), v) for b, v in cv["budgets"].items() if v]
@@ -257,10 +262,19 @@ def fig6_curves(suite: dict, path_a: Path, path_b: Path) -> list[Path]:
         ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[len(names):]:
         ax.axis("off")
-    axes.flat[0].legend(fontsize=6, frameon=False, loc="lower right")
-    fig.suptitle("Fig. 6b — stacked κ against labelled records (● beats CV-best, ▲ beats majority, × neither)")
-    out.append(_save(fig, path_b))
+    _figure_legend(fig, axes.flat[0], 5,
+                   "Fig. 6b — stacked κ against labelled records (● beats CV-best, ▲ beats majority, × neither)")
+    out.append(_save(fig, path_b, tight=False))
     return out
+
+
+def _figure_legend(fig, ax, ncol: int, title: str) -> None:
+    """A title over and one legend under the small multiples (keeps the panels free of it)."""
+    handles, labels = ax.get_legend_handles_labels()
+    fig.suptitle(title)
+    h = fig.get_figheight()
+    fig.tight_layout(rect=(0, 0.35 / h, 1, 1 - 0.2 / h))  # room for the legend under and the title over
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
 
 
 def _null_formatter():
@@ -544,7 +558,8 @@ def appendix_c(suite: dict) -> str:
            f"Rejected panels with a clear gain over their CV-best single: **{op['rejected_with_clear_gain']}**. "
            f"Over the threshold grid, the direction (admitted panels beat their best member and reach the "
            f"frontier at least as often as rejected ones) holds at "
-           f"{pct(ac['share_points_direction_holds'], 0)}% of the grid points where both sides are populated."]
+           f"{pct(ac['share_points_direction_holds'], 0)}% of the {_populated(ac)} grid points (of "
+           f"{len(ac['points'])}) where both sides are populated."]
     k0 = op["kappa0"]
     pts = [p for p in ac["points"] if abs(p["kappa0"] - k0) < 1e-9]
     cs = sorted({p["c"] for p in pts})
@@ -562,6 +577,10 @@ def appendix_c(suite: dict) -> str:
     out += ["", f"Full panels admitted (and direction check on the sub-panels) over the grid at κ₀={k0:g}:", "",
             table([""] + [f"c={c:g}" for c in cs], rows)]
     return "\n".join(out)
+
+
+def _populated(ac: dict) -> int:
+    return sum(1 for p in ac["points"] if p["subpanels"]["admitted"]["n"] and p["subpanels"]["rejected"]["n"])
 
 
 def cost_section(suite: dict) -> str:
