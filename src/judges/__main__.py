@@ -71,6 +71,11 @@ def read_dataset(items_dir: Path, name: str) -> pd.DataFrame:
     return read_items(path)
 
 
+def _relative(text: str) -> str:
+    """Paths under the repository written relative to it (committed files carry no machine paths)."""
+    return text.replace(str(REPO) + "/", "")
+
+
 def _json_default(o):
     if hasattr(o, "item"):
         return o.item()
@@ -146,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         audit = audit.sort_values(["dataset", "member"]).reset_index(drop=True)
         audit.to_csv(cov_csv, index=False)
         (out_dir / "coverage.json").write_text(
-            json.dumps(
+            _relative(json.dumps(
                 {
                     "roster": a.roster,
                     "per_dataset": a.per_dataset,
@@ -157,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 },
                 indent=1,
                 default=_json_default,
-            )
+            ))
             + "\n"
         )
         print(coverage_matrix(audit).round(3).to_string())
