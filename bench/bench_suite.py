@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
 from omegaconf import OmegaConf
 
 from src import ladder, simulate, verdicts
@@ -26,8 +25,8 @@ from src.analyses.reference import references, rng_for
 
 
 def suite_cfg() -> dict:
-    cfg = OmegaConf.to_container(OmegaConf.load("conf/suite/default.yaml"), resolve=True)
-    return cfg
+    """The default suite settings (conf/suite/default.yaml)."""
+    return OmegaConf.to_container(OmegaConf.load("conf/suite/default.yaml"), resolve=True)
 
 
 def main() -> None:
@@ -85,7 +84,6 @@ def main() -> None:
     print(f"  shared parts     {same:7.1f} s")
     print(f"speed-up of the whole suite: {loop_total / vec:.1f}x; of its vectorised parts: "
           f"{sum(loop.values()) / max(sum(tm[k] for k in loop), 1e-9):.1f}x")
-    _ = np  # numpy imported for users extending the script
 
 
 if __name__ == "__main__":
