@@ -59,7 +59,8 @@ class StackedLogit(_VoteClassifier):
         self.n_votes = n_votes
         self.max_iter = max_iter
 
-    def _features(self, X: np.ndarray) -> np.ndarray:
+    def features(self, X: np.ndarray) -> np.ndarray:
+        """The meta-learner's design matrix for a vote matrix (scalar or categorical abstention, then extras)."""
         X = np.asarray(X, dtype=float)
         k = X.shape[1] if self.n_votes is None else self.n_votes
         votes, extra = X[:, :k], X[:, k:]
@@ -75,13 +76,13 @@ class StackedLogit(_VoteClassifier):
         self._set_classes(X, y)
         # newton-cholesky: the exact L2 optimum, fast for a handful of features (same fit as lbfgs, C=1)
         self.lr_ = LogisticRegression(C=self.C, solver="newton-cholesky", max_iter=self.max_iter)
-        self.lr_.fit(self._features(X), y)
+        self.lr_.fit(self.features(X), y)
         self.coef_ = self.lr_.coef_.ravel().copy()
         self.intercept_ = float(self.lr_.intercept_[0])
         return self
 
     def _p1(self, X: np.ndarray) -> np.ndarray:
-        return self.lr_.predict_proba(self._features(X))[:, 1]
+        return self.lr_.predict_proba(self.features(X))[:, 1]
 
     def feature_names(self, members: list[str], extras: list[str] = ()) -> list[str]:
         """Names aligned with ``coef_``."""

@@ -52,11 +52,11 @@ def test_stacker_is_l2_logistic_regression_with_c1(table):
 
 def test_categorical_abstention_feature_map():
     X = np.array([[1, ABSTAIN], [0, 1], [ABSTAIN, 0]])
-    F = StackedLogit(abstention="category")._features(X)
+    F = StackedLogit(abstention="category").features(X)
     assert F.tolist() == [[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 1, 0]]
     assert StackedLogit(abstention="category").feature_names(["a", "b"]) == ["a=1", "b=1", "a=abstain", "b=abstain"]
     with pytest.raises(ValueError, match="abstention"):
-        StackedLogit(abstention="bogus")._features(X)
+        StackedLogit(abstention="bogus").features(X)
 
 
 def test_shuffled_gold_gives_stacked_kappa_near_zero(table):

@@ -49,7 +49,7 @@ def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
     X, extra_names = design_matrix(table, list(features))
     K = len(table.members)
     st = clone(stacker).set_params(n_votes=K)
-    F = st._features(X)
+    F = st.features(X)
     names = st.feature_names(table.members, extra_names)
     col_member = np.array([_member_of(n, table.members) for n in names])
     folds = cluster_folds(table.gold, table.clusters, n_splits, seed)
