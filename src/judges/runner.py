@@ -24,6 +24,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from ..evaluate import scores
+from ..verdicts import ABSTAIN
 from .cache import VerdictCache, write_identity
 from .frames import Frame, load_frames
 
@@ -231,19 +233,6 @@ def verdict_table(
 
 
 # -- audit -----------------------------------------------------------------------------------------
-def cohen_kappa(gold: np.ndarray, vote: np.ndarray) -> float | None:
-    m = ~pd.isna(vote)
-    if m.sum() < 2:
-        return None
-    g = np.asarray(gold)[m].astype(int)
-    v = np.asarray(vote)[m].astype(int)
-    po = float((g == v).mean())
-    pe = float(g.mean() * v.mean() + (1 - g.mean()) * (1 - v.mean()))
-    if pe >= 1.0:
-        return 0.0
-    return (po - pe) / (1 - pe)
-
-
 def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.DataFrame:
     """Table 22 shape plus the extra columns we measure: one row per (member, dataset) with coverage (share of
     items with a parseable verdict), cached count, abstentions, truncations, κ vs gold on answered items,
@@ -259,9 +248,8 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
             r = rep.get(j, {})
             gold = t["gold"].to_numpy().astype(int)
             vv = np.where(answered, t[j].fillna(-1).to_numpy(dtype=int), -1)
-            rec1 = float(((vv == 1) & (gold == 1)).sum() / max((gold == 1).sum(), 1))
-            rec0 = float(((vv == 0) & (gold == 0)).sum() / max((gold == 0).sum(), 1))
-            k = cohen_kappa(gold, np.where(answered, vv, np.nan).astype(float))
+            sc = scores(gold, np.where(answered, vv, ABSTAIN).astype(float))  # the engine's κ and bacc (§2)
+            k = sc["kappa"] if answered.sum() >= 2 else None
             auc = None
             if f"{j}@logodds" in t.columns:  # the ranking signal of the continuous score (constant voters keep it)
                 lo = t[f"{j}@logodds"].to_numpy(dtype=float, na_value=np.nan)
@@ -280,7 +268,7 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
                     "abstained": r.get("abstained"),
                     "truncated": r.get("truncated"),
                     "kappa": None if k is None else round(k, 4),
-                    "bacc": round((rec0 + rec1) / 2, 4),
+                    "bacc": round(sc["bacc"], 4),
                     "share_voted_hallucinated": float((vv == 1).sum() / max(answered.sum(), 1)),
                     "auc_logodds": auc,
                     "seconds_per_item": r.get("seconds_per_item"),
