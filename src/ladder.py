@@ -66,14 +66,36 @@ def design_matrix(table: VerdictTable, features: list[str]) -> tuple[np.ndarray,
     return X, names
 
 
-def best_on_average(table: VerdictTable) -> int:
-    """Index of the member with the highest mean κ across the table's datasets (Table 15 'best-on-average')."""
-    per = [admissibility.member_kappas(t.gold, t.votes) for t in table.by_dataset().values()]
-    return int(np.argmax(np.mean(per, axis=0)))
+def best_on_average(table: VerdictTable) -> str:
+    """The member with the highest mean κ across the table's datasets (Table 15 'best-on-average'), the mean
+    taken over the datasets where it returned at least one verdict."""
+    per = []
+    for t in table.by_dataset().values():
+        k = admissibility.member_kappas(t.gold, t.votes)
+        per.append(np.where(coverage(t.votes) > 0, k, np.nan))
+    per = np.array(per)
+    counts = (~np.isnan(per)).sum(axis=0)
+    mean = np.where(counts > 0, np.nansum(per, axis=0) / np.maximum(counts, 1), -np.inf)
+    return table.members[int(np.argmax(mean))]
 
 
-def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, best_avg: int) -> DatasetResult:
-    """The whole ladder on one dataset."""
+def active_members(table: VerdictTable) -> tuple[VerdictTable, list[str]]:
+    """Drop members with no verdict at all on this dataset (never run, or unable to judge it, e.g. an evidence
+    judge on an ungrounded set): they carry no information, and the admissibility share counts judges that
+    judged. Returns the reduced table and the excluded names."""
+    voted = coverage(table.votes) > 0
+    excluded = [m for m, v in zip(table.members, voted) if not v]
+    if voted.all():
+        return table, []
+    if not voted.any():
+        raise ValueError("no member returned a single verdict on this dataset")
+    return table.subset(np.ones(len(table.gold), bool), [m for m, v in zip(table.members, voted) if v]), excluded
+
+
+def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, best_avg: str) -> DatasetResult:
+    """The whole ladder on one dataset (members that never voted on it are set aside and listed)."""
+    best_avg_votes = table.votes[:, table.members.index(best_avg)]
+    table, excluded = active_members(table)
     y, clusters, votes = table.gold, table.clusters, table.votes
     X, extra_names = design_matrix(table, s.features)
     stacker = clone(stacker).set_params(n_votes=votes.shape[1])
@@ -86,7 +108,7 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         "dawid_skene": DawidSkene().fit(votes).predict(votes).astype(float),
         "acc_weighted": crossfit(WeightedVote("accuracy"), votes, y, folds).pred,
         "logodds_weighted": crossfit(WeightedVote("logodds"), votes, y, folds).pred,
-        "best_avg": votes[:, best_avg],
+        "best_avg": best_avg_votes,
         "best_cv": cv.pred,
     }
     if table.frontier is not None and (table.frontier != ABSTAIN).any():
@@ -128,6 +150,7 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     summary = {
         "n": int(len(y)),
         "n_clusters": int(len(np.unique(clusters))),
+        "excluded_members": excluded,
         "balance": {"supported": int(np.sum(y == 0)), "hallucinated": int(np.sum(y == 1))},
         "abstentions": {"count": int(np.sum(votes == ABSTAIN)), "rate": float(np.mean(votes == ABSTAIN))},
         "comparators": comparators,
@@ -141,7 +164,7 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         },
         "members": members,
         "selected": {
-            "best_avg": table.members[best_avg],
+            "best_avg": best_avg,
             "best_cv_per_fold": [table.members[e.best_] for e in cv.estimators],
             "oracle": table.members[oracle_full],
         },

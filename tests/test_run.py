@@ -64,3 +64,14 @@ def test_stacker_group_switches_abstention_encoding(compose_cfg, table_csv):
     _, results, doc = run.analyse(cfg)
     names = doc["datasets"]["sim0"]["stacker"]["features"]
     assert names[:2] == ["m00=1", "m01=1"] and "m00=abstain" in names
+
+
+def test_members_that_never_voted_are_set_aside(tmp_path):
+    from src import ladder, verdicts
+    from src.aggregate import StackedLogit
+
+    df = simulate.panel(n_clusters=60, accuracies=[0.9, 0.8, 0.7], seed=2)
+    df["m02"] = None  # e.g. an evidence-based judge on an ungrounded set, or a member not run yet
+    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))["sim"].summary
+    assert res["excluded_members"] == ["m02"] and set(res["members"]) == {"m00", "m01"}
+    assert res["admissibility"]["n_members"] == 2 and res["selected"]["best_avg"] == "m00"
