@@ -422,8 +422,10 @@ def table17(results: dict, suite: dict | None) -> str:
 def table22(results: dict) -> str:
     ds = results["datasets"]
     names = list(ds)
-    members = list(next(iter(ds.values()))["members"])
-    rows = [[m] + [f3(ds[n]["members"][m]["coverage"]) for n in names] for m in members]
+    members = results.get("meta", {}).get("members") or list(dict.fromkeys(m for d in ds.values() for m in d["members"]))
+    # a member set aside on a dataset (`excluded_members`) returned no verdict there: coverage 0
+    rows = [[m] + [f3(ds[n]["members"][m]["coverage"] if m in ds[n]["members"] else 0.0) for n in names]
+            for m in members]
     return table(["member"] + names, rows)
 
 
