@@ -15,26 +15,56 @@ from .evaluate import kappa
 from .verdicts import ABSTAIN
 
 
-def phi_matrix(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
-    """Pairwise φ (Pearson correlation of the error indicators 1[vᵢ ≠ y]) on items where both members voted.
+def pair_index(K: int) -> tuple[np.ndarray, np.ndarray]:
+    """Member pairs (i < j), in the order every pair vector here uses."""
+    return np.triu_indices(K, k=1)
 
-    Undefined pairs (no common item, or a constant error indicator) are NaN; the diagonal is 1.
-    """
+
+def pair_stats(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
+    """Per item and member pair (i < j): [both voted, eᵢ, eⱼ, eᵢeⱼ] on jointly voted items → n × P × 4,
+    with eᵢ = 1[vᵢ ≠ y].  Summed over items (or any item weighting, e.g. a bootstrap or label-budget draw)
+    they give φ through :func:`phi_from_stats`."""
     gold = np.asarray(gold)
-    K = votes.shape[1]
-    err = (votes != gold[:, None]).astype(float)
-    voted = votes != ABSTAIN
+    voted = (votes != ABSTAIN).astype(float)
+    err = (votes != gold[:, None]).astype(float) * voted
+    i, j = pair_index(votes.shape[1])
+    both = voted[:, i] * voted[:, j]
+    return np.stack([both, err[:, i] * voted[:, j], err[:, j] * voted[:, i], err[:, i] * err[:, j]], axis=-1)
+
+
+def phi_from_stats(s: np.ndarray) -> np.ndarray:
+    """φ per pair (the Pearson correlation of the two error indicators) from summed :func:`pair_stats`
+    (… × P × 4) → … × P; NaN where undefined: fewer than two common items, or a constant error indicator."""
+    n, a, b, ab = np.moveaxis(s, -1, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ma, mb = a / n, b / n
+        va, vb = ma - ma**2, mb - mb**2
+        r = (ab / n - ma * mb) / np.sqrt(va * vb)
+    ok = (n >= 2) & (va > 1e-12) & (vb > 1e-12)
+    return np.where(ok, np.clip(r, -1.0, 1.0), np.nan)
+
+
+def phi_bar_from(phi_pairs: np.ndarray) -> np.ndarray:
+    """Mean φ over the defined pairs (last axis), NaN when none is."""
+    ok = np.isfinite(phi_pairs)
+    n = ok.sum(axis=-1)
+    return np.where(n > 0, np.where(ok, phi_pairs, 0.0).sum(axis=-1) / np.maximum(n, 1), np.nan)
+
+
+def as_matrix(phi_pairs: np.ndarray, K: int) -> np.ndarray:
+    """Pair vector → symmetric K × K with unit diagonal."""
     out = np.eye(K)
-    for i, j in combinations(range(K), 2):
-        m = voted[:, i] & voted[:, j]
-        out[i, j] = out[j, i] = _pearson(err[m, i], err[m, j])
+    i, j = pair_index(K)
+    out[i, j] = out[j, i] = phi_pairs
     return out
 
 
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    if len(a) < 2 or a.std() == 0 or b.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(a, b)[0, 1])
+def phi_matrix(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
+    """Pairwise φ (Pearson correlation of the error indicators 1[vᵢ ≠ y]) on items where both members voted.
+
+    Undefined pairs (fewer than two common items, or a constant error indicator) are NaN; the diagonal is 1.
+    """
+    return as_matrix(phi_from_stats(pair_stats(gold, votes).sum(axis=0)), votes.shape[1])
 
 
 def _upper(m: np.ndarray) -> np.ndarray:
@@ -80,14 +110,26 @@ def member_kappas(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
     return np.array([kappa(gold, votes[:, j]) for j in range(votes.shape[1])])
 
 
+def admits(member_k: np.ndarray, phibar: np.ndarray, kappa0: float, c: float, phi0: float,
+           size: np.ndarray | None = None) -> np.ndarray:
+    """The rule, vectorised over panels: ``member_k`` is … × K (NaN = not in the panel), ``phibar`` … (NaN =
+    undefined, never admissible), ``size`` the panel sizes (default: the non-NaN members)."""
+    member_k = np.asarray(member_k, dtype=float)
+    phibar = np.asarray(phibar, dtype=float)
+    n_ok = np.sum(member_k >= kappa0, axis=-1)
+    size = np.sum(~np.isnan(member_k), axis=-1) if size is None else np.asarray(size)
+    with np.errstate(invalid="ignore"):
+        return (n_ok >= c * size) & np.isfinite(phibar) & (phibar <= phi0)
+
+
 def decide(member_k: np.ndarray, phibar: float | None, kappa0: float, c: float, phi0: float) -> tuple[bool, str]:
-    """The rule itself, on already-estimated coordinates."""
+    """The rule on already-estimated coordinates (one panel), and why."""
     n_ok, K = int(np.sum(member_k >= kappa0)), len(member_k)
     competent = n_ok >= c * K
     if phibar is None:
         return False, "φ̄ undefined (no member pair with a defined error correlation)"
     decorrelated = phibar <= phi0
-    if competent and decorrelated:
+    if bool(admits(member_k, phibar, kappa0, c, phi0, K)):
         return True, f"{n_ok}/{K} members at κ≥{kappa0} (≥ {c:g} share) and φ̄={phibar:.3f} ≤ {phi0}"
     why = []
     if not competent:

@@ -59,3 +59,14 @@ def test_operating_point_is_respected():
     assert not admissibility.decide(mk, 0.41, 0.30, 0.5, 0.40)[0]
     assert not admissibility.decide(mk, 0.39, 0.32, 0.5, 0.40)[0]
     assert not admissibility.decide(mk, None, 0.30, 0.5, 0.40)[0]
+
+
+def test_admits_is_decide_for_every_panel():
+    """The vectorised rule (budget draws, sub-panels) calls exactly what :func:`decide` calls, panel by panel."""
+    rng = np.random.default_rng(3)
+    mk = rng.uniform(-0.1, 0.7, size=(400, 6))
+    pb = rng.uniform(0.0, 0.8, size=400)
+    pb[::17] = np.nan
+    got = admissibility.admits(mk, pb, 0.30, 0.5, 0.40)
+    want = [admissibility.decide(m, None if np.isnan(p) else float(p), 0.30, 0.5, 0.40)[0] for m, p in zip(mk, pb)]
+    assert got.tolist() == want and 0 < got.sum() < 400

@@ -93,13 +93,13 @@ def test_batched_logit_matches_sklearn_with_weights_masks_and_one_class():
 
 def test_pair_stats_give_admissibility_phi(small):
     t = small.table
-    phi = common.as_matrix(common.phi_from_stats(common.pair_stats(t.gold, t.votes).sum(0)), len(t.members))
+    phi = admissibility.as_matrix(admissibility.phi_from_stats(admissibility.pair_stats(t.gold, t.votes).sum(0)), len(t.members))
     np.testing.assert_allclose(phi, admissibility.phi_matrix(t.gold, t.votes), atol=1e-12)
     # integer weights = repeated rows
     w = np.random.default_rng(1).integers(0, 3, len(t.gold))
     rep = np.repeat(np.arange(len(t.gold)), w)
-    phi_w = common.phi_from_stats(np.tensordot(w.astype(float), common.pair_stats(t.gold, t.votes), axes=1))
-    np.testing.assert_allclose(common.as_matrix(phi_w, len(t.members)),
+    phi_w = admissibility.phi_from_stats(np.tensordot(w.astype(float), admissibility.pair_stats(t.gold, t.votes), axes=1))
+    np.testing.assert_allclose(admissibility.as_matrix(phi_w, len(t.members)),
                                admissibility.phi_matrix(t.gold[rep], t.votes[rep]), atol=1e-12)
 
 
@@ -223,7 +223,7 @@ def test_subpanels_rule_matches_decide(small):
     assert len(subs) == 1 + 20 + 15 + 6 and subs[0].all()  # every proper sub-panel of ≥3, full first
     assert len({tuple(s) for s in subs}) == len(subs)
     sp = mechanism.subpanels(small, subs[:15], 50, 0, 0.95)
-    calls = mechanism._calls(sp, 0.3, 0.5, 0.4)
+    calls = mechanism._admits(sp, 0.3, 0.5, 0.4)
     for s, call in zip(subs[:15], calls):
         cols = np.flatnonzero(s)
         a = admissibility.test(small.gold, small.table.votes[:, cols], 0.3, 0.5, 0.4)

@@ -28,7 +28,7 @@ def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.ra
     """Table 6 for one dataset: Pr(call matches the full sample's) per budget (None when budget ≥ clusters)."""
     t = ref.table
     ids, per_cluster_k = common.cluster_sums(t.clusters, common.member_counts(t.gold, t.votes))
-    _, per_cluster_p = common.cluster_sums(t.clusters, common.pair_stats(t.gold, t.votes))
+    _, per_cluster_p = common.cluster_sums(t.clusters, admissibility.pair_stats(t.gold, t.votes))
     nc, K = len(ids), t.votes.shape[1]
     full = ref.admissibility
     full_best = int(np.argmax(ref.member_kappa))
@@ -41,9 +41,8 @@ def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.ra
             continue
         sel = common.draw_clusters(nc, b, n_draws, rng)
         mk = from_counts(np.tensordot(sel, per_cluster_k, axes=1))["kappa"]  # R × K
-        pb = common.phi_bar_from(common.phi_from_stats(np.tensordot(sel, per_cluster_p, axes=1)))
-        calls = np.array([admissibility.decide(mk[r], None if np.isnan(pb[r]) else float(pb[r]),
-                                               kappa0, c, phi0)[0] for r in range(n_draws)])
+        pb = admissibility.phi_bar_from(admissibility.phi_from_stats(np.tensordot(sel, per_cluster_p, axes=1)))
+        calls = admissibility.admits(mk, pb, kappa0, c, phi0, K)
         n_ok = (mk >= kappa0).sum(axis=1)
         rows[str(b)] = {
             "p_match": float(np.mean(calls == full.admissible)),

@@ -7,8 +7,8 @@
   patterns, so the work scales with the patterns, not the items.
 * :func:`oof_many` cross-fits such problems on the reported stacker's folds and pools the out-of-fold
   predictions (Table 7, Fig. 5, Fig. 6, Appendix C sub-panels).
-* :func:`pair_stats` / :func:`phi_from_stats` give the members' pairwise error correlation φ (§3.3) for many
-  weightings of the items at once (Table 6 draws); at unit weights they equal :func:`src.admissibility.phi_matrix`.
+* the members' pairwise error correlation φ (§3.3) for many weightings of the items at once (Table 6 draws)
+  comes from :func:`src.admissibility.pair_stats` / :func:`src.admissibility.phi_from_stats`.
 * :func:`member_counts` / :func:`kappas` give each member's confusion counts and Cohen's κ through
   :func:`src.evaluate.from_counts`, for many weightings at once.
 """
@@ -221,50 +221,6 @@ def cluster_sums(clusters: np.ndarray, per_item: np.ndarray) -> tuple[np.ndarray
 
 
 # --------------------------------------------------------------------------------------------------- φ
-
-
-def pair_stats(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
-    """Per item and member pair (i < j): [both voted, eᵢ, eⱼ, eᵢeⱼ] on jointly voted items → n × P × 4.
-
-    eᵢ = 1[vᵢ ≠ y]. Summed over (weighted) items these give φ through :func:`phi_from_stats`.
-    """
-    gold = np.asarray(gold)
-    voted = (votes != ABSTAIN).astype(float)
-    err = (votes != gold[:, None]).astype(float) * voted
-    i, j = np.triu_indices(votes.shape[1], k=1)
-    both = voted[:, i] * voted[:, j]
-    return np.stack([both, err[:, i] * voted[:, j], err[:, j] * voted[:, i], err[:, i] * err[:, j]], axis=-1)
-
-
-def phi_from_stats(s: np.ndarray) -> np.ndarray:
-    """φ per pair from summed :func:`pair_stats` (… × P × 4) → … × P, NaN where undefined (as in §3.3:
-    fewer than two common items, or a member whose errors are constant on them)."""
-    n, a, b, ab = np.moveaxis(s, -1, 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ma, mb = a / n, b / n
-        va, vb = ma - ma**2, mb - mb**2
-        r = (ab / n - ma * mb) / np.sqrt(va * vb)
-    ok = (n >= 2) & (va > 1e-12) & (vb > 1e-12)
-    return np.where(ok, np.clip(r, -1.0, 1.0), np.nan)
-
-
-def phi_bar_from(phi_pairs: np.ndarray) -> np.ndarray:
-    """Mean φ over the defined pairs (last axis), NaN when none is."""
-    ok = np.isfinite(phi_pairs)
-    n = ok.sum(axis=-1)
-    return np.where(n > 0, np.where(ok, phi_pairs, 0.0).sum(axis=-1) / np.maximum(n, 1), np.nan)
-
-
-def pair_index(K: int) -> tuple[np.ndarray, np.ndarray]:
-    return np.triu_indices(K, k=1)
-
-
-def as_matrix(phi_pairs: np.ndarray, K: int) -> np.ndarray:
-    """Pair vector → symmetric K × K with unit diagonal."""
-    out = np.eye(K)
-    i, j = pair_index(K)
-    out[i, j] = out[j, i] = phi_pairs
-    return out
 
 
 # ------------------------------------------------------------------------------------------------- draws

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .. import admissibility
 from ..admissibility import decide
 from ..evaluate import ClusterBootstrap, from_counts, interval, kappa
 from ..verdicts import ABSTAIN
@@ -177,22 +178,19 @@ def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level
     ks, kb = common.kappas(y, stacked), common.kappas(y, best)
     draws = ClusterBootstrap(d.clusters, n_boot, seed).metrics(y, np.vstack([stacked, best]).T)["kappa"]
     ci = np.array([interval(draws[:, s] - draws[:, S + s], level) for s in range(S)])
-    iu = common.pair_index(len(t.members))
+    iu = admissibility.pair_index(len(t.members))
     pairs_on = subsets[:, iu[0]] & subsets[:, iu[1]]
     phi_pairs = np.where(pairs_on, ref.phi[iu][None, :], np.nan)
     has_front = t.frontier is not None and (t.frontier != ABSTAIN).any()
     return {
         "size": subsets.sum(1), "member_kappa": np.where(subsets, ref.member_kappa[None, :], np.nan),
-        "phi_bar": common.phi_bar_from(phi_pairs), "stacked": ks, "best_cv": kb,
+        "phi_bar": admissibility.phi_bar_from(phi_pairs), "stacked": ks, "best_cv": kb,
         "delta_ci": ci, "frontier": kappa(y, t.frontier) if has_front else None,
     }
 
 
-def _calls(sp: dict, kappa0: float, c: float, phi0: float) -> np.ndarray:
-    """The §3.3 rule (as :func:`src.admissibility.decide`) for every (sub-)panel at once."""
-    n_ok = np.nansum(sp["member_kappa"] >= kappa0, axis=1)
-    pb = sp["phi_bar"]
-    return (n_ok >= c * sp["size"]) & np.isfinite(pb) & (pb <= phi0)
+def _admits(sp: dict, kappa0: float, c: float, phi0: float) -> np.ndarray:
+    return admissibility.admits(sp["member_kappa"], sp["phi_bar"], kappa0, c, phi0, sp["size"])
 
 
 def _outcomes(entries: list[dict], calls: list[np.ndarray], near: float) -> dict:
@@ -234,12 +232,12 @@ def threshold_grid(sps: dict[str, dict], grid: dict, near: float, operating: tup
     for k0 in grid["kappa0"]:
         for c in grid["c"]:
             for p0 in grid["phi0"]:
-                calls = [_calls(sps[n], k0, c, p0) for n in names]
+                calls = [_admits(sps[n], k0, c, p0) for n in names]
                 full = [n for n, cl in zip(names, calls) if cl[0]]
                 points.append({"kappa0": k0, "c": c, "phi0": p0, "admitted_full": full,
                                "subpanels": _outcomes([sps[n] for n in names], calls, near)})
     k0, c, p0 = operating
-    op_calls = [_calls(sps[n], k0, c, p0) for n in names]
+    op_calls = [_admits(sps[n], k0, c, p0) for n in names]
     op = _outcomes([sps[n] for n in names], op_calls, near)
     holds = [p["subpanels"]["direction_holds"] for p in points
              if p["subpanels"]["admitted"]["n"] and p["subpanels"]["rejected"]["n"]]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import clone
 
+from .. import admissibility
 from ..aggregate import DawidSkene, StackedLogit
 from ..evaluate import ClusterBootstrap, kappa, paired_delta
 from ..ladder import LadderSettings, design_matrix
@@ -48,8 +49,8 @@ def size_curve(ref: Reference) -> dict:
         subsets[k, order[: k + 1]] = True
     stacked = common.kappas(d.y, common.oof_many(d, mask=common.member_masks(d, subsets)))
     majority = common.kappas(d.y, np.array([(t.votes[:, s].mean(axis=1) >= 0.5) for s in subsets], float))
-    mean_phi = [None] + [common.jsonable(common.phi_bar_from(ref.phi[np.ix_(order[:k], order[:k])][
-        common.pair_index(k)])) for k in range(2, K + 1)]
+    mean_phi = [None] + [common.jsonable(admissibility.phi_bar_from(ref.phi[np.ix_(order[:k], order[:k])][
+        admissibility.pair_index(k)])) for k in range(2, K + 1)]
     return {"order": [t.members[j] for j in order], "k": list(range(1, K + 1)),
             "stacked": stacked.tolist(), "majority": majority.tolist(), "phi_bar": mean_phi,
             "full_stacked": float(stacked[-1]), "best_single": float(ref.member_kappa.max())}
