@@ -24,7 +24,6 @@ import pandas as pd
 from scipy import stats
 
 from .. import admissibility
-from ..admissibility import decide
 from ..evaluate import ClusterBootstrap, from_counts, interval, kappa
 from ..verdicts import ABSTAIN
 from . import common
@@ -256,7 +255,7 @@ def invariance(refs: dict[str, Reference], kappa0: float, c: float, phi0: float,
     cs = np.arange(K + 1) / K
 
     def admitted(cc, pp):
-        return [decide(r.member_kappa, r.admissibility.phi_bar, kappa0, cc, pp)[0] for r in refs.values()]
+        return [admissibility.decide(r.member_kappa, r.admissibility.phi_bar, kappa0, cc, pp)[0] for r in refs.values()]
 
     base = admitted(c, phi0)
     same = [[admitted(cc, pp) == base for pp in phis] for cc in cs]
