@@ -7,7 +7,6 @@ members' mean pairwise error correlation φ̄ ≤ φ₀. The operating point is 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from itertools import combinations
 
 import numpy as np
 
@@ -81,12 +80,12 @@ def phi_bar(gold: np.ndarray, votes: np.ndarray) -> float | None:
 def agreement_matrix(votes: np.ndarray) -> np.ndarray:
     """Pairwise agreement rate on items both members voted on: label-free, and equal to the agreement of the
     two error indicators, so it carries the correlation coordinate before normalisation (Appendix C)."""
-    K = votes.shape[1]
     voted = votes != ABSTAIN
-    out = np.eye(K)
-    for i, j in combinations(range(K), 2):
-        m = voted[:, i] & voted[:, j]
-        out[i, j] = out[j, i] = float((votes[m, i] == votes[m, j]).mean()) if m.any() else np.nan
+    v1, v0 = (voted & (votes == 1)).astype(float), (voted & (votes == 0)).astype(float)
+    both = voted.astype(float).T @ voted.astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(both > 0, (v1.T @ v1 + v0.T @ v0) / both, np.nan)
+    np.fill_diagonal(out, 1.0)
     return out
 
 

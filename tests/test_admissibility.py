@@ -34,6 +34,17 @@ def test_agreement_equals_error_indicator_agreement():
     assert admissibility.agreement_matrix(votes)[0, 1] == pytest.approx(np.mean(err[:, 0] == err[:, 1]))
 
 
+def test_agreement_matrix_with_abstentions_matches_pairwise_definition():
+    gold, votes = sim(n_clusters=150, accuracies=[0.8, 0.7, 0.6, 0.55], rho=0.3, abstain_rate=0.3)
+    votes[:, 3] = ABSTAIN  # a member that never voted: no overlap with anyone
+    A = admissibility.agreement_matrix(votes)
+    for i in range(3):
+        for j in range(3):
+            m = (votes[:, i] != ABSTAIN) & (votes[:, j] != ABSTAIN)
+            assert A[i, j] == pytest.approx(np.mean(votes[m, i] == votes[m, j]))
+    assert np.isnan(A[:3, 3]).all() and np.isnan(A[3, :3]).all() and A[3, 3] == 1.0
+
+
 def test_dominant_member_panel_is_not_admissible():
     gold, votes = sim(n_clusters=400, accuracies=[0.97] + [0.55] * 9, rho=0.1)
     a = admissibility.test(gold, votes)
