@@ -1,10 +1,13 @@
-"""Small file-system helpers shared by the stages: atomic writes, so a crash never leaves a partial file."""
+"""Small file helpers shared by the stages: atomic writes (a crash never leaves a partial file) and JSON-clean
+values (NaN → null, never an invalid ``NaN`` token)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -21,3 +24,20 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def jsonable(x):
+    """Plain Python numbers/lists/dicts, NaN and ±inf → None (JSON null)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
+    if isinstance(x, (np.bool_, bool)):
+        return bool(x)
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return None if not np.isfinite(x) else float(x)
+    return x

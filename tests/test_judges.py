@@ -211,6 +211,30 @@ def test_coverage_audit_and_kappa():
     assert coverage_matrix(a).loc["m", "d"] == 0.75
 
 
+def _audit_table(ds: str, votes: list) -> pd.DataFrame:
+    t = pd.DataFrame({"item_id": [f"{ds}{i}" for i in range(4)], "cluster_id": list("abcd"), "dataset": ds,
+                      "gold": [0, 1, 0, 1], "m": pd.array(votes, dtype="Int64")})
+    cached = sum(v is not None for v in votes)
+    t.attrs["report"] = {"m": {"cached": cached, "abstained": 0, "truncated": 0, "seconds_per_item": 0.5}}
+    return t
+
+
+def test_audit_files_accumulate_runs_and_are_strict_json(tmp_path):
+    from src.judges.__main__ import write_audit
+
+    head = {"roster": "t", "per_dataset": 4, "seed": 0}
+    for ds, votes in (("d1", [None] * 4), ("d2", [0, 1, 0, 1])):  # two runs, one dataset each
+        t = _audit_table(ds, votes)
+        write_audit(tmp_path, coverage_audit({ds: t}, ["m"]), {ds: t.attrs["report"]}, head)
+    doc = json.loads((tmp_path / "coverage.json").read_text(), parse_constant=lambda c: pytest.fail(c))
+    assert sorted(doc["reports"]) == ["d1", "d2"]  # the first run's report survives the second
+    rows = {r["dataset"]: r for r in doc["rows"]}
+    assert rows["d1"]["kappa"] is None and rows["d1"]["coverage"] == 0.0  # no verdict: null, never NaN
+    assert rows["d2"]["kappa"] == 1.0
+    assert set(pd.read_csv(tmp_path / "coverage.csv")["dataset"]) == {"d1", "d2"}
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
+
+
 # -- rosters ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["paper", "cpu", "tiny", "ablation_no_gemma", "paper_no_gemma"])
 def test_rosters_compose_and_instantiate_without_loading(name):

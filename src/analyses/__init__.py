@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from ..aggregate import StackedLogit
+from ..fsutil import jsonable
 from ..ladder import LadderSettings
 from ..verdicts import VerdictTable
 from . import budget, common, cost, mechanism, panel
@@ -98,7 +99,7 @@ def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg
         "cost": costs,
         "timings": tm,
     }
-    return common.jsonable(doc)
+    return jsonable(doc)
 
 
 def _subpanel_rows(sps: dict, members: list[str], subsets: np.ndarray) -> dict:

@@ -241,20 +241,3 @@ def cluster_index(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(cluster ids, item → cluster index)."""
     ids, inv = np.unique(np.asarray(clusters), return_inverse=True)
     return ids, inv.ravel()
-
-
-def jsonable(x):
-    """Plain Python numbers/lists (NaN → None) for suite.json."""
-    if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return jsonable(x.tolist())
-    if isinstance(x, (np.bool_, bool)):
-        return bool(x)
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return None if not np.isfinite(x) else float(x)
-    return x

@@ -21,6 +21,7 @@ from sklearn.base import clone
 from .. import admissibility
 from ..aggregate import DawidSkene, StackedLogit
 from ..evaluate import ClusterBootstrap, kappa, paired_delta
+from ..fsutil import jsonable
 from ..ladder import LadderSettings, design_matrix
 from . import common
 from .reference import Reference
@@ -49,7 +50,7 @@ def size_curve(ref: Reference) -> dict:
         subsets[k, order[: k + 1]] = True
     stacked = common.kappas(d.y, common.oof_many(d, mask=common.member_masks(d, subsets)))
     majority = common.kappas(d.y, np.array([(t.votes[:, s].mean(axis=1) >= 0.5) for s in subsets], float))
-    mean_phi = [None] + [common.jsonable(admissibility.phi_bar_from(ref.phi[np.ix_(order[:k], order[:k])][
+    mean_phi = [None] + [jsonable(admissibility.phi_bar_from(ref.phi[np.ix_(order[:k], order[:k])][
         admissibility.pair_index(k)])) for k in range(2, K + 1)]
     return {"order": [t.members[j] for j in order], "k": list(range(1, K + 1)),
             "stacked": stacked.tolist(), "majority": majority.tolist(), "phi_bar": mean_phi,

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..fsutil import atomic_write_text, jsonable
+
 from .frames import is_frame_cfg
 from .runner import (
     NothingCached,
@@ -82,6 +84,25 @@ def _json_default(o):
     return str(o)
 
 
+def write_audit(out_dir: Path, audit: pd.DataFrame, reports: dict, head: dict) -> pd.DataFrame:
+    """Merge this run's audit rows and hit/miss reports into ``coverage.csv`` / ``coverage.json`` (datasets
+    not in this run keep their earlier rows and reports, so per-dataset runs accumulate); both files are
+    written atomically, and an undefined value (κ of a member with no verdict) is an empty cell / JSON null."""
+    cov_csv, cov_json = out_dir / "coverage.csv", out_dir / "coverage.json"
+    if cov_csv.exists():
+        old = pd.read_csv(cov_csv)
+        audit = pd.concat([old[~old["dataset"].isin(audit["dataset"].unique())], audit], ignore_index=True)
+    merged = json.loads(cov_json.read_text()).get("reports", {}) if cov_json.exists() else {}
+    for ds, per_member in reports.items():
+        merged[ds] = {**merged.get(ds, {}), **per_member}
+    audit = audit.sort_values(["dataset", "member"]).reset_index(drop=True)
+    atomic_write_text(cov_csv, audit.to_csv(index=False))
+    doc = {**head, "coverage": coverage_matrix(audit).to_dict(), "rows": audit.to_dict("records"),
+           "reports": {ds: merged[ds] for ds in sorted(merged)}}
+    atomic_write_text(cov_json, _relative(json.dumps(jsonable(doc), indent=1, default=_json_default)) + "\n")
+    return audit
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m src.judges", description=__doc__.splitlines()[0])
     ap.add_argument("--roster", default="cpu")
@@ -129,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             logging.error("%s: %s", ds, e)
             continue
         # a table lists every roster member (uncached cells empty) even when only some were computed
-        t.to_csv(out_dir / f"{ds}.csv", index=False)
+        atomic_write_text(out_dir / f"{ds}.csv", t.to_csv(index=False))
         tables[ds] = t
         reports[ds] = t.attrs["report"]
         for m, r in t.attrs["report"].items():
@@ -142,29 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     judges = [n for n, _, _ in roster_judges(roster)]
     audit = coverage_audit(tables, judges)
     if not audit.empty:
-        # merge with an existing audit so per-dataset runs accumulate
-        cov_csv = out_dir / "coverage.csv"
-        if cov_csv.exists():
-            old = pd.read_csv(cov_csv)
-            old = old[~old["dataset"].isin(audit["dataset"].unique())]
-            audit = pd.concat([old, audit], ignore_index=True)
-        audit = audit.sort_values(["dataset", "member"]).reset_index(drop=True)
-        audit.to_csv(cov_csv, index=False)
-        (out_dir / "coverage.json").write_text(
-            _relative(json.dumps(
-                {
-                    "roster": a.roster,
-                    "per_dataset": a.per_dataset,
-                    "seed": a.seed,
-                    "coverage": coverage_matrix(audit).to_dict(),
-                    "rows": audit.to_dict("records"),
-                    "reports": reports,
-                },
-                indent=1,
-                default=_json_default,
-            ))
-            + "\n"
-        )
+        audit = write_audit(out_dir, audit, reports, {"roster": a.roster, "per_dataset": a.per_dataset, "seed": a.seed})
         print(coverage_matrix(audit).round(3).to_string())
         print(audit[["member", "dataset", "n", "cached", "coverage", "kappa", "bacc", "auc_logodds",
                      "seconds_per_item"]].to_string())
