@@ -3,6 +3,7 @@ values (NaN → null, never an invalid ``NaN`` token)."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -40,4 +41,12 @@ def jsonable(x):
         return int(x)
     if isinstance(x, (float, np.floating)):
         return None if not np.isfinite(x) else float(x)
+    if isinstance(x, np.generic):
+        return x.item()
     return x
+
+
+def to_json(obj, indent: int = 2, default=None) -> str:
+    """A JSON document (trailing newline) of :func:`jsonable` ``obj``: strict JSON, no ``NaN`` token ever.
+    ``default`` converts other objects (``str`` for free-form logs; None raises on anything unexpected)."""
+    return json.dumps(jsonable(obj), indent=indent, default=default, allow_nan=False) + "\n"

@@ -7,7 +7,6 @@ and returns the mean stacked κ (the metric Hydra sweepers optimise).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from . import ladder, verdicts
-from .fsutil import atomic_write_text
+from .fsutil import atomic_write_text, to_json
 
 log = logging.getLogger("raim")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -86,13 +85,7 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
 
 def write_json(doc: dict, path: str | Path) -> Path:
     """Write atomically (temp file then rename), so a crash never leaves a truncated results.json."""
-    return atomic_write_text(path, json.dumps(doc, indent=2, sort_keys=False, default=_jsonable) + "\n")
-
-
-def _jsonable(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    raise TypeError(f"not JSON-serialisable: {type(x)}")
+    return atomic_write_text(path, to_json(doc))
 
 
 def analyse(cfg: DictConfig) -> tuple[verdicts.VerdictTable, dict, dict]:

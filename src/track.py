@@ -27,6 +27,8 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from .fsutil import to_json
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_URI = "sqlite:///mlflow.db"
 PARENT_ENV = "RAIM_MLFLOW_PARENT_RUN_ID"
@@ -337,13 +339,7 @@ def log_json(obj: Any, name: str) -> None:
     """A JSON artifact of the active run (secrets scrubbed)."""
     import mlflow
 
-    mlflow.log_text(json.dumps(scrub(obj), indent=2, default=_jsonable) + "\n", name)
-
-
-def _jsonable(x):
-    if isinstance(x, np.generic):
-        return x.item()
-    return str(x)
+    mlflow.log_text(to_json(scrub(obj), default=str), name)
 
 
 # ---------------------------------------------------------------------------------------------- analysis
@@ -485,7 +481,7 @@ def beta_rows(doc: dict):
 
 def write_stage_files(doc: dict, metrics: str | Path | None = None, betas: str | Path | None = None) -> None:
     """The DVC `metrics` (compact JSON) and `plots` (β CSV) files of the stacking stage."""
-    for path, text in ((metrics, lambda: json.dumps(compact_metrics(doc), indent=2, default=_jsonable) + "\n"),
+    for path, text in ((metrics, lambda: to_json(compact_metrics(doc), default=str)),
                        (betas, lambda: beta_rows(doc).to_csv(index=False, float_format="%.6g"))):
         if path:
             path = Path(path)

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..fsutil import atomic_write_text, jsonable
-
+from ..fsutil import atomic_write_text, to_json
 from .frames import is_frame_cfg
 from .runner import (
     NothingCached,
@@ -78,12 +77,6 @@ def _relative(text: str) -> str:
     return text.replace(str(REPO) + "/", "")
 
 
-def _json_default(o):
-    if hasattr(o, "item"):
-        return o.item()
-    return str(o)
-
-
 def write_audit(out_dir: Path, audit: pd.DataFrame, reports: dict, head: dict) -> pd.DataFrame:
     """Merge this run's audit rows and hit/miss reports into ``coverage.csv`` / ``coverage.json`` (datasets
     not in this run keep their earlier rows and reports, so per-dataset runs accumulate); both files are
@@ -99,7 +92,7 @@ def write_audit(out_dir: Path, audit: pd.DataFrame, reports: dict, head: dict) -
     atomic_write_text(cov_csv, audit.to_csv(index=False))
     doc = {**head, "coverage": coverage_matrix(audit).to_dict(), "rows": audit.to_dict("records"),
            "reports": {ds: merged[ds] for ds in sorted(merged)}}
-    atomic_write_text(cov_json, _relative(json.dumps(jsonable(doc), indent=1, default=_json_default)) + "\n")
+    atomic_write_text(cov_json, _relative(to_json(doc, indent=1, default=str)))
     return audit
 
 
