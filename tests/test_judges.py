@@ -211,6 +211,20 @@ def test_coverage_audit_and_kappa():
     assert coverage_matrix(a).loc["m", "d"] == 0.75
 
 
+def test_score_judge_leaves_a_handed_in_backend_open(tmp_path, monkeypatch):
+    from src.judges.backends.nonllm import LexicalSupportBackend
+    from src.judges.runner import score_judge
+
+    closed = []
+    monkeypatch.setattr(LexicalSupportBackend, "close", lambda self: closed.append(self))
+    recs, frames = items().to_dict("records"), load_frames(None)
+    be = LexicalSupportBackend(threshold=0.6)
+    score_judge("lex", None, recs, frames, tmp_path / "a", compute=True, progress=False, backend=be)
+    assert closed == []  # the caller owns it (e.g. a warm-up pass, then the measured pass)
+    score_judge("lex", LEXICAL, recs, frames, tmp_path / "b", compute=True, progress=False)
+    assert len(closed) == 1 and closed[0] is not be  # built here, closed here
+
+
 def _audit_table(ds: str, votes: list) -> pd.DataFrame:
     t = pd.DataFrame({"item_id": [f"{ds}{i}" for i in range(4)], "cluster_id": list("abcd"), "dataset": ds,
                       "gold": [0, 1, 0, 1], "m": pd.array(votes, dtype="Int64")})

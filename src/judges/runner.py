@@ -108,7 +108,10 @@ def score_judge(
     progress: bool = True,
     backend: Any = None,
 ) -> tuple[list[dict | None], dict]:
-    """Records (or None where uncached) for one judge over ``recs``; computes missing ones if asked."""
+    """Records (or None where uncached) for one judge over ``recs``; computes missing ones if asked.
+
+    ``backend``: an already built backend to score with instead of building one from ``backend_cfg``; the caller
+    owns it (it is left loaded, e.g. for a second call), whereas a backend built here is closed here."""
     be = backend if backend is not None else build_backend(backend_cfg)
     cache = VerdictCache(cache_dir, name, be.identity())
     fr = [_frame_for(r, frames, default_frame) for r in recs]
@@ -159,7 +162,8 @@ def score_judge(
             t_compute = time.perf_counter() - t0
             if bar is not None:
                 bar.close()
-        be.close()
+        if backend is None:  # a backend handed in stays open: its owner closes it
+            be.close()
     out: list[dict | None] = [cache.get(k) for k in keys]
     n_cached = sum(r is not None for r in out)
     n_abst = sum(1 for r in out if r is not None and r.get("vote") is None)
