@@ -16,13 +16,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .errors import RaimError
+
 ABSTAIN = 0.5
 REQUIRED = ("item_id", "cluster_id", "gold")
 META = ("item_id", "cluster_id", "gold", "dataset", "frame")
 DEFAULT_DATASET = "all"
 
 
-class VerdictError(ValueError):
+class VerdictError(RaimError, ValueError):
     """A verdict table that breaks the contract; the message names the file, the row and the field."""
 
 
