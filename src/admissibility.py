@@ -13,6 +13,22 @@ import numpy as np
 from .evaluate import kappa
 from .verdicts import ABSTAIN
 
+# Thresholds are compared with this tolerance: a κ of exactly 0.30 computed as 0.2999999999999999 reaches κ₀.
+TOL = 1e-9
+
+
+def reaches(member_k: np.ndarray, kappa0: float) -> np.ndarray:
+    """Members whose κ reaches the competence threshold κ₀ (within :data:`TOL`; NaN never does)."""
+    with np.errstate(invalid="ignore"):
+        return np.asarray(member_k, dtype=float) >= kappa0 - TOL
+
+
+def within(phibar: np.ndarray, phi0: float) -> np.ndarray:
+    """φ̄ at or under the correlation threshold φ₀ (within :data:`TOL`; NaN = undefined never is)."""
+    phibar = np.asarray(phibar, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(phibar) & (phibar <= phi0 + TOL)
+
 
 def pair_index(K: int) -> tuple[np.ndarray, np.ndarray]:
     """Member pairs (i < j), in the order every pair vector here uses."""
@@ -115,19 +131,18 @@ def admits(member_k: np.ndarray, phibar: np.ndarray, kappa0: float, c: float, ph
     undefined, never admissible), ``size`` the panel sizes (default: the non-NaN members)."""
     member_k = np.asarray(member_k, dtype=float)
     phibar = np.asarray(phibar, dtype=float)
-    n_ok = np.sum(member_k >= kappa0, axis=-1)
+    n_ok = np.sum(reaches(member_k, kappa0), axis=-1)
     size = np.sum(~np.isnan(member_k), axis=-1) if size is None else np.asarray(size)
-    with np.errstate(invalid="ignore"):
-        return (n_ok >= c * size) & np.isfinite(phibar) & (phibar <= phi0)
+    return (n_ok >= c * size - TOL) & within(phibar, phi0)
 
 
 def decide(member_k: np.ndarray, phibar: float | None, kappa0: float, c: float, phi0: float) -> tuple[bool, str]:
     """The rule on already-estimated coordinates (one panel), and why."""
-    n_ok, K = int(np.sum(member_k >= kappa0)), len(member_k)
-    competent = n_ok >= c * K
+    n_ok, K = int(np.sum(reaches(member_k, kappa0))), len(member_k)
+    competent = n_ok >= c * K - TOL
     if phibar is None:
         return False, "φ̄ undefined (no member pair with a defined error correlation)"
-    decorrelated = phibar <= phi0
+    decorrelated = bool(within(phibar, phi0))
     if bool(admits(member_k, phibar, kappa0, c, phi0, K)):
         return True, f"{n_ok}/{K} members at κ≥{kappa0} (≥ {c:g} share) and φ̄={phibar:.3f} ≤ {phi0}"
     why = []
@@ -146,5 +161,5 @@ def test(gold: np.ndarray, votes: np.ndarray, kappa0: float = 0.30, c: float = 0
     agree = _upper(agreement_matrix(votes))
     agree = agree[~np.isnan(agree)]
     ok, reason = decide(mk, pb, kappa0, c, phi0)
-    return Admissibility(pb, float(agree.mean()) if len(agree) else None, int(np.sum(mk >= kappa0)),
+    return Admissibility(pb, float(agree.mean()) if len(agree) else None, int(np.sum(reaches(mk, kappa0))),
                          len(mk), kappa0, c, phi0, ok, reason)

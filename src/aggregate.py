@@ -143,22 +143,34 @@ class WeightedVote(_VoteClassifier):
         return 1.0 / (1.0 + np.exp(-((2 * X - 1) @ self.weights_)))
 
 
+def eligible(X: np.ndarray, min_coverage: float) -> np.ndarray:
+    """Members that answer at least ``min_coverage`` of the items (a judge that voted on 2 of 193 items must not
+    become the best single on its κ over those two); coverage is label-free, so this leaks nothing."""
+    cov = (np.asarray(X, dtype=float) != ABSTAIN).mean(axis=0) if len(X) else np.zeros(np.shape(X)[1])
+    return cov >= min_coverage - 1e-12
+
+
 class BestSingle(_VoteClassifier):
-    """One member chosen by its κ on the data it is fitted on (CV-best when cross-fitted, §2).
+    """One member chosen by its κ on the data it is fitted on (CV-best when cross-fitted, §2), among the
+    members that answer at least ``min_coverage`` of those items (:func:`eligible`).
 
     Predictions are that member's votes, abstentions included (0.5 stays an abstention for the metrics).
     """
 
-    def __init__(self, threshold: float = 0.5):
+    def __init__(self, threshold: float = 0.5, min_coverage: float = 0.5):
         self.threshold = threshold
+        self.min_coverage = min_coverage
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "BestSingle":
         from .evaluate import kappa  # local import: evaluate depends on nothing here
 
         self._set_classes(X, y)
         X = np.asarray(X, dtype=float)
+        ok = eligible(X, self.min_coverage)
+        if not ok.any():
+            raise ValueError(f"no member answers at least {self.min_coverage:g} of the items it is fitted on")
         self.scores_ = np.array([kappa(np.asarray(y), X[:, j]) for j in range(X.shape[1])])
-        self.best_ = int(np.argmax(self.scores_))
+        self.best_ = int(np.argmax(np.where(ok, self.scores_, -np.inf)))
         return self
 
     def _p1(self, X: np.ndarray) -> np.ndarray:

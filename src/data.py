@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import csv
 import hashlib
 import io
@@ -31,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .errors import RaimError, one_line
 from .fsutil import atomic_write_text
 
 ITEM_COLUMNS: tuple[str, ...] = (
@@ -43,7 +45,7 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf" / "dataset"
 
 # --------------------------------------------------------------------------- raw records
 
-class RawRecordError(ValueError):
+class RawRecordError(RaimError, ValueError):
     """A raw record that cannot be used; the message names file, line/row and field."""
 
     def __init__(self, where: str, field: str | None, problem: str):
@@ -139,10 +141,35 @@ def _nonempty(records: list[Rec], name: str) -> list[Rec]:
     return records
 
 
+def utf8_error(path: Path, name: str) -> RawRecordError | None:
+    """Where a file stops being UTF-8 text (line and byte), or None when it is valid."""
+    data = path.read_bytes()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        return RawRecordError(f"{name} line {line}", None,
+                              f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})")
+    return None
+
+
+@contextlib.contextmanager
+def _readable(path: Path, name: str):
+    """Turn a read failure (bytes that are not UTF-8, a file that is not Parquet) into one clear line."""
+    try:
+        yield
+    except UnicodeDecodeError:
+        raise (utf8_error(path, name) or RawRecordError(name, None, "not UTF-8 text")) from None
+    except (ValueError, OSError) as e:
+        if isinstance(e, (RawRecordError, FileNotFoundError, IsADirectoryError, PermissionError)):
+            raise
+        raise RawRecordError(name, None, f"unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
+
+
 def read_jsonl(path: Path, root: Path) -> list[Rec]:
     """JSON Lines with 1-based line numbers in every error."""
     name, out = _rel(path, root), []
-    with open(path, encoding="utf-8") as fh:
+    with _readable(path, name), open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
@@ -161,7 +188,7 @@ def read_csv(path: Path, root: Path, required: Sequence[str]) -> list[Rec]:
     """CSV with a header; rows numbered from 1 after the header."""
     name = _rel(path, root)
     csv.field_size_limit(2**31 - 1)
-    with open(path, encoding="utf-8", newline="") as fh:
+    with _readable(path, name), open(path, encoding="utf-8", newline="") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         for col in required:
@@ -174,7 +201,8 @@ def read_csv(path: Path, root: Path, required: Sequence[str]) -> list[Rec]:
 def read_parquet(path: Path, root: Path) -> list[Rec]:
     """Parquet rows numbered from 1."""
     name = _rel(path, root)
-    rows = pd.read_parquet(path).to_dict("records")
+    with _readable(path, name):
+        rows = pd.read_parquet(path).to_dict("records")
     return _nonempty([Rec(r, f"{name} row {n}") for n, r in enumerate(rows, 1)], name)
 
 
@@ -663,6 +691,7 @@ def build_all(raw_dir: str | Path, out_dir: str | Path, names: Sequence[str] | N
     return summary
 
 
+@one_line
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Build balanced binary items (Appendix J, Table 18).")
     ap.add_argument("--raw-dir", default=os.environ.get("RAIM_RAW_DIR", "../shared/data/raw"))

@@ -16,6 +16,8 @@ from sklearn.base import clone
 
 from . import admissibility
 from .aggregate import BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, cluster_folds, crossfit
+from .aggregate import eligible
+from .errors import RaimError
 from .evaluate import METRICS, ClusterBootstrap, Delta, best_single_call, coverage, from_counts, holm, indicators
 from .evaluate import interval, paired_delta
 from .verdicts import ABSTAIN, VerdictTable
@@ -23,6 +25,10 @@ from .verdicts import ABSTAIN, VerdictTable
 COMPARATORS = ("avg_member", "majority", "dawid_skene", "acc_weighted", "logodds_weighted",
                "best_avg", "best_cv", "oracle", "stacked", "frontier")
 DELTA_METRICS = ("kappa", "bacc")
+
+
+class AnalysisError(RaimError, ValueError):
+    """A dataset the ladder cannot analyse (one gold class, too few clusters, no eligible single judge)."""
 
 
 @dataclass
@@ -39,6 +45,7 @@ class LadderSettings:
     core: list[str] = field(default_factory=list)
     features: list[str] = field(default_factory=list)  # continuous extras per member, e.g. ["logodds"]
     abstention_contrast: bool = True  # Table 23: categorical vs scalar abstention encoding
+    min_coverage: float = 0.5  # a single-judge comparator (best_avg, best_cv, oracle) must answer this share
 
 
 @dataclass
@@ -50,6 +57,7 @@ class DatasetResult:
     oof_proba: np.ndarray
     predictions: dict[str, np.ndarray]
     feature_names: list[str]
+    members: list[str]  # the stacker's vote columns, in order: the members that voted on this dataset
 
 
 def design_matrix(table: VerdictTable, features: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -66,17 +74,21 @@ def design_matrix(table: VerdictTable, features: list[str]) -> tuple[np.ndarray,
     return X, names
 
 
-def best_on_average(table: VerdictTable) -> str:
-    """The member with the highest mean κ across the table's datasets (Table 15 'best-on-average'), the mean
-    taken over the datasets where it returned at least one verdict."""
-    per = []
-    for t in table.by_dataset().values():
-        k = admissibility.member_kappas(t.gold, t.votes)
-        per.append(np.where(coverage(t.votes) > 0, k, np.nan))
-    per = np.array(per)
-    counts = (~np.isnan(per)).sum(axis=0)
-    mean = np.where(counts > 0, np.nansum(per, axis=0) / np.maximum(counts, 1), -np.inf)
-    return table.members[int(np.argmax(mean))]
+def best_on_average(table: VerdictTable, min_coverage: float = 0.5) -> tuple[str | None, dict[str, str]]:
+    """The member with the highest mean κ across the table's datasets (Table 15 'best-on-average': one judge
+    deployed everywhere), among the members that answer at least ``min_coverage`` of the items of *every*
+    dataset. Returns (its name or None when no member qualifies, {ineligible member: why})."""
+    parts = table.by_dataset()
+    kappas = np.array([admissibility.member_kappas(t.gold, t.votes) for t in parts.values()])
+    covs = np.array([coverage(t.votes) for t in parts.values()])
+    ok = np.all(covs >= min_coverage - 1e-12, axis=0)
+    why = {}
+    for j in np.flatnonzero(~ok):
+        d = int(np.argmin(covs[:, j]))
+        why[table.members[j]] = f"coverage {covs[d, j]:.3f} < {min_coverage:g} on {list(parts)[d]}"
+    if not ok.any():
+        return None, why
+    return table.members[int(np.argmax(np.where(ok, kappas.mean(axis=0), -np.inf)))], why
 
 
 def active_members(table: VerdictTable) -> tuple[VerdictTable, list[str]]:
@@ -88,29 +100,63 @@ def active_members(table: VerdictTable) -> tuple[VerdictTable, list[str]]:
     if voted.all():
         return table, []
     if not voted.any():
-        raise ValueError("no member returned a single verdict on this dataset")
+        raise AnalysisError("no member returned a single verdict on this dataset")
     return table.subset(np.ones(len(table.gold), bool), [m for m, v in zip(table.members, voted) if v]), excluded
 
 
-def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, best_avg: str) -> DatasetResult:
-    """The whole ladder on one dataset (members that never voted on it are set aside and listed)."""
-    best_avg_votes = table.votes[:, table.members.index(best_avg)]
+def single_judge_eligibility(table: VerdictTable, min_coverage: float) -> tuple[np.ndarray, dict[str, str]]:
+    """Which members may be a single-judge comparator on this dataset (best_cv, oracle), and why not."""
+    ok = eligible(table.votes, min_coverage)
+    cov = coverage(table.votes)
+    why = {m: f"coverage {c:.3f} < {min_coverage:g}" for m, c, e in zip(table.members, cov, ok) if not e}
+    if not ok.any():
+        raise AnalysisError(f"no member answers at least {min_coverage:g} of the items (coverage: "
+                            + ", ".join(f"{m} {c:.2f}" for m, c in zip(table.members, cov))
+                            + "); no single judge can be compared (analysis.min_coverage sets the share)")
+    return ok, why
+
+
+def checked_folds(y: np.ndarray, clusters: np.ndarray, s: LadderSettings) -> list[tuple]:
+    """The cluster folds (§2), refusing a split whose training part misses a gold class."""
+    try:
+        folds = cluster_folds(y, clusters, s.n_splits, s.seed)
+    except ValueError as e:
+        raise AnalysisError(str(e)) from None
+    for k, (tr, _) in enumerate(folds):
+        if len(np.unique(y[tr])) < 2:
+            per = {c: len(np.unique(clusters[y == c])) for c in (0, 1)}
+            raise AnalysisError(f"fold {k}'s training clusters hold a single gold class; {s.n_splits}-fold "
+                                f"cross-fitting needs more clusters of each class (supported: {per[0]}, "
+                                f"hallucinated: {per[1]})")
+    return folds
+
+
+def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
+                    best_avg: str | None) -> DatasetResult:
+    """The whole ladder on one dataset (members that never voted on it are set aside and listed; members
+    below ``s.min_coverage`` are not eligible as a single-judge comparator, and listed with the reason)."""
+    best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)]
     table, excluded = active_members(table)
     y, clusters, votes = table.gold, table.clusters, table.votes
+    ok, ineligible = single_judge_eligibility(table, s.min_coverage)
     X, extra_names = design_matrix(table, s.features)
     stacker = clone(stacker).set_params(n_votes=votes.shape[1])
-    folds = cluster_folds(y, clusters, s.n_splits, s.seed)
+    folds = checked_folds(y, clusters, s)
     stk = crossfit(stacker, X, y, folds)
-    cv = crossfit(BestSingle(), votes, y, folds)
+    try:
+        cv = crossfit(BestSingle(min_coverage=s.min_coverage), votes, y, folds)
+    except ValueError as e:
+        raise AnalysisError(f"CV-best single: {e} (analysis.min_coverage)") from None
     preds = {
         "stacked": stk.pred,
         "majority": MajorityVote().fit(votes).predict(votes).astype(float),
         "dawid_skene": DawidSkene().fit(votes).predict(votes).astype(float),
         "acc_weighted": crossfit(WeightedVote("accuracy"), votes, y, folds).pred,
         "logodds_weighted": crossfit(WeightedVote("logodds"), votes, y, folds).pred,
-        "best_avg": best_avg_votes,
         "best_cv": cv.pred,
     }
+    if best_avg_votes is not None:
+        preds["best_avg"] = best_avg_votes
     if table.frontier is not None and (table.frontier != ABSTAIN).any():
         preds["frontier"] = table.frontier
     boot = ClusterBootstrap(clusters, s.n_boot, s.seed)
@@ -120,8 +166,8 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     draws = boot.metrics(y, P)
     full_m = {k: v[len(named):] for k, v in full.items()}
     draw_m = {k: v[:, len(named):] for k, v in draws.items()}
-    oracle_full = int(np.argmax(full_m["kappa"]))
-    oracle_draw = np.argmax(draw_m["kappa"], axis=1)
+    oracle_full = int(np.argmax(np.where(ok, full_m["kappa"], -np.inf)))
+    oracle_draw = np.argmax(np.where(ok[None, :], draw_m["kappa"], -np.inf), axis=1)
     est = {name: {m: full[m][i] for m in METRICS} for i, name in enumerate(named)}
     dist = {name: {m: draws[m][:, i] for m in METRICS} for i, name in enumerate(named)}
     est["avg_member"] = {m: float(full_m[m].mean()) for m in METRICS}
@@ -167,12 +213,14 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
             "best_avg": best_avg,
             "best_cv_per_fold": [table.members[e.best_] for e in cv.estimators],
             "oracle": table.members[oracle_full],
+            "min_coverage": s.min_coverage,
+            "ineligible": ineligible,
         },
         "admissibility": adm.as_dict(),
     }
     if s.abstention_contrast:
         summary["abstention_contrast"] = _abstention_contrast(X, y, folds, boot, stacker, stk.pred, s)
-    return DatasetResult(summary, final, stk.proba, preds, names)
+    return DatasetResult(summary, final, stk.proba, preds, names, list(table.members))
 
 
 def _abstention_contrast(X, y, folds, boot, stacker, scalar_pred, s) -> dict:
@@ -189,15 +237,16 @@ def _abstention_contrast(X, y, folds, boot, stacker, scalar_pred, s) -> dict:
 
 def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings) -> dict[str, DatasetResult]:
     """Every dataset of the table, then Holm over the configured core datasets for each comparator."""
-    best_avg = best_on_average(table)
+    best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
     results = {}
     for name, t in table.by_dataset().items():
         if len(np.unique(t.gold)) < 2:
-            raise ValueError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
+            raise AnalysisError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
         try:
             results[name] = analyze_dataset(t, stacker, s, best_avg)
-        except ValueError as e:
-            raise ValueError(f"{table.source}: dataset {name!r}: {e}") from e
+        except AnalysisError as e:
+            raise AnalysisError(f"{table.source}: dataset {name!r}: {e}") from e
+        results[name].summary["selected"]["best_avg_ineligible"] = avg_ineligible
     _apply_holm(results, s.core)
     return results
 

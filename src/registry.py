@@ -13,7 +13,11 @@ and given the alias only when both hold on that dataset:
   above 0; "clean win" also clears the oracle) — otherwise deploying the best single judge is as good and
   simpler.
 
-Otherwise it refuses, says why, and exits with status 2. After a promotion
+It also refuses a model that cannot serve: one that fails to load, whose signature does not name its input
+example's columns, or that cannot predict that example (:func:`src.serve.self_check`).
+
+Otherwise it refuses, says why, and exits with status 2. Any other error (an unknown run id, a registered model
+that does not exist) is one line on stderr and exit status 2 as well (``RAIM_DEBUG=1`` shows the traceback). After a promotion
 ``mlflow.pyfunc.load_model("models:/<name>@<alias>")`` loads the stacker (:class:`src.serve.StackerModel`).
 """
 
@@ -23,11 +27,13 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from .errors import RaimError, one_line
+
 WINS = ("win", "clean win")
 REFUSED = 2
 
 
-class PromotionRefused(RuntimeError):
+class PromotionRefused(RaimError, RuntimeError):
     """The run's stacker does not qualify; the message says why."""
 
 
@@ -91,8 +97,13 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    from .serve import self_check
+
     cand = find_candidate(run_id, dataset)
     why = reasons_to_refuse(cand.tags, cand.metrics)
+    broken = self_check(cand.model_uri)
+    if broken:
+        why.append(f"its logged stacker {cand.model_uri} cannot serve: {broken}")
     if why:
         raise PromotionRefused(f"refusing to promote the stacker of run {cand.run_id} (dataset {cand.dataset}): "
                                + "; and ".join(why))
@@ -110,6 +121,7 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
     return mv
 
 
+@one_line
 def main(argv: list[str] | None = None) -> int:
     import os
 
@@ -126,26 +138,39 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     import mlflow
-    from mlflow.tracking import MlflowClient
+    from mlflow.exceptions import MlflowException
 
-    from .track import tracking_uri
+    from .track import quiet_mlflow, tracking_uri
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    mlflow.set_tracking_uri(a.tracking_uri or tracking_uri())
-    if a.cmd == "promote":
-        try:
-            mv = promote(a.run_id, a.dataset, a.name, a.alias)
-        except PromotionRefused as e:
-            print(f"REFUSED: {e}", file=sys.stderr)
-            return REFUSED
-        print(f"promoted: {mv.name} version {mv.version} from run {mv.tags.get('run_id', a.run_id)}; "
-              f"load it with mlflow.pyfunc.load_model('models:/{mv.name}@{a.alias}')")
-        return 0
+    uri = a.tracking_uri or tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        with quiet_mlflow():
+            return _promote(a) if a.cmd == "promote" else _show(a.name)
+    except MlflowException as e:
+        raise RaimError(f"{a.cmd}: {e.message} (tracking store {uri})") from e
+
+
+def _promote(a) -> int:
+    try:
+        mv = promote(a.run_id, a.dataset, a.name, a.alias)
+    except PromotionRefused as e:
+        print(f"REFUSED: {e}", file=sys.stderr)
+        return REFUSED
+    print(f"promoted: {mv.name} version {mv.version} from run {mv.tags.get('run_id', a.run_id)}; "
+          f"load it with mlflow.pyfunc.load_model('models:/{mv.name}@{a.alias}')")
+    return 0
+
+
+def _show(name: str) -> int:
+    from mlflow.tracking import MlflowClient
+
     client = MlflowClient()
-    model = client.get_registered_model(a.name)
-    for v in client.search_model_versions(f"name = '{a.name}'"):
+    model = client.get_registered_model(name)
+    for v in client.search_model_versions(f"name = '{name}'"):
         aliases = [al for al, ver in model.aliases.items() if str(ver) == str(v.version)]
-        print(f"{a.name} v{v.version} run={v.run_id} aliases={aliases} {v.tags.get('delta_best_cv_kappa', '')}")
+        print(f"{name} v{v.version} run={v.run_id} aliases={aliases} {v.tags.get('delta_best_cv_kappa', '')}")
     return 0
 
 

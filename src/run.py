@@ -16,6 +16,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from . import ladder, verdicts
+from .errors import RaimError, one_line
 from .fsutil import atomic_write_text, to_json
 
 log = logging.getLogger("raim")
@@ -62,25 +63,90 @@ def load_table(cfg: DictConfig) -> verdicts.VerdictTable:
     return cached_table(cfg)
 
 
+MISSING_POLICIES = ("error", "judged_only")
+
+
+class MissingVerdicts(RaimError):
+    """Items of the analysis without a cached verdict: not abstentions, not analysed silently."""
+
+
+def judge_command(cfg: DictConfig, dataset: str, members: list[str]) -> str:
+    """The ``python -m src.judges`` command that computes the missing verdicts."""
+    cmd = f"python -m src.judges --roster {cfg.roster.name} --datasets {dataset}"
+    if cfg.judge.per_dataset:
+        cmd += f" --per-dataset {int(cfg.judge.per_dataset)}"
+    if set(members) != {m.name for m in cfg.roster.members}:
+        cmd += f" --members {','.join(members)}"
+    return cmd + " --compute"
+
+
+def judged(cfg: DictConfig, name: str, table, report: dict, cached: dict[str, tuple]):
+    """Items of one dataset's cache table with a record from every judge (an abstention is a record; a missing
+    record is not). ``judge.missing=error`` (default) refuses missing records, naming how many and the
+    command that computes them; ``judge.missing=judged_only`` keeps the judged items and says so. A frontier
+    judge with no cached verdict at all is simply absent (it is a paid comparator, computed on request)."""
+    policy = cfg.judge.get("missing", "error")
+    if policy not in MISSING_POLICIES:
+        raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
+    missing = {j: r["uncached"] for j, r in report.items()
+               if r["uncached"] and not (r.get("frontier") and r["cached"] == 0)}
+    if not missing:
+        return table, None
+    keep = np.logical_and.reduce([np.asarray(cached[j], bool) for j in missing])
+    who = ", ".join(f"{j} {n}" for j, n in missing.items())
+    if policy == "error" or not keep.any():
+        raise MissingVerdicts(
+            f"dataset {name!r}: {int((~keep).sum())} of {len(table)} items have no cached verdict (missing per "
+            f"judge: {who}) under {cfg.paths.cache_dir}; compute them with "
+            f"`{judge_command(cfg, name, list(missing))}`"
+            + (", or analyse only the judged items with judge.missing=judged_only" if keep.any() else ""))
+    log.warning("%s: judge.missing=judged_only: analysing the %d of %d items judged by every member "
+                "(%d without a verdict: %s)", name, int(keep.sum()), len(table), int((~keep).sum()), who)
+    return table.loc[keep].reset_index(drop=True), {"items": len(table), "judged": int(keep.sum()),
+                                                    "dropped": int((~keep).sum()), "missing_per_judge": missing}
+
+
 def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
-    """Verdicts of the configured roster on the selected datasets, from the verdict cache."""
+    """Verdicts of the configured roster on the selected datasets, from the verdict cache (items without a
+    cached verdict: see :func:`judged`; bad cache lines are logged by file and line and counted)."""
     import pandas as pd
 
     from .data import read_items
     from .judges.runner import cluster_subsample, verdict_table
 
-    frames = []
+    frames, cache, dropped = [], {}, {}
     for name in dataset_names(cfg):
         items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl")
         if cfg.judge.per_dataset:  # the same whole-cluster subsample as `python -m src.judges --per-dataset`
             items = cluster_subsample(items, int(cfg.judge.per_dataset), seed=0)
         frame = frame_for(cfg, name)
-        frames.append(verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
-                                    compute=cfg.judge.compute, progress=False))
+        t = verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
+                          compute=cfg.judge.compute, progress=False)
+        report, cached = t.attrs["report"], t.attrs.pop("cached")
+        cache[name] = {j: {"items": r["items"], "cached": r["cached"], "abstained": r["abstained"],
+                           "bad_lines": r["cache"]["bad_lines"], "torn_tail_bytes": r["cache"]["torn_tail_bytes"],
+                           "problems": r["problems"]} for j, r in report.items()}
+        t, drop = judged(cfg, name, t, report, cached)
+        if drop:
+            dropped[name] = drop
+        frames.append(t)
     members = [m.name for m in cfg.roster.members]
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
-    return verdicts.validate(pd.concat(frames, ignore_index=True), source=source,
-                             frontier=frontier_name(cfg), members=members)
+    table = verdicts.validate(pd.concat(frames, ignore_index=True), source=source,
+                              frontier=frontier_name(cfg), members=members)
+    files = {r["problems"][0].split(": line")[0] for d in cache.values() for r in d.values() if r["problems"]}
+    table.provenance = {"cache": cache, "judged_only": dropped,
+                        "bad_cache_lines": sum(_bad_lines_per_file(cache).values()), "bad_cache_files": sorted(files)}
+    return table
+
+
+def _bad_lines_per_file(cache: dict) -> dict[str, int]:
+    """Bad lines (and torn tails) per cache file, counted once per file over datasets."""
+    out: dict[str, int] = {}
+    for d in cache.values():
+        for j, r in d.items():
+            out[j] = max(out.get(j, 0), r["bad_lines"] + (1 if r["torn_tail_bytes"] else 0))
+    return out
 
 
 def write_json(doc: dict, path: str | Path) -> Path:
@@ -100,26 +166,55 @@ def analyse(cfg: DictConfig) -> tuple[verdicts.VerdictTable, dict, dict]:
     return table, results, ladder.to_json(results, settings, meta)
 
 
+def log_members(results: dict) -> None:
+    """Each dataset's per-member κ / bacc / coverage, and any member set aside, in the run's log."""
+    for name, r in results.items():
+        s = r.summary
+        log.info("%s: n=%d; members set aside (no verdict): %s; not eligible as single judge: %s", name, s["n"],
+                 s["excluded_members"] or "none", s["selected"]["ineligible"] or "none")
+        for m, v in s["members"].items():
+            log.info("  %-14s κ=%.3f bacc=%.3f coverage=%.3f", m, v["kappa"], v["bacc"], v["coverage"])
+
+
+def summary_lines(results: dict) -> list[str]:
+    """One line per dataset: the stacker against the CV-best single judge, the call, and the admissibility
+    verdict that decides whether the panel should be deployed there (§2, §3.3)."""
+    out = []
+    for name, r in results.items():
+        s = r.summary
+        st, cv = (s["comparators"][c]["kappa"]["estimate"] for c in ("stacked", "best_cv"))
+        d = s["deltas"]["best_cv"]["kappa"]
+        adm = s["admissibility"]
+        verdict = "admissible" if adm["admissible"] else f"not admissible ({adm['reason']})"
+        out.append(f"{name}: stacked κ {st:.3f} vs CV-best single {cv:.3f}, Δκ {d['estimate']:+.3f} "
+                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: {d['call']}; {verdict}")
+    return out
+
+
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
+@one_line
 def main(cfg: DictConfig) -> float:
     table, results, doc = analyse(cfg)
+    log_members(results)
+    bad = table.provenance.get("bad_cache_lines", 0)
+    if bad:
+        log.warning("%d bad verdict-cache line(s) in %s: none was read as a verdict (see the lines above)", bad,
+                    ", ".join(table.provenance["bad_cache_files"]))
+    run_id = None
+    if cfg.tracking.enabled:  # before results.json: a failed tracking leaves the previous results in place
+        from . import track
+
+        run_id = track.log_analysis(cfg, table, results, doc)
     out = write_json(doc, cfg.output)
     if cfg.get("metrics") or cfg.get("betas"):  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
         from .track import write_stage_files
 
         write_stage_files(doc, cfg.get("metrics"), cfg.get("betas"))
-    for name, r in results.items():
-        s = r.summary
-        log.info("%s: n=%d stacked κ=%.3f best_cv κ=%.3f (%s) admissible=%s", name, s["n"],
-                 s["comparators"]["stacked"]["kappa"]["estimate"], s["comparators"]["best_cv"]["kappa"]["estimate"],
-                 s["deltas"]["best_cv"]["kappa"]["call"], s["admissibility"]["admissible"])
-        for m, v in s["members"].items():
-            log.info("  %-14s κ=%.3f bacc=%.3f coverage=%.3f", m, v["kappa"], v["bacc"], v["coverage"])
-    log.info("results written to %s", out)
-    if cfg.tracking.enabled:
-        from . import track
+    print("\n".join(["", "RAIM summary", *summary_lines(results), f"results: {out}"]))
+    if run_id:
+        from .track import ui_command
 
-        track.log_analysis(cfg, table, results, doc)
+        print(f"MLflow run {run_id}; compare runs with: {ui_command(cfg)}")
     return float(np.mean([r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]))
 
 

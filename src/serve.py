@@ -11,52 +11,102 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 
+from .errors import RaimError, one_line
+
 ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_COLUMNS = ("p_hallucinated", "verdict", "label")
 ITEM_INPUT = ("item_id", "question", "evidence", "candidate")
+PANEL_OPTIONAL = ("question", "evidence", "item_id", "frame", "dataset")
 
 
-def vote_matrix(frame: pd.DataFrame, columns: list[str], n_votes: int | None = None) -> np.ndarray:
-    """Votes in the stacker's column order; a missing vote column or a null vote is an abstention (0.5).
+class InputError(RaimError, ValueError):
+    """A scoring request that does not match the model's inputs; one line naming the row and the column."""
 
-    Columns past ``n_votes`` are continuous extras (e.g. ``member@logodds``): those must be given.
-    """
+
+def check_columns(given: Iterable[str], columns: list[str], where: str = "") -> None:
+    """Exactly the model's columns: an unknown (e.g. misspelt) or a missing member column is an error; a member
+    that abstained is given as null or 0.5, never by leaving its column out."""
+    given = list(given)
+    unknown = [c for c in given if c not in columns]
+    missing = [c for c in columns if c not in given]
+    if unknown or missing:
+        parts = ([f"unknown column(s) {unknown}"] if unknown else []) + ([f"missing column(s) {missing}"] if missing
+                                                                       else [])
+        raise InputError(f"{where}{' and '.join(parts)}; the model takes exactly {columns} "
+                         f"(a member that abstained: null or 0.5)")
+
+
+def _number(v: Any) -> float | None:
+    """A JSON/pandas scalar as a float; None for a null; raises TypeError for anything else."""
+    if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+        return None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError
+    return float(v)
+
+
+def votes_from_rows(rows: list[Mapping[str, Any]], columns: list[str], n_votes: int | None = None) -> np.ndarray:
+    """The stacker's input matrix from request rows (1-based row numbers in every error): a vote is 0, 1, or
+    0.5 / null (abstained); columns past ``n_votes`` are continuous features (finite numbers, never null)."""
     from .verdicts import ABSTAIN
 
-    if not isinstance(frame, pd.DataFrame):
-        frame = pd.DataFrame(frame)
-    unknown = [c for c in frame.columns if c not in columns]
-    if unknown:
-        raise ValueError(f"unknown input column(s) {unknown}; the stacker expects {columns}")
     k = len(columns) if n_votes is None else n_votes
-    absent = [c for c in columns[k:] if c not in frame]
-    if absent:
-        raise ValueError(f"missing input column(s) {absent} (continuous features cannot abstain)")
-    X = np.full((len(frame), len(columns)), ABSTAIN, dtype=float)
-    for j, c in enumerate(columns):
-        if c in frame:
-            v = pd.to_numeric(frame[c], errors="raise").astype(float).to_numpy()
-            if j >= k and np.isnan(v).any():
-                raise ValueError(f"column {c!r}: a continuous feature cannot be null")
-            X[:, j] = np.where(np.isnan(v), ABSTAIN, v)
-    bad = ~np.isin(X[:, :k], (0.0, 1.0, ABSTAIN))
-    if bad.any():
-        r, c = map(int, np.argwhere(bad)[0])
-        raise ValueError(f"row {r}: column {columns[c]!r}: a verdict must be 0, 1 or 0.5/null, got {X[r, c]}")
+    if not rows:
+        raise InputError("no rows to score")
+    X = np.empty((len(rows), len(columns)))
+    for r, row in enumerate(rows, 1):
+        if not isinstance(row, Mapping):
+            raise InputError(f"row {r}: expected an object of member columns, got {type(row).__name__}")
+        check_columns(row.keys(), columns, f"row {r}: ")
+        for j, c in enumerate(columns):
+            try:
+                x = _number(row[c])
+            except TypeError:
+                x = "bad"
+            vote_ok = x is None or x in (0.0, 1.0, ABSTAIN)
+            if (j < k and not vote_ok) or (j >= k and (x is None or x == "bad" or not np.isfinite(x))):
+                want = "a vote: 0, 1, or 0.5 / null (abstained)" if j < k else "a finite number"
+                shown = f"{x:g}" if isinstance(x, float) else repr(row[c])[:40]
+                raise InputError(f"row {r}: column {c!r}: {shown} is not {want}")
+            X[r - 1, j] = ABSTAIN if x is None else x
     return X
 
 
+def vote_matrix(frame: pd.DataFrame, columns: list[str], n_votes: int | None = None) -> np.ndarray:
+    """:func:`votes_from_rows` over a DataFrame (its columns checked first: exactly the model's)."""
+    if not isinstance(frame, pd.DataFrame):
+        frame = pd.DataFrame(frame)
+    check_columns(frame.columns, columns)
+    return votes_from_rows(frame.to_dict("records"), columns, n_votes)
+
+
 def stacked_output(stacker, X: np.ndarray) -> pd.DataFrame:
+    """p(hallucinated), verdict and label per row; a row where every member abstained has no verdict: its
+    p and verdict are null and its label is ``abstained`` (the intercept alone is not an answer)."""
+    from .verdicts import ABSTAIN
+
+    k = X.shape[1] if stacker.n_votes is None else stacker.n_votes
+    none = (X[:, :k] == ABSTAIN).all(axis=1)
     p = stacker.predict_proba(X)[:, 1]
     verdict = (p >= stacker.threshold).astype(int)
-    return pd.DataFrame({"p_hallucinated": p, "verdict": verdict,
-                         "label": np.where(verdict == 1, "hallucinated", "supported")})
+    label = np.where(none, "abstained", np.where(verdict == 1, "hallucinated", "supported"))
+    return pd.DataFrame({"p_hallucinated": pd.array(np.where(none, np.nan, p), dtype="Float64"),
+                         "verdict": pd.array([pd.NA if n else int(v) for n, v in zip(none, verdict)], dtype="Int64"),
+                         "label": label})
+
+
+def _invalid(e: InputError):
+    """An MLflow error the scoring server answers with HTTP 400 and this one line (no stack trace)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    return MlflowException(str(e), error_code=INVALID_PARAMETER_VALUE)
 
 
 class StackerModel(mlflow.pyfunc.PythonModel):
@@ -69,7 +119,11 @@ class StackerModel(mlflow.pyfunc.PythonModel):
         self.columns = list(columns)
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        return stacked_output(self.stacker, vote_matrix(model_input, self.columns, self.stacker.n_votes))
+        try:
+            X = vote_matrix(model_input, self.columns, self.stacker.n_votes)
+        except InputError as e:
+            raise _invalid(e) from None
+        return stacked_output(self.stacker, X)
 
 
 class PanelModel(mlflow.pyfunc.PythonModel):
@@ -79,8 +133,8 @@ class PanelModel(mlflow.pyfunc.PythonModel):
     An item without ``item_id`` gets one from its content, so a repeated item is a cache hit; an item without
     ``frame`` is scored under the model's default frame. ``model_config`` (overridable at load time):
     ``cache_dir`` (the verdict cache), ``compute`` (score cache misses; False: a miss is an abstention).
-    Output: ``item_id``, one column per member (its vote; NaN = abstained), ``p_hallucinated``, ``verdict``,
-    ``label``.
+    Output: ``item_id``, one column per member (its vote; null = abstained), ``p_hallucinated``, ``verdict``,
+    ``label``. The roster holds exactly the members the stacker votes with, in its column order.
     """
 
     _skip_type_hint_validation = True
@@ -100,8 +154,15 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         from .judges.cache import item_content_hash
 
         df = pd.DataFrame(frame).copy()
+        unknown = [c for c in df.columns if c not in ("candidate", *PANEL_OPTIONAL)]
+        if unknown:
+            raise InputError(f"unknown column(s) {unknown}; a panel model takes 'candidate' and optionally "
+                             f"{list(PANEL_OPTIONAL)}")
         if "candidate" not in df:
-            raise ValueError("each item needs a 'candidate' (the text to judge)")
+            raise InputError("each item needs a 'candidate' (the text to judge)")
+        bad = df["candidate"].isna() | (df["candidate"].astype(str).str.strip() == "")
+        if bad.any():
+            raise InputError(f"row {int(np.flatnonzero(bad.to_numpy())[0]) + 1}: column 'candidate': empty")
         for c in ("question", "evidence"):
             if c not in df:
                 df[c] = ""
@@ -117,13 +178,17 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         from .judges.runner import verdict_table
 
         cfg = {**self.config, **(params or {})}
-        items = self.items(model_input)
+        try:
+            items = self.items(model_input)
+        except InputError as e:
+            raise _invalid(e) from None
         table = verdict_table(self.roster, items, self.frames, Path(cfg.get("cache_dir", ROOT / "verdicts/cache")),
                               compute=bool(cfg.get("compute", True)), progress=False)
         self.last_report = table.attrs.get("report", {})
-        votes = table[[c for c in self.columns if c in table]].astype("Float64").astype(float)
-        out = stacked_output(self.stacker, vote_matrix(votes, self.columns, self.stacker.n_votes))
-        return pd.concat([items[["item_id"]].reset_index(drop=True), votes.reset_index(drop=True), out], axis=1)
+        votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
+        out = stacked_output(self.stacker, vote_matrix(votes.astype("Float64").astype(float), self.columns,
+                                                       self.stacker.n_votes))
+        return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
 
 
 def panel_signature(columns: list[str], n_votes: int):
@@ -131,10 +196,10 @@ def panel_signature(columns: list[str], n_votes: int):
     from mlflow.types import ColSpec, Schema
 
     inputs = Schema([ColSpec("string", "candidate")] + [ColSpec("string", c, required=False)
-                                                        for c in ("question", "evidence", "item_id", "frame",
-                                                                  "dataset")])
-    outputs = Schema([ColSpec("string", "item_id")] + [ColSpec("double", c) for c in columns[:n_votes]]
-                     + list(stacker_signature(columns).outputs.inputs))
+                                                        for c in PANEL_OPTIONAL])
+    outputs = Schema([ColSpec("string", "item_id")]
+                     + [ColSpec("long" if j < n_votes else "double", c, required=False) for j, c in enumerate(columns)]
+                     + list(stacker_signature(columns, n_votes).outputs.inputs))
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 
@@ -157,9 +222,15 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
 
     if not isinstance(roster, dict):
         roster = OmegaConf.to_container(roster, resolve=True)
-    members = [m["name"] for m in roster["members"]]
-    if list(columns[: stacker.n_votes or len(columns)]) != members:
-        raise ValueError(f"the stacker's vote columns {columns} are not the roster's members {members}")
+    votes = list(columns[: stacker.n_votes or len(columns)])
+    by_name = {m["name"]: m for m in roster["members"]}
+    absent = [c for c in votes if c not in by_name]
+    if absent:
+        raise RaimError(f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not have "
+                        f"(its members: {list(by_name)})")
+    # the panel runs exactly the members the stacker was fitted on (e.g. a dataset where some never voted)
+    roster = {**roster, "members": [by_name[c] for c in votes]}
+    members = votes
     frames = frame_configs()
     if default_frame not in frames:
         raise ValueError(f"default frame {default_frame!r} not among {sorted(frames)}")
@@ -184,12 +255,15 @@ def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, **kwargs):
     )
 
 
-def stacker_signature(columns: list[str]):
+def stacker_signature(columns: list[str], n_votes: int | None = None):
+    """Every column required (a vote: 0, 1, or null / 0.5 = abstained; then continuous features); the output's
+    p and verdict are null for a row where every member abstained (its label is ``abstained``)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
-    inputs = Schema([ColSpec("double", c, required=False) for c in columns])
-    outputs = Schema([ColSpec("double", "p_hallucinated"), ColSpec("long", "verdict"), ColSpec("string", "label")])
+    inputs = Schema([ColSpec("double", c, required=True) for c in columns])
+    outputs = Schema([ColSpec("double", "p_hallucinated", required=False), ColSpec("long", "verdict", required=False),
+                      ColSpec("string", "label")])
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 
@@ -206,22 +280,157 @@ def pip_requirements() -> list[str]:
 
 
 def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None, name: str = "stacker"):
-    """Log a fitted stacker as a pyfunc model in the active run; returns MLflow's ``ModelInfo``."""
+    """Log a fitted stacker as a pyfunc model in the active run; returns MLflow's ``ModelInfo``.
+
+    The model must accept exactly its signature's columns and predict its own input example: checked before
+    anything is logged (a stacker fitted on other columns than ``columns`` raises here, not at serving time)."""
     if example is None:
         example = pd.DataFrame([[1.0] * len(columns), [0.0] * len(columns)], columns=columns)
-    return _log_pyfunc(name, StackerModel(stacker, columns), stacker_signature(columns), example.head(5),
+    example = example.head(5)
+    model = StackerModel(stacker, columns)
+    n_in = getattr(stacker, "n_features_in_", len(columns))
+    if n_in != len(columns) or list(example.columns) != list(columns):
+        raise ValueError(f"stacker fitted on {n_in} columns cannot be logged with columns {list(columns)} "
+                         f"(example columns {list(example.columns)})")
+    model.predict(None, example)  # raises if the stacker cannot score its own example
+    return _log_pyfunc(name, model, stacker_signature(columns, stacker.n_votes), example,
                        metadata={"columns": list(columns), "threshold": float(stacker.threshold)})
 
 
+def self_check(model_uri: str) -> str | None:
+    """Why a logged model cannot serve (None: it loads, its signature names its input example's columns, and it
+    predicts that example: one answer per row)."""
+    from mlflow.models import Model
+
+    try:
+        path = mlflow.artifacts.download_artifacts(model_uri)
+        meta = Model.load(path)
+        example = meta.load_input_example(path)
+        if example is None:
+            return "it has no input example"
+        example = pd.DataFrame(example)
+        names = meta.signature.inputs.input_names() if meta.signature and meta.signature.inputs else None
+        if names is not None and set(names) != set(example.columns):
+            return f"its signature takes {names} but its input example has {list(example.columns)}"
+        out = mlflow.pyfunc.load_model(path).predict(example)
+        if len(out) != len(example):
+            return f"it answered {len(out)} rows for an example of {len(example)}"
+    except Exception as e:  # any failure to load or predict is the reason to refuse
+        return f"it cannot predict its own input example ({type(e).__name__}: {' '.join(str(e).split())[:300]})"
+    return None
+
+
+# ------------------------------------------------------------------------------------------- strict serving
+
+
+def request_rows(body: bytes) -> list | None:
+    """The rows of an MLflow JSON scoring request (``dataframe_records``, ``dataframe_split``, ``inputs`` /
+    ``instances`` as records or columns); None for a payload MLflow itself must judge (not JSON, other keys)."""
+    import json
+
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    if "dataframe_records" in payload:
+        rows = payload["dataframe_records"]
+        return rows if isinstance(rows, list) else [rows]
+    if "dataframe_split" in payload:
+        split = payload["dataframe_split"]
+        if not isinstance(split, dict) or not isinstance(split.get("data"), list):
+            raise InputError("dataframe_split needs 'columns' and 'data' (a list of rows)")
+        cols = list(split.get("columns") or [])
+        for r, row in enumerate(split["data"], 1):
+            if not isinstance(row, list) or len(row) != len(cols):
+                raise InputError(f"row {r}: {len(row) if isinstance(row, list) else 'no'} values for "
+                                 f"{len(cols)} columns {cols}")
+        return [dict(zip(cols, row)) for row in split["data"]]
+    for key in ("inputs", "instances"):
+        rows = payload.get(key)
+        if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
+            return rows
+        if isinstance(rows, dict) and all(isinstance(v, list) for v in rows.values()):
+            n = {len(v) for v in rows.values()}
+            if len(n) != 1:
+                raise InputError(f"{key}: columns of different lengths {sorted(n)}")
+            return [dict(zip(rows, vals)) for vals in zip(*rows.values())]
+    return None
+
+
+class StrictInputs:
+    """ASGI wrapper of MLflow's scoring app: a JSON request to ``/invocations`` whose rows break the model's
+    input contract gets HTTP 400 with one line, before MLflow parses it (MLflow would drop an unknown column
+    and answer 200). Everything else — and every valid request — goes to MLflow's app unchanged."""
+
+    def __init__(self, app, check):
+        self.app, self.check = app, check
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != "/invocations" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            msg = await receive()
+            body += msg.get("body", b"")
+            more = msg.get("more_body", False)
+        try:
+            rows = request_rows(body)
+            if rows is not None:
+                self.check(rows)
+        except InputError as e:
+            return await _reply(send, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(e)})
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _reply(send, status: int, doc: dict) -> None:
+    import json
+
+    data = json.dumps(doc).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def input_check(inner):
+    """The row check of a loaded RAIM model (a stacker's votes, or a panel's item columns)."""
+    kind = type(inner).__name__  # by name: under `python -m src.serve` this module is __main__, not src.serve
+    if kind == "StackerModel":
+        return lambda rows: votes_from_rows(rows, inner.columns, inner.stacker.n_votes)
+    if kind == "PanelModel":
+        return lambda rows: inner.items(pd.DataFrame(rows))
+    raise RaimError(f"not a RAIM model ({type(inner).__name__}); serve it with `mlflow models serve`")
+
+
+def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> None:
+    """MLflow's scoring server (same routes and JSON) for a RAIM model, with :class:`StrictInputs` in front."""
+    import uvicorn
+    from mlflow.pyfunc import scoring_server
+
+    model = mlflow.pyfunc.load_model(model_uri)
+    app = StrictInputs(scoring_server.init(model), input_check(model.unwrap_python_model()))
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@one_line
 def main(argv: list[str] | None = None) -> int:
-    """``python -m src.serve log-panel --roster tiny --stacker-uri models:/raim-stacker-wice@champion``."""
+    """``python -m src.serve log-panel --roster tiny --stacker-uri models:/raim-stacker-wice@champion`` or
+    ``python -m src.serve model --model-uri models:/raim-stacker-wice@champion --port 5001``."""
     import argparse
 
-    from hydra import compose, initialize_config_dir
+    from mlflow.exceptions import MlflowException
 
-    from . import track
-
-    ap = argparse.ArgumentParser(prog="python -m src.serve", description="log a panel pyfunc model")
+    ap = argparse.ArgumentParser(prog="python -m src.serve", description="log a panel model, or serve a RAIM model")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("log-panel", help="roster + a logged stacker -> a panel model in a new run")
     p.add_argument("--roster", required=True)
@@ -229,14 +438,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--default-frame", default="claim")
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--no-compute", action="store_true", help="never score a cache miss (it abstains)")
+    m = sub.add_parser("model", help="serve a stacker or panel model (MLflow's server, strict inputs)")
+    m.add_argument("--model-uri", required=True)
+    m.add_argument("--host", default="127.0.0.1")
+    m.add_argument("--port", type=int, default=5001)
     a = ap.parse_args(argv)
+    try:
+        if a.cmd == "model":
+            serve_model(a.model_uri, a.host, a.port)
+            return 0
+        return _log_panel_cli(a)
+    except MlflowException as e:
+        raise RaimError(f"{a.cmd}: {e.message}") from e
+
+
+def _log_panel_cli(a) -> int:
+    from hydra import compose, initialize_config_dir
+
+    from . import track
+
+    if not (ROOT / "conf" / "roster" / f"{a.roster}.yaml").exists():
+        raise RaimError(f"no roster {a.roster!r} under conf/roster")
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=[f"roster={a.roster}"])
     track.setup(cfg)
-    inner = mlflow.pyfunc.load_model(a.stacker_uri).unwrap_python_model()
-    with track.start_run(cfg, "panel", tags={"stacker_uri": a.stacker_uri}) as run:
-        info = log_panel(cfg.roster, inner.stacker, inner.columns, a.default_frame, a.cache_dir, not a.no_compute)
-        mlflow.set_tag("panel_model_uri", info.model_uri)
+    with track.quiet_mlflow():
+        inner = mlflow.pyfunc.load_model(a.stacker_uri).unwrap_python_model()
+        if type(inner).__name__ != "StackerModel":
+            raise RaimError(f"{a.stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
+        with track.start_run(cfg, "panel", tags={"stacker_uri": a.stacker_uri}) as run:
+            info = log_panel(cfg.roster, inner.stacker, inner.columns, a.default_frame, a.cache_dir,
+                             not a.no_compute)
+            mlflow.set_tag("panel_model_uri", info.model_uri)
     print(f"panel model {info.model_uri} (run {run.info.run_id})")
     return 0
 

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from .errors import RaimError
 from .fsutil import to_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -398,14 +399,17 @@ def beta_table(s: dict):
 
 
 def stacker_example(table, result, rows: int = 5):
-    """Input example of the served stacker: the first rows of the dataset's design matrix."""
+    """Input example of the served stacker: the first rows of the dataset's design matrix, over exactly the
+    members the stacker was fitted on (``result.members``: a member that never voted on the dataset is not one)."""
+    import numpy as np
     import pandas as pd
 
     from .ladder import design_matrix
 
+    fitted = table.subset(np.ones(len(table.gold), bool), list(result.members))
     extras = [f for f in result.feature_names if "@" in f]
-    X, names = design_matrix(table, sorted({e.split("@", 1)[1] for e in extras}))
-    return pd.DataFrame(X[:rows], columns=list(table.members) + names)
+    X, names = design_matrix(fitted, list(dict.fromkeys(e.split("@", 1)[1] for e in extras)))
+    return pd.DataFrame(X[:rows], columns=list(fitted.members) + names)
 
 
 def log_dataset(cfg: DictConfig, table, name: str, result) -> str:
@@ -429,14 +433,65 @@ def log_dataset(cfg: DictConfig, table, name: str, result) -> str:
     return info.model_uri
 
 
+@contextlib.contextmanager
+def quiet_mlflow() -> Iterator[None]:
+    """MLflow's INFO/WARNING chatter (store creation, CloudPickle advice, example validation) kept out of the
+    run's output; RAIM checks the logged models itself (:func:`src.serve.log_stacker`). Errors still show."""
+    import logging
+    import warnings
+
+    loggers = {name: logging.getLogger(name) for name in ("mlflow", "alembic")}
+    levels = {name: lg.level for name, lg in loggers.items()}
+    try:
+        for lg in loggers.values():
+            lg.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"mlflow(\..*)?")
+            yield
+    finally:
+        for name, lg in loggers.items():
+            lg.setLevel(levels[name])
+
+
+def ui_command(cfg: DictConfig | None = None) -> str:
+    """The ``mlflow ui`` command that opens this store (README: compare runs)."""
+    uri = tracking_uri(cfg)
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000 --workers 1"
+
+
 def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "stacking") -> str:
-    """One run per analysis (results.json, hashes, mean κ), one nested child per dataset; returns its id."""
+    """One run per analysis (results.json, hashes, mean κ, the verdict cache's report), one nested child per
+    dataset; returns its id. A failure of the tracking store is a :class:`RaimError` naming the store."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with quiet_mlflow():
+            return _log_analysis(cfg, table, results, doc, kind)
+    except (MlflowException, OSError, ImportError) as e:
+        raise RaimError(f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {e}); nothing was "
+                        f"written to results (tracking.enabled=false runs without MLflow)") from e
+    except Exception as e:  # sqlalchemy errors of the sqlite store (e.g. a locked or corrupt mlflow.db)
+        if type(e).__module__.split(".")[0] != "sqlalchemy":
+            raise
+        raise RaimError(f"MLflow store {tracking_uri(cfg)} failed ({type(e).__name__}: "
+                        f"{str(e).splitlines()[0]}); nothing was written to results") from e
+
+
+def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -> str:
     import mlflow
 
     by = table.by_dataset()
     with start_run(cfg, kind) as run:
         mlflow.set_tags({**input_hashes(cfg, table), "datasets": ",".join(results)})
         log_json(doc, "results.json")
+        prov = table.provenance or {}
+        if "cache" in prov:
+            mlflow.log_metric("cache/bad_lines", float(prov.get("bad_cache_lines", 0)))
+            mlflow.log_metric("cache/judged_only_dropped",
+                              float(sum(d["dropped"] for d in prov.get("judged_only", {}).values())))
+            log_json(prov, "verdict_cache_report.json")
         kappas = [r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]
         mlflow.log_metric("stacked/kappa_mean", float(np.mean(kappas)))
         mlflow.log_metric("admissible_count", float(sum(r.summary["admissibility"]["admissible"]

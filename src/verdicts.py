@@ -39,6 +39,7 @@ class VerdictTable:
     frontier: np.ndarray | None = None
     features: dict[str, np.ndarray] = field(default_factory=dict)  # "member@feat" -> (n,)
     source: str = "<memory>"
+    provenance: dict = field(default_factory=dict)  # how the table was read (e.g. the verdict cache's report)
 
     @property
     def gold(self) -> np.ndarray:
@@ -65,6 +66,7 @@ class VerdictTable:
             frontier=None if self.frontier is None else self.frontier[mask],
             features=feats,
             source=self.source,
+            provenance=self.provenance,
         )
 
     def by_dataset(self) -> dict[str, "VerdictTable"]:

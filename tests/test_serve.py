@@ -10,6 +10,7 @@ import pytest
 
 from src import registry, serve
 from src.aggregate import StackedLogit
+from src.errors import RaimError
 
 from test_track import compose_cfg, free_port, log_simulated, post_json, server, tracking_store
 
@@ -59,7 +60,73 @@ def test_served_stacker_takes_abstentions_as_null_and_rejects_bad_votes(served):
     a, b = body["predictions"]
     assert a["p_hallucinated"] == pytest.approx(b["p_hallucinated"])
     status, body = post_json(served + "/invocations", {"dataframe_records": [{**rec, "m00": 2}]})
-    assert status >= 400 and "0, 1 or 0.5" in str(body)
+    assert status == 400 and "row 1: column 'm00': 2 is not a vote: 0, 1, or 0.5 / null" in body["message"]
+    assert "stack_trace" not in body and "Traceback" not in str(body)
+    # MLflow's own server rejects a missing (and so a misspelt) member column through the signature
+    status, body = post_json(served + "/invocations",
+                             {"dataframe_records": [{k: v for k, v in rec.items() if k != "m03"}]})
+    assert status == 400 and "m03" in body["message"]
+
+
+# ------------------------------------------------------------------------------ RAIM's strict server
+
+@pytest.fixture(scope="module")
+def strict(champion):
+    port = free_port()
+    args = [sys.executable, "-m", "src.serve", "model", "--model-uri", "models:/raim-stacker-good@champion",
+            "--port", str(port)]
+    with server(args, port, "/ping", env={"MLFLOW_TRACKING_URI": champion["uri"]}) as url:
+        yield url
+
+
+REC = {m: 1 for m in MEMBERS}
+BAD_REQUESTS = {
+    "missing column": {"dataframe_records": [{k: v for k, v in REC.items() if k != "m03"}]},
+    "extra column": {"dataframe_records": [{**REC, "m99": 1}]},
+    "misspelt column": {"dataframe_records": [{**{k: v for k, v in REC.items() if k != "m03"}, "m3": 1}]},
+    "extra column in a later row": {"dataframe_records": [REC, {**REC, "qwen": 0}]},
+    "vote 0.7": {"dataframe_records": [{**REC, "m00": 0.7}]},
+    "vote 2": {"dataframe_records": [{**REC, "m00": 2}]},
+    "vote -1": {"dataframe_records": [{**REC, "m00": -1}]},
+    "vote empty list": {"dataframe_records": [{**REC, "m00": []}]},
+    "vote string": {"dataframe_records": [{**REC, "m00": "yes"}]},
+    "vote numeric string": {"dataframe_records": [{**REC, "m00": "1"}]},
+    "vote true": {"dataframe_records": [{**REC, "m00": True}]},
+    "vote object": {"dataframe_records": [{**REC, "m00": {"v": 1}}]},
+    "row not an object": {"dataframe_records": [[1, 0, 1]]},
+    "no rows": {"dataframe_records": []},
+    "split: short row": {"dataframe_split": {"columns": MEMBERS, "data": [[1, 0, 1]]}},
+    "split: unknown column": {"dataframe_split": {"columns": MEMBERS + ["zz"], "data": [[1] * 9]}},
+    "split: no data": {"dataframe_split": {"columns": MEMBERS}},
+    "inputs: missing column": {"inputs": {m: [1] for m in MEMBERS[:-1]}},
+    "inputs: ragged columns": {"inputs": {**{m: [1] for m in MEMBERS}, "m00": [1, 0]}},
+    "instances: bad vote": {"instances": [{**REC, "m05": 3}]},
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_strict_server_rejects_a_malformed_request_with_one_line(strict, case):
+    status, body = post_json(strict + "/invocations", BAD_REQUESTS[case])
+    assert status == 400, (case, body)
+    assert set(body) == {"error_code", "message"} and "\n" not in body["message"], body
+    assert "Traceback" not in body["message"] and len(body["message"]) < 400
+
+
+def test_strict_server_answers_valid_requests_like_the_model(champion, strict):
+    rows = [[1, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0], [1, 0, None, 0, 1, 0.5, 1, 1]]
+    status, body = post_json(strict + "/invocations", {"dataframe_split": {"columns": MEMBERS, "data": rows}})
+    assert status == 200, body
+    expect = champion["local"].predict(pd.DataFrame(rows, columns=MEMBERS, dtype=float))
+    got = pd.DataFrame(body["predictions"])
+    assert got["p_hallucinated"].to_numpy() == pytest.approx(expect["p_hallucinated"].to_numpy(dtype=float))
+    status, recs = post_json(strict + "/invocations", {"dataframe_records": [dict(zip(MEMBERS, r)) for r in rows]})
+    assert status == 200 and recs == body
+    # every member abstained: no verdict, valid JSON nulls (not NaN), label "abstained"
+    status, body = post_json(strict + "/invocations", {"dataframe_records": [{m: None for m in MEMBERS},
+                                                                              {m: 0.5 for m in MEMBERS}]})
+    assert status == 200, body
+    assert [p["label"] for p in body["predictions"]] == ["abstained", "abstained"]
+    assert all(p["p_hallucinated"] is None and p["verdict"] is None for p in body["predictions"])
 
 
 # ------------------------------------------------------------------------------------- panel model
@@ -150,14 +217,32 @@ def test_panel_model_without_compute_abstains_on_a_miss(panel, tmp_path, monkeyp
     _prefill(panel["roster"], model.unwrap_python_model(), new, tmp_path, [1])
     out = model.predict(new)  # the LLM's verdict is cached, the lexical judge's is not (and is not computed)
     assert out["item_id"].tolist() == ["x1"] and out[panel["names"][0]].tolist() == [1]
-    assert np.isnan(out[panel["names"][1]][0])
+    assert pd.isna(out[panel["names"][1]][0])
     assert out["p_hallucinated"][0] == pytest.approx(panel["stacker"].predict_proba([[1.0, 0.5]])[0, 1])
 
 
 def test_panel_model_refuses_a_stacker_of_another_roster(panel):
-    with pytest.raises(ValueError, match="not the roster's members"):
+    with pytest.raises(RaimError, match=r"votes with member\(s\) \['a', 'b'\] that roster 'tiny' does not have"):
         serve.log_panel(panel["roster"], panel["stacker"], ["a", "b"])
+    model = serve.PanelModel(panel["roster"], {}, "claim", panel["stacker"], panel["names"])
     with pytest.raises(ValueError, match="candidate"):
-        serve.PanelModel(panel["roster"], {}, "claim", panel["stacker"], panel["names"]).items(
-            pd.DataFrame({"question": ["q"]}))
+        model.items(pd.DataFrame({"question": ["q"]}))
+    with pytest.raises(ValueError, match=r"unknown column\(s\) \['evidenc'\]"):
+        model.items(pd.DataFrame({"candidate": ["c"], "evidenc": ["e"]}))
+
+
+def test_panel_runs_exactly_the_members_its_stacker_was_fitted_on(panel, champion, tmp_path):
+    """A stacker of a dataset where a roster member never voted (e.g. lexical on TruthfulQA) votes with fewer
+    columns than the roster has: the panel runs those members only (stop-9 defect: the error named two
+    identical lists)."""
+    import mlflow
+
+    llm = panel["names"][0]
+    one = StackedLogit(n_votes=1).fit(np.array([[0.0], [1.0], [0.0], [1.0]]), np.array([0, 1, 0, 1]))
+    with tracking_store(champion["tmp"]):
+        with mlflow.start_run():
+            info = serve.log_panel(panel["roster"], one, [llm], cache_dir=tmp_path / "cache")
+        model = mlflow.pyfunc.load_model(info.model_uri)
+    inner = model.unwrap_python_model()
+    assert [m["name"] for m in inner.roster["members"]] == [llm] and inner.columns == [llm]
 

@@ -238,10 +238,14 @@ def test_stacker_model_signature_requirements_and_probabilities(logged):
     expect = logged["results"]["good"].stacker.predict_proba(table.votes[:50])[:, 1]
     assert out["p_hallucinated"].to_numpy() == pytest.approx(expect)
     assert (out["verdict"] == (expect >= 0.5)).all()
-    # an abstention may be sent as 0.5 or as a missing value: same answer
-    both = model.predict(pd.DataFrame({c: [0.5, None] for c in cols}))
+    # an abstention may be sent as 0.5 or as a null: same answer
+    both = model.predict(pd.DataFrame({c: [1.0, 1.0] if c == "m00" else [0.5, None] for c in cols}))
     assert both["p_hallucinated"][0] == pytest.approx(both["p_hallucinated"][1])
-    with pytest.raises(Exception, match="0, 1 or 0.5"):
+    # a row where every member abstained has no verdict (not one read off the intercept)
+    none = model.predict(pd.DataFrame({c: [None] for c in cols}))
+    assert none["label"].tolist() == ["abstained"]
+    assert pd.isna(none["p_hallucinated"][0]) and pd.isna(none["verdict"][0])
+    with pytest.raises(Exception, match=r"row 1: column 'm00': 2 is not a vote: 0, 1, or 0.5 / null"):
         model.predict(pd.DataFrame({c: [2.0] for c in cols}))
 
 

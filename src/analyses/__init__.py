@@ -71,7 +71,8 @@ def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg
         with _timed(tm, "label_free"):
             row["label_free"] = panel.label_free(ref, s.n_boot, s.seed, s.level)
         with _timed(tm, "subpanels"):
-            sps[name] = mechanism.subpanels(ref, subsets, int(m["subpanel_boot"]), seed, s.level)
+            sps[name] = mechanism.subpanels(ref, subsets, int(m["subpanel_boot"]), seed, s.level,
+                                            s.min_coverage)
         per[name] = row
     wanted = list(p.get("transfer") or s.core or [])
     core = [n for n in wanted if n in refs] or list(refs)  # as the ladder's Holm family: all when none is present

@@ -32,8 +32,8 @@ def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.ra
     nc, K = len(ids), t.votes.shape[1]
     full = ref.admissibility
     full_best = int(np.argmax(ref.member_kappa))
-    competent_full = full.members_at_kappa0 >= c * K
-    decorrelated_full = full.phi_bar is not None and full.phi_bar <= phi0
+    competent_full = full.members_at_kappa0 >= c * K - admissibility.TOL
+    decorrelated_full = full.phi_bar is not None and bool(admissibility.within(full.phi_bar, phi0))
     rows = {}
     for b in budgets:
         if b >= nc:
@@ -43,11 +43,11 @@ def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.ra
         mk = from_counts(np.tensordot(sel, per_cluster_k, axes=1))["kappa"]  # R × K
         pb = admissibility.phi_bar_from(admissibility.phi_from_stats(np.tensordot(sel, per_cluster_p, axes=1)))
         calls = admissibility.admits(mk, pb, kappa0, c, phi0, K)
-        n_ok = (mk >= kappa0).sum(axis=1)
+        n_ok = admissibility.reaches(mk, kappa0).sum(axis=1)
         rows[str(b)] = {
             "p_match": float(np.mean(calls == full.admissible)),
-            "p_competence_match": float(np.mean((n_ok >= c * K) == competent_full)),
-            "p_correlation_match": float(np.mean((pb <= phi0) == decorrelated_full)),
+            "p_competence_match": float(np.mean((n_ok >= c * K - admissibility.TOL) == competent_full)),
+            "p_correlation_match": float(np.mean(admissibility.within(pb, phi0) == decorrelated_full)),
             "p_best_member": float(np.mean(np.argmax(mk, axis=1) == full_best)),
             "phi_bar_iqr": [float(v) for v in np.nanpercentile(pb, [25, 75])] if np.isfinite(pb).any() else None,
         }

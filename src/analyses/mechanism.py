@@ -24,6 +24,7 @@ import pandas as pd
 from scipy import stats
 
 from .. import admissibility
+from ..aggregate import eligible
 from ..evaluate import ClusterBootstrap, from_counts, interval, kappa
 from ..verdicts import ABSTAIN
 from . import common
@@ -113,7 +114,7 @@ def cross_dataset(refs: dict[str, Reference], kappa0: float, held_back: list[str
     rows = {}
     for name, r in refs.items():
         pb = r.admissibility.phi_bar
-        n_ok = int(np.sum(r.member_kappa >= kappa0))
+        n_ok = int(np.sum(admissibility.reaches(r.member_kappa, kappa0)))
         rows[name] = {"gap": kappa(r.gold, r.stacked) - kappa(r.gold, r.best_cv), "phi_bar": pb,
                       "members_at_kappa0": n_ok, "composite": None if pb is None else (1 - pb) * n_ok}
     subsets = [("all", list(rows))]
@@ -162,8 +163,11 @@ def draw_subpanels(K: int, n: int, min_size: int, rng: np.random.Generator) -> n
     return np.array(subs)
 
 
-def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level: float) -> dict:
-    """Per (sub-)panel on one dataset: coordinates, stacked and CV-best κ, paired Δ interval, frontier κ."""
+def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level: float,
+              min_coverage: float = 0.5) -> dict:
+    """Per (sub-)panel on one dataset: coordinates, stacked and CV-best κ, paired Δ interval, frontier κ.
+    The CV-best member is taken among those answering ``min_coverage`` of the fold's training items (as
+    :class:`src.aggregate.BestSingle`), falling back to the others only for a sub-panel that has none."""
     t, d = ref.table, ref.design
     y, votes = d.y, t.votes
     S, n = len(subsets), len(y)
@@ -172,6 +176,7 @@ def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level
     best = np.empty((S, n))
     for tr, te in d.folds:  # the CV-best member of each sub-panel, chosen on the fold's training part
         mk_tr = from_counts(ind[tr].sum(axis=0))["kappa"]
+        mk_tr = np.where(eligible(votes[tr], min_coverage), mk_tr, mk_tr - 10.0)  # κ ≥ -1: eligible first
         j = np.argmax(np.where(subsets, mk_tr[None, :], -np.inf), axis=1)
         best[:, te] = votes[te][:, j].T
     ks, kb = common.kappas(y, stacked), common.kappas(y, best)

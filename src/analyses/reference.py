@@ -46,7 +46,7 @@ def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSe
     d = common.design(table, stacker, s.n_splits, s.seed, s.features)
     X, _ = design_matrix(table, list(s.features))
     stk = crossfit(clone(stacker).set_params(n_votes=votes.shape[1]), X, y, d.folds)
-    cv = crossfit(BestSingle(), votes, y, d.folds)
+    cv = crossfit(BestSingle(min_coverage=s.min_coverage), votes, y, d.folds)
     best_member = np.empty(len(y), int)
     for (_, te), est in zip(d.folds, cv.estimators):
         best_member[te] = est.best_

@@ -11,6 +11,10 @@ Crash safety:
   complete record), so a resumed run recomputes exactly that one item;
 * before appending, the writer reads whatever other processes appended since it last looked, and skips
   keys that are already present: no duplicates, even with two writers on one file.
+
+A line that is not a valid record (garbage, a JSON value that is not an object, a vote other than 0 / 1 / null)
+is never read as a verdict: its item counts as not cached, and the line is reported by file and line number
+(``VerdictCache.bad``, ``stats()["bad"]``), so a reader can say exactly what to repair.
 """
 
 from __future__ import annotations
@@ -43,6 +47,32 @@ def identity_hash(identity: Mapping[str, Any]) -> str:
     return canonical_hash(dict(identity))
 
 
+VOTES = (0, 1, None)  # hallucinated = 1, supported = 0, abstained = null
+MAX_REPORTED = 20  # bad lines listed per file (all are counted)
+
+
+def parse_record(line: bytes) -> tuple[dict | None, str | None]:
+    """One cache line → (record, None) or (None, why it is not a valid record)."""
+    try:
+        rec = json.loads(line)
+    except ValueError as e:
+        return None, f"not JSON ({e.msg} at column {e.colno})" if hasattr(e, "msg") else "not JSON"
+    if not isinstance(rec, dict):
+        return None, f"not a JSON object ({type(rec).__name__} {str(rec)[:40]!r})"
+    if not isinstance(rec.get("key"), str) or not rec["key"]:
+        return None, "no 'key' string"
+    if "vote" not in rec:
+        return None, "no 'vote' field"
+    vote = rec["vote"]
+    if isinstance(vote, bool) or vote not in VOTES:
+        return None, f"field 'vote': {vote!r} not in {{0, 1, null}}"
+    for k in ("logodds", "mass"):
+        v = rec.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            return None, f"field {k!r}: {v!r} is not a number or null"
+    return rec, None
+
+
 class VerdictCache:
     """Records of one judge identity.  ``get``/``put`` by key; ``hits``/``misses``/``writes`` counters."""
 
@@ -57,8 +87,11 @@ class VerdictCache:
         self.misses = 0
         self.writes = 0
         self.repaired_bytes = 0
+        self.bad: list[tuple[int, str]] = []  # (line number, why) of lines that are not valid records
         self.bad_lines = 0
+        self.torn_tail = 0  # bytes after the last newline (an interrupted write), not read as a record
         self._offset = 0
+        self._lines = 0
         self._load(repair=False)
 
     # -- reading -----------------------------------------------------------------------------------
@@ -71,13 +104,16 @@ class VerdictCache:
                 break
             line = data[consumed:nl]
             consumed = nl + 1
+            self._lines += 1
             if not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-                self.records.setdefault(rec["key"], rec)
-            except (ValueError, KeyError):
+            rec, why = parse_record(line)
+            if rec is None:
                 self.bad_lines += 1
+                if len(self.bad) < MAX_REPORTED:
+                    self.bad.append((self._lines, why))
+                continue
+            self.records.setdefault(rec["key"], rec)
         return consumed
 
     def _load(self, repair: bool) -> None:
@@ -88,6 +124,7 @@ class VerdictCache:
             data = f.read()
         used = self._ingest(data, final=True)
         self._offset += used
+        self.torn_tail = len(data) - used
         if repair and used < len(data):
             # a torn last record (a write interrupted mid-line): cut it off
             with open(self.path, "r+b") as f:
@@ -101,6 +138,7 @@ class VerdictCache:
                             f.truncate(self._offset)
                             os.fsync(f.fileno())
                             self.repaired_bytes += len(tail)
+                            self.torn_tail = 0
                 finally:
                     fcntl.flock(f, fcntl.LOCK_UN)
 
@@ -147,6 +185,7 @@ class VerdictCache:
                     if used < len(data):  # torn tail left by a killed writer: cut it before appending
                         os.ftruncate(fd, self._offset)
                         self.repaired_bytes += len(data) - used
+                        self.torn_tail = 0
                     if key in self.records:
                         return False
                 view = memoryview(line)
@@ -155,6 +194,7 @@ class VerdictCache:
                     view = view[n:]
                 os.fsync(fd)
                 self._offset += len(line)
+                self._lines += 1
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
@@ -177,7 +217,19 @@ class VerdictCache:
             "writes": self.writes,
             "repaired_bytes": self.repaired_bytes,
             "bad_lines": self.bad_lines,
+            "bad": [{"line": n, "reason": why} for n, why in self.bad],
+            "torn_tail_bytes": self.torn_tail,
         }
+
+    def problems(self) -> list[str]:
+        """One line per bad line (and a torn last line), naming the file and the line number."""
+        out = [f"{self.path}: line {n}: {why}; not read as a verdict" for n, why in self.bad]
+        if self.bad_lines > len(self.bad):
+            out.append(f"{self.path}: {self.bad_lines - len(self.bad)} more bad lines")
+        if self.torn_tail:
+            out.append(f"{self.path}: line {self._lines + 1}: torn last record ({self.torn_tail} bytes without a "
+                       f"newline: an interrupted write); not read as a verdict, recomputed by the next --compute run")
+        return out
 
 
 def write_identity(cache: VerdictCache) -> None:
@@ -191,11 +243,11 @@ def write_identity(cache: VerdictCache) -> None:
 
 
 def iter_records(paths: Iterable[Path]) -> Iterable[dict]:
+    """Valid records of cache files (bad lines are skipped here; :class:`VerdictCache` reports them)."""
     for p in paths:
         with open(p, "rb") as f:
             for line in f:
                 if line.endswith(b"\n"):
-                    try:
-                        yield json.loads(line)
-                    except ValueError:
-                        continue
+                    rec, _ = parse_record(line)
+                    if rec is not None:
+                        yield rec

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from ..errors import RaimError
 from ..evaluate import scores
 from ..verdicts import ABSTAIN
 from .cache import VerdictCache, write_identity
@@ -34,8 +35,8 @@ log = logging.getLogger("raim.judges")
 BASE_COLS = ["item_id", "cluster_id", "dataset", "gold"]
 
 
-class NothingCached(RuntimeError):
-    pass
+class NothingCached(RaimError, RuntimeError):
+    """Not one verdict of the roster is cached for these items (and computing was not asked for)."""
 
 
 def _plain(cfg: Any) -> Any:
@@ -181,6 +182,7 @@ def score_judge(
         "computed": computed,
         "compute_seconds": round(t_compute, 3),
         "cache": cache.stats(),
+        "problems": cache.problems(),
     }
     return out, report
 
@@ -208,11 +210,13 @@ def verdict_table(
     table = items[[c for c in BASE_COLS if c in items.columns]].copy()
     table["item_id"] = table["item_id"].astype(str)
     report: dict[str, dict] = {}
+    cached: dict[str, tuple[bool, ...]] = {}  # per judge and item: a record exists (vote or abstention)
     only = set(members) if members else None
     for name, bcfg, is_frontier in roster_judges(roster_cfg):
         # members outside `members` are still read from the cache (their columns stay in the table)
         do = compute and (bool(frontier) if is_frontier else (only is None or name in only))
         out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress)
+        cached[name] = tuple(r is not None for r in out)
         votes = [None if r is None else r.get("vote") for r in out]
         table[name] = pd.array(votes, dtype="Int64")
         if not is_frontier:
@@ -224,6 +228,8 @@ def verdict_table(
         secs = [r.get("seconds") for r in out if r is not None and r.get("seconds") is not None]
         rep["seconds_per_item"] = float(np.mean(secs)) if secs else None
         report[name] = rep
+        for line in rep["problems"]:
+            log.warning("%s", line)
         if rep["uncached"] and not do:
             log.warning("%s: %d of %d items not cached (cells left empty)", name, rep["uncached"], len(recs))
     total_cached = sum(r["cached"] for r in report.values())
@@ -233,6 +239,7 @@ def verdict_table(
             f"{len(recs)} items under {cache_dir}; run `python -m src.judges --compute ...` first"
         )
     table.attrs["report"] = report
+    table.attrs["cached"] = cached
     return table
 
 
