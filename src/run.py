@@ -70,9 +70,9 @@ class MissingVerdicts(RaimError):
     """Items of the analysis without a cached verdict: not abstentions, not analysed silently."""
 
 
-def judge_command(cfg: DictConfig, dataset: str, members: list[str]) -> str:
+def judge_command(cfg: DictConfig, datasets: list[str], members: list[str]) -> str:
     """The ``python -m src.judges`` command that computes the missing verdicts."""
-    cmd = f"python -m src.judges --roster {cfg.roster.name} --datasets {dataset}"
+    cmd = f"python -m src.judges --roster {cfg.roster.name} --datasets {' '.join(datasets)}"
     if cfg.judge.per_dataset:
         cmd += f" --per-dataset {int(cfg.judge.per_dataset)}"
     if set(members) != {m.name for m in cfg.roster.members}:
@@ -80,41 +80,47 @@ def judge_command(cfg: DictConfig, dataset: str, members: list[str]) -> str:
     return cmd + " --compute"
 
 
-def judged(cfg: DictConfig, name: str, table, report: dict, cached: dict[str, tuple]):
-    """Items of one dataset's cache table with a record from every judge (an abstention is a record; a missing
-    record is not). ``judge.missing=error`` (default) refuses missing records, naming how many and the
-    command that computes them; ``judge.missing=judged_only`` keeps the judged items and says so. A frontier
-    judge with no cached verdict at all is simply absent (it is a paid comparator, computed on request)."""
-    policy = cfg.judge.get("missing", "error")
-    if policy not in MISSING_POLICIES:
-        raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
+def judged_items(report: dict, cached: dict[str, tuple]) -> tuple[np.ndarray, dict[str, int]]:
+    """Which items every judge has a record for (an abstention is a record; a missing one is not), and the
+    missing count per judge. A frontier judge with no cached verdict at all is simply absent (a paid comparator,
+    computed on request), not missing."""
     missing = {j: r["uncached"] for j, r in report.items()
                if r["uncached"] and not (r.get("frontier") and r["cached"] == 0)}
-    if not missing:
-        return table, None
-    keep = np.logical_and.reduce([np.asarray(cached[j], bool) for j in missing])
-    who = ", ".join(f"{j} {n}" for j, n in missing.items())
-    if policy == "error" or not keep.any():
-        raise MissingVerdicts(
-            f"dataset {name!r}: {int((~keep).sum())} of {len(table)} items have no cached verdict (missing per "
-            f"judge: {who}) under {cfg.paths.cache_dir}; compute them with "
-            f"`{judge_command(cfg, name, list(missing))}`"
-            + (", or analyse only the judged items with judge.missing=judged_only" if keep.any() else ""))
-    log.warning("%s: judge.missing=judged_only: analysing the %d of %d items judged by every member "
-                "(%d without a verdict: %s)", name, int(keep.sum()), len(table), int((~keep).sum()), who)
-    return table.loc[keep].reset_index(drop=True), {"items": len(table), "judged": int(keep.sum()),
-                                                    "dropped": int((~keep).sum()), "missing_per_judge": missing}
+    n = len(next(iter(cached.values()))) if cached else 0
+    keep = np.logical_and.reduce([np.asarray(cached[j], bool) for j in missing]) if missing else np.ones(n, bool)
+    return keep, missing
+
+
+def _per_judge(missing: dict[str, int]) -> str:
+    return ", ".join(f"{j} {c}" for j, c in missing.items())
+
+
+def refuse_missing(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], judged_only: bool) -> None:
+    """One line naming, per dataset, how many items lack a verdict (from whom), and the command that computes
+    them."""
+    what = "; ".join(f"{d}: {k} of {n} items (missing per judge: {_per_judge(m)})" for d, (k, n, m) in gaps.items())
+    members = list(dict.fromkeys(j for _, _, m in gaps.values() for j in m))
+    tail = "" if judged_only else ", or analyse only the judged items with judge.missing=judged_only"
+    raise MissingVerdicts(f"items without a cached verdict under {cfg.paths.cache_dir}: {what}; compute them with "
+                          f"`{judge_command(cfg, list(gaps), members)}`{tail}")
 
 
 def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
-    """Verdicts of the configured roster on the selected datasets, from the verdict cache (items without a
-    cached verdict: see :func:`judged`; bad cache lines are logged by file and line and counted)."""
+    """Verdicts of the configured roster on the selected datasets, from the verdict cache.
+
+    Items without a cached verdict are not abstentions: ``judge.missing=error`` (default) stops, naming how many
+    per dataset and judge and the command that computes them; ``judge.missing=judged_only`` analyses the items
+    every judge has judged and logs (and records in the table's provenance) how many were left out. Bad cache
+    lines are logged by file and line (:mod:`src.judges.cache`) and counted."""
     import pandas as pd
 
     from .data import read_items
     from .judges.runner import cluster_subsample, verdict_table
 
-    frames, cache, dropped = [], {}, {}
+    policy = cfg.judge.get("missing", "error")
+    if policy not in MISSING_POLICIES:
+        raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
+    frames, cache, gaps = [], {}, {}
     for name in dataset_names(cfg):
         items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl")
         if cfg.judge.per_dataset:  # the same whole-cluster subsample as `python -m src.judges --per-dataset`
@@ -126,15 +132,24 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
         cache[name] = {j: {"items": r["items"], "cached": r["cached"], "abstained": r["abstained"],
                            "bad_lines": r["cache"]["bad_lines"], "torn_tail_bytes": r["cache"]["torn_tail_bytes"],
                            "problems": r["problems"]} for j, r in report.items()}
-        t, drop = judged(cfg, name, t, report, cached)
-        if drop:
-            dropped[name] = drop
+        keep, missing = judged_items(report, cached)
+        if missing:
+            gaps[name] = (int((~keep).sum()), len(t), missing)
+            if policy == "judged_only" and keep.any():
+                log.warning("%s: judge.missing=judged_only: analysing the %d of %d items judged by every member "
+                            "(%d without a verdict: %s)", name, int(keep.sum()), len(t), int((~keep).sum()),
+                            _per_judge(missing))
+                t = t.loc[keep].reset_index(drop=True)
         frames.append(t)
+    empty = {d: g for d, g in gaps.items() if g[0] == g[1]}
+    if gaps and (policy == "error" or empty):
+        refuse_missing(cfg, gaps if policy == "error" else empty, policy == "judged_only")
     members = [m.name for m in cfg.roster.members]
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
     table = verdicts.validate(pd.concat(frames, ignore_index=True), source=source,
                               frontier=frontier_name(cfg), members=members)
     files = {r["problems"][0].split(": line")[0] for d in cache.values() for r in d.values() if r["problems"]}
+    dropped = {d: {"items": n, "judged": n - k, "dropped": k, "missing_per_judge": m} for d, (k, n, m) in gaps.items()}
     table.provenance = {"cache": cache, "judged_only": dropped,
                         "bad_cache_lines": sum(_bad_lines_per_file(cache).values()), "bad_cache_files": sorted(files)}
     return table

@@ -81,3 +81,23 @@ def test_admits_is_decide_for_every_panel():
     got = admissibility.admits(mk, pb, 0.30, 0.5, 0.40)
     want = [admissibility.decide(m, None if np.isnan(p) else float(p), 0.30, 0.5, 0.40)[0] for m, p in zip(mk, pb)]
     assert got.tolist() == want and 0 < got.sum() < 400
+
+
+def test_exact_threshold_counts_although_floating_point_lands_just_under():
+    """Stop-9 defect: κ = 0.30 exactly, computed as 0.2999999999999999, was not counted (84 of 812 tables)."""
+    from fractions import Fraction
+
+    from src.evaluate import kappa
+
+    # gold 1: 6 right, 11 wrong; gold 0: 11 right: κ = 3/10 exactly in rational arithmetic
+    gold = np.array([1] * 17 + [0] * 11)
+    pred = np.array([1] * 6 + [0] * 11 + [0] * 11, dtype=float)
+    po, pe = Fraction(17, 28), Fraction(6 * 17 + 22 * 11, 28 * 28)
+    assert (po - pe) / (1 - pe) == Fraction(3, 10) and kappa(gold, pred) < 0.3
+    votes = np.column_stack([pred, pred, gold.astype(float)])  # two members at κ = 0.30, one perfect
+    t = admissibility.test(gold, votes, kappa0=0.30, c=0.5, phi0=1.0)
+    assert t.members_at_kappa0 == 3
+    assert admissibility.admits(np.array([0.2999999999999999, 0.1]), np.array(0.4 + 1e-16), 0.3, 0.5, 0.4)
+    assert admissibility.decide(np.array([0.2999999999999999, 0.1]), 0.4000000000000001, 0.3, 0.5, 0.4)[0]
+    assert not admissibility.admits(np.array([0.2999, 0.1]), np.array(0.3), 0.3, 0.5, 0.4)
+    assert not admissibility.admits(np.array([0.3, 0.1]), np.array(0.4001), 0.3, 0.5, 0.4)

@@ -126,6 +126,50 @@ def test_cache_torn_last_line_is_repaired(tmp_path):
     assert [json.loads(x)["key"] for x in lines] == ["a", "b", "c"]
 
 
+@pytest.mark.parametrize("line,why", [
+    (b"42", "not a JSON object (int '42')"),
+    (b"[1, 2]", "not a JSON object (list '[1, 2]')"),
+    (b"null", "not a JSON object (NoneType 'None')"),
+    (b"{garbage", "not JSON"),
+    (b"\xff\xfe", "not JSON"),
+    (b'{"vote": 1}', "no 'key' string"),
+    (b'{"key": "z"}', "no 'vote' field"),
+    (b'{"key": "z", "vote": 2}', "field 'vote': 2 not in {0, 1, null}"),
+    (b'{"key": "z", "vote": 0.5}', "field 'vote': 0.5 not in {0, 1, null}"),
+    (b'{"key": "z", "vote": true}', "field 'vote': True not in {0, 1, null}"),
+    (b'{"key": "z", "vote": "1"}', "field 'vote': '1' not in {0, 1, null}"),
+    (b'{"key": "z", "vote": 1, "logodds": "high"}', "field 'logodds': 'high' is not a number or null"),
+])
+def test_cache_bad_line_is_reported_by_line_and_never_read_as_a_verdict(tmp_path, line, why):
+    """Stop-9 defects: `42` crashed every reader (TypeError); other bad lines vanished into a count."""
+    c = VerdictCache(tmp_path, "m", {"backend": "x"})
+    c.put(_rec("a"))
+    with open(c.path, "ab") as f:
+        f.write(line + b"\n")
+    c.put(_rec("b"))  # a writer appending after the bad line keeps the line numbers right
+    c2 = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert set(c2.records) == {"a", "b"} and "z" not in c2
+    assert c2.bad_lines == 1 and c2.bad[0][0] == 2 and c2.bad[0][1].startswith(why)
+    assert c2.problems() == [f"{c2.path}: line 2: {c2.bad[0][1]}; not read as a verdict"]
+    assert c2.stats()["bad"] == [{"line": 2, "reason": c2.bad[0][1]}]
+    from src.judges.cache import iter_records
+
+    assert [r["key"] for r in iter_records([c2.path])] == ["a", "b"]
+
+
+def test_cache_torn_last_line_is_reported_before_it_is_repaired(tmp_path):
+    c = VerdictCache(tmp_path, "m", {"backend": "x"})
+    c.put(_rec("a"))
+    with open(c.path, "ab") as f:
+        f.write(b'{"key": "c", "vo')
+    c2 = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert c2.stats()["torn_tail_bytes"] == 16
+    assert c2.problems() == [f"{c2.path}: line 2: torn last record (16 bytes without a newline: an interrupted "
+                             f"write); not read as a verdict, recomputed by the next --compute run"]
+    c2.open_for_append()
+    assert c2.problems() == [] and c2.repaired_bytes == 16
+
+
 def test_cache_two_writers_no_duplicates(tmp_path):
     a = VerdictCache(tmp_path, "m", {"backend": "x"})
     b = VerdictCache(tmp_path, "m", {"backend": "x"})

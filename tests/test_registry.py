@@ -82,3 +82,67 @@ def test_cli_exit_status_and_message(store, capsys):
     assert "models:/cli-stacker@staging" in ok.stdout
     assert registry.main(["show", "--name", "cli-stacker"]) == 0
     assert "aliases=['staging']" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------- models that cannot predict
+
+def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_example(tmp_path):
+    """Stop-9 defect: a member that never voted was dropped from the stacker but kept in the logged signature
+    and example; the registry promoted that model, which failed on every input, its own example included."""
+    import mlflow
+
+    from src import serve
+    from test_track import GOOD, simulate
+
+    df = simulate.panel(150, 2, dataset="good", seed=1, **GOOD)
+    df.insert(4, "silent", pd.array([pd.NA] * len(df), dtype="Int64"))  # a judge that never voted here
+    (tmp_path / "v.csv").write_text(df.to_csv(index=False))
+    with tracking_store(tmp_path):
+        from test_track import analysis_overrides, compose_cfg
+        from src import run, track
+
+        cfg = compose_cfg(*analysis_overrides(tmp_path / "v.csv", tmp_path / "r.json"))
+        table, results, doc = run.analyse(cfg)
+        assert doc["datasets"]["good"]["excluded_members"] == ["silent"]
+        rid = track.log_analysis(cfg, table, results, doc)
+        mv = registry.promote(rid, dataset="good")
+        uri = f"models:/{mv.name}@champion"
+        assert serve.self_check(uri) is None
+        model = mlflow.pyfunc.load_model(uri)
+        assert model.metadata.get_input_schema().input_names() == [f"m{j:02d}" for j in range(8)]
+        example = model.metadata.load_input_example(mlflow.artifacts.download_artifacts(uri))
+        assert len(model.predict(example)) == len(example)
+
+
+def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
+    import mlflow
+
+    from src import serve
+
+    with tracking_store(tmp_path):
+        rid, cfg, table, results, doc = log_simulated(tmp_path, which=("good",))
+        kid = children(rid)["good"].info.run_id
+        cols = [f"m{j:02d}" for j in range(8)] + ["ghost"]  # one column more than the stacker was fitted on
+        example = pd.DataFrame([[1.0] * 9, [0.0] * 9], columns=cols)
+        with mlflow.start_run(run_id=kid):
+            info = serve._log_pyfunc("broken", serve.StackerModel(results["good"].stacker, cols),
+                                     serve.stacker_signature(cols), example)
+            mlflow.set_tag("stacker_model_uri", info.model_uri)
+        with pytest.raises(registry.PromotionRefused) as e:
+            registry.promote(kid)
+        assert "cannot serve: it cannot predict its own input example" in str(e.value)
+        assert "9 features" in str(e.value) and "\n" not in str(e.value)
+        with pytest.raises(ValueError, match="cannot be logged"):  # and RAIM itself never logs such a model
+            with mlflow.start_run():
+                serve.log_stacker(results["good"].stacker, cols, example)
+
+
+@pytest.mark.parametrize("args,expect", [
+    (["promote", "--run-id", "0123456789abcdef"], "promote: Run with id=0123456789abcdef not found"),
+    (["show", "--name", "no-such-model"], "show: Registered Model with name=no-such-model not found"),
+])
+def test_cli_errors_are_one_line(store, args, expect):
+    env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "src.registry", *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith(f"error: {expect}") and len(p.stderr.splitlines()) == 1

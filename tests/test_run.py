@@ -5,9 +5,10 @@ import os
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
-from src import run, simulate
+from src import run, simulate, verdicts
 from src.ladder import COMPARATORS
 from src.verdicts import VerdictError
 
@@ -75,3 +76,165 @@ def test_members_that_never_voted_are_set_aside(tmp_path):
     res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))["sim"].summary
     assert res["excluded_members"] == ["m02"] and set(res["members"]) == {"m00", "m01"}
     assert res["admissibility"]["n_members"] == 2 and res["selected"]["best_avg"] == "m00"
+
+
+# ----------------------------------------------------------------------- the verdict cache at the boundary
+
+CACHE = ROOT / "verdicts" / "cache"
+
+
+@pytest.fixture
+def cache_copy(tmp_path):
+    """A writable copy of the committed cpu verdict cache (to damage)."""
+    import shutil
+
+    dst = tmp_path / "cache"
+    shutil.copytree(CACHE, dst)
+    return dst
+
+
+def _wice(compose_cfg, cache, *extra):
+    return compose_cfg("dataset=wice", f"paths.cache_dir={cache}", "analysis=fast", "tracking.enabled=false",
+                       "analysis.abstention_contrast=false", *extra)
+
+
+def _member_file(cache, member: str):
+    return next((cache / member).glob("*.jsonl"))
+
+
+def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked(compose_cfg, cache_copy):
+    """Stop-9 defect: 170 of 200 items without a verdict were analysed as abstentions (exit 0)."""
+    f = _member_file(cache_copy, "qwen05b")
+    lines = f.read_text().splitlines(keepends=True)
+    gone = set([ln for ln in lines if '"dataset": "wice"' in ln][:170])
+    f.write_text("".join(ln for ln in lines if ln not in gone))
+    with pytest.raises(run.MissingVerdicts, match=r"wice: 170 of 200 items \(missing per judge: qwen05b 170\); "
+                                                  r"compute them with `python -m src\.judges --roster cpu --datasets "
+                                                  r"wice --per-dataset 200 --members qwen05b --compute`"):
+        run.load_table(_wice(compose_cfg, cache_copy))
+    table = run.load_table(_wice(compose_cfg, cache_copy, "judge.missing=judged_only"))
+    assert len(table.gold) == 30 and not (table.votes == verdicts.ABSTAIN).all(axis=0).any()
+    assert table.provenance["judged_only"]["wice"] == {"items": 200, "judged": 30, "dropped": 170,
+                                                       "missing_per_judge": {"qwen05b": 170}}
+    with pytest.raises(verdicts.RaimError, match="judge.missing='maybe'"):
+        run.load_table(_wice(compose_cfg, cache_copy, "judge.missing=maybe"))
+
+
+def test_bad_cache_lines_are_reported_by_file_and_line_and_never_become_votes(compose_cfg, cache_copy, caplog):
+    """Stop-9 defects: a garbage line turned its item into an abstention; a line `42` crashed every reader."""
+    import json
+
+    f = _member_file(cache_copy, "lexical")
+    lines = f.read_text().splitlines(keepends=True)
+    n = len(lines)
+    wice = next(ln for ln in lines if '"dataset": "wice"' in ln)
+    bad_vote = json.dumps({**json.loads(wice), "vote": 2})
+    f.write_text("".join(lines) + "42\n{not json\n" + bad_vote + '\n{"key": "torn')
+    with caplog.at_level("WARNING"):
+        table = run.load_table(_wice(compose_cfg, cache_copy))  # every item still has its good record
+    assert table.provenance["bad_cache_lines"] == 4 and table.provenance["bad_cache_files"] == [str(f)]
+    text = caplog.text
+    assert f"{f}: line {n + 1}: not a JSON object (int '42'); not read as a verdict" in text
+    assert f"{f}: line {n + 2}: not JSON" in text
+    assert f"{f}: line {n + 3}: field 'vote': 2 not in {{0, 1, null}}" in text
+    assert f"{f}: line {n + 4}: torn last record" in text
+    # a good record replaced by garbage: its item is not cached, so the run stops (it is not an abstention)
+    f.write_text("".join("garbage\n" if ln == wice else ln for ln in lines))
+    with pytest.raises(run.MissingVerdicts, match=r"wice: 1 of 200 items \(missing per judge: lexical 1\)"):
+        run.load_table(_wice(compose_cfg, cache_copy))
+
+
+def test_bad_cache_lines_are_counted_in_mlflow(compose_cfg, cache_copy, tmp_path):
+    import mlflow
+
+    from src import track
+    from test_track import tracking_store
+
+    f = _member_file(cache_copy, "minilm")
+    f.write_text(f.read_text() + "42\n[]\n")
+    with tracking_store(tmp_path):
+        cfg = _wice(compose_cfg, cache_copy, "tracking.enabled=true")
+        table, results, doc = run.analyse(cfg)
+        rid = track.log_analysis(cfg, table, results, doc)
+        r = mlflow.get_run(rid)
+        assert r.data.metrics["cache/bad_lines"] == 2.0
+        report = json.loads(mlflow.artifacts.load_text(f"runs:/{rid}/verdict_cache_report.json"))
+        assert report["cache"]["wice"]["minilm"]["bad_lines"] == 2
+
+
+def test_cli_missing_verdicts_is_one_line_and_leaves_results_alone(cache_copy, tmp_path):
+    f = _member_file(cache_copy, "smollm135m")
+    f.write_text("".join(ln for ln in f.read_text().splitlines(keepends=True) if '"dataset": "wice"' not in ln))
+    out = tmp_path / "results.json"
+    out.write_text("{}\n")
+    env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
+    proc = subprocess.run([sys.executable, "-m", "src.run", "dataset=wice", f"paths.cache_dir={cache_copy}",
+                           "tracking.enabled=false", f"output={out}"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2
+    err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and "wice: 200 of 200 items (missing per judge: smollm135m 200)" in err[0]
+    assert "Traceback" not in proc.stderr and "HYDRA_FULL_ERROR" not in proc.stderr
+    assert out.read_text() == "{}\n"
+
+
+def test_cli_run_on_the_committed_caches_ends_with_a_summary_and_no_mlflow_chatter(tmp_path):
+    env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/m.db")
+    proc = subprocess.run([sys.executable, "-m", "src.run", "analysis=fast", f"output={tmp_path}/r.json"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tail = proc.stdout.strip().splitlines()
+    assert tail[-7] == "RAIM summary"
+    for name, line in zip(("medhallu", "wice", "truthfulqa", "expertqa"), tail[-6:-2]):
+        assert line.startswith(f"{name}: stacked κ ") and ("; admissible" in line or "; not admissible" in line)
+    assert tail[-1].startswith("MLflow run ") and f"mlflow ui --backend-store-uri sqlite:///{tmp_path}/m.db" in tail[-1]
+    both = proc.stdout + proc.stderr
+    for chatter in ("CloudPickle", "Validating input example", "Failed to validate serving input",
+                    "Creating initial MLflow database tables", "X has 6 features"):
+        assert chatter not in both
+
+
+# ------------------------------------------------------------------------------- single-judge comparators
+
+def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
+    """Stop-9 defect: a member that voted on 2 of 193 items (κ 1.0 there) became the oracle and the CV-best."""
+    from src import ladder
+    from src.aggregate import StackedLogit
+
+    df = simulate.panel(n_clusters=100, accuracies=[0.75, 0.7, 0.65], rho=0.2, seed=3)
+    df["lucky"] = pd.array([pd.NA] * len(df), dtype="Int64")
+    df.loc[[0, 1], "lucky"] = df.loc[[0, 1], "gold"]  # right on the two items it judged
+    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=100))["sim"].summary
+    sel = res["selected"]
+    assert "lucky" not in sel["best_cv_per_fold"] and sel["oracle"] != "lucky" and sel["best_avg"] != "lucky"
+    assert sel["ineligible"] == {"lucky": "coverage 0.010 < 0.5"}
+    assert res["comparators"]["oracle"]["kappa"]["estimate"] < 1.0
+    assert "lucky" in res["members"]  # still a panel member, and the avg member still counts it
+
+
+def test_best_on_average_needs_coverage_on_every_dataset():
+    """Stop-9 defect: best_avg picked a member that voted on one dataset only: κ 0 with [0, 0] elsewhere."""
+    from src import ladder
+    from src.aggregate import StackedLogit
+
+    a = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.95], rho=0.2, dataset="a", seed=1)
+    b = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.55], rho=0.2, dataset="b", seed=2)
+    b["m02"] = pd.array([pd.NA] * len(b), dtype="Int64")  # m02 judges only dataset a
+    res = ladder.analyze(verdicts.validate(pd.concat([a, b], ignore_index=True)), StackedLogit(),
+                         ladder.LadderSettings(n_boot=100))
+    for name in ("a", "b"):
+        sel = res[name].summary["selected"]
+        assert sel["best_avg"] == "m00"
+        assert sel["best_avg_ineligible"] == {"m02": "coverage 0.000 < 0.5 on b"}
+    assert res["b"].summary["comparators"]["best_avg"]["kappa"]["ci"][1] > 0
+
+
+def test_a_dataset_with_no_eligible_member_is_one_clear_error():
+    from src import ladder
+    from src.aggregate import StackedLogit
+
+    df = simulate.panel(n_clusters=60, accuracies=[0.8, 0.7], rho=0.2, abstain_rate=0.7, seed=5)
+    with pytest.raises(ladder.AnalysisError, match=r"dataset 'sim': no member answers at least 0.5 of the items"):
+        ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))
+    ok = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50, min_coverage=0.2))
+    assert ok["sim"].summary["selected"]["min_coverage"] == 0.2

@@ -296,3 +296,29 @@ def test_stage_files_and_judge_args(logged, tmp_path):
     assert track.judge_cli_args(p) == "--datasets wice medhallu --per-dataset 200 --compute"
     p.write_text("dataset: {name: wice}\njudge: {per_dataset: null}\n")
     assert track.judge_cli_args(p) == "--datasets wice"
+
+
+def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
+    """The committed cpu caches, where MiniLM and lexical never vote on TruthfulQA (stop-9 defect: that dataset's
+    logged stacker expected 4 columns, its signature and example had 6, and it failed on every input)."""
+    import mlflow
+    from mlflow.models import Model
+
+    from src import serve
+
+    with tracking_store(tmp_path):
+        cfg = compose_cfg("analysis=fast", "analysis.abstention_contrast=false", f"output={tmp_path}/r.json")
+        table, results, doc = run.analyse(cfg)
+        rid = track.log_analysis(cfg, table, results, doc)
+        kids = children(rid)
+        assert set(kids) == {"medhallu", "wice", "truthfulqa", "expertqa"}
+        for name, kid in kids.items():
+            uri = kid.data.tags["stacker_model_uri"]
+            assert serve.self_check(uri) is None, name
+            path = mlflow.artifacts.download_artifacts(uri)
+            example = Model.load(path).load_input_example(path)
+            model = mlflow.pyfunc.load_model(path)
+            assert model.metadata.get_input_schema().input_names() == results[name].members == list(example.columns)
+            out = model.predict(example)
+            assert len(out) == len(example) and set(out["label"]) <= {"hallucinated", "supported", "abstained"}
+        assert results["truthfulqa"].members == ["qwen15b", "qwen05b", "smollm135m", "gemma270m"]
