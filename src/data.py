@@ -676,6 +676,11 @@ def paper_n(name: str) -> int | None:
 def build_all(raw_dir: str | Path, out_dir: str | Path, names: Sequence[str] | None = None,
               seed: int = 0, source: str = "local") -> dict[str, dict]:
     """Write ``<out_dir>/<name>.jsonl`` per buildable set and ``summary.json``; skip absent ones."""
+    unknown = [n for n in names or [] if n not in BUILDERS]
+    if unknown:
+        raise RaimError(f"unknown dataset(s) {unknown}; builders exist for {sorted(BUILDERS)}")
+    if source == "local" and not Path(raw_dir).is_dir():
+        raise RaimError(f"raw data folder {raw_dir} not found (--raw-dir, or RAIM_RAW_DIR)")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, dict] = {}
@@ -687,6 +692,14 @@ def build_all(raw_dir: str | Path, out_dir: str | Path, names: Sequence[str] | N
         df = build(name, raw_dir, seed=seed, source=source)
         write_items(df, out / f"{name}.jsonl")
         summary[name] = {**summarize(df), "paper_n": paper_n(name)}
+    if not summary:  # nothing built: keep what an earlier build wrote
+        raise RaimError(f"no dataset could be built from {raw_dir}: every raw file is absent (see the lines above)")
+    old = out / "summary.json"
+    if names and old.exists():  # a partial rebuild keeps the other sets' rows
+        try:
+            summary = {**json.loads(old.read_text()), **summary}
+        except ValueError:
+            pass
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
 

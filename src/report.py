@@ -25,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import RaimError, one_line
+
 log = logging.getLogger("raim.report")
 
 METHODS = [  # Tables 15 / 16 row order: label-free, label-selected, stacked, frontier
@@ -695,7 +697,12 @@ def write(results_path: str | Path, suite_path: str | Path, fig_dir: str | Path,
 
 def _read(path) -> dict | None:
     p = Path(path)
-    return json.loads(p.read_text()) if p.exists() else None
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RaimError(f"{p}: not a readable JSON document ({e}); rerun the stage that writes it") from None
 
 
 def _main() -> None:
@@ -703,6 +710,7 @@ def _main() -> None:
     from omegaconf import DictConfig
 
     @hydra.main(version_base=None, config_path="../conf", config_name="config")
+    @one_line
     def main(cfg: DictConfig) -> None:
         out = write(cfg.output, cfg.suite.output, cfg.suite.figures_dir, cfg.suite.report,
                     redraw=bool(cfg.get("redraw", False)))

@@ -206,9 +206,21 @@ def summary_lines(results: dict) -> list[str]:
     return out
 
 
+def check_output(path: str | Path) -> None:
+    """Fail before any work when results.json could not be written (a directory, an uncreatable folder)."""
+    p = Path(path)
+    if p.is_dir():
+        raise RaimError(f"output={path}: is a directory (give a file path, e.g. {p / 'results.json'})")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RaimError(f"output={path}: cannot create {p.parent} ({e.strerror})") from None
+
+
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 @one_line
 def main(cfg: DictConfig) -> float:
+    check_output(cfg.output)
     table, results, doc = analyse(cfg)
     log_members(results)
     bad = table.provenance.get("bad_cache_lines", 0)

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Mapping
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import RaimError
+from .errors import RaimError, one_line
 from .fsutil import to_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -575,6 +575,7 @@ def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[st
     return Path(path)
 
 
+@one_line
 def main(argv: list[str] | None = None) -> int:
     """``python -m src.track params [override …]``: regenerate params.yaml from conf/."""
     import argparse

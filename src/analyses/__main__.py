@@ -17,6 +17,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from .. import run
+from ..errors import one_line
 from . import cost, run_suite
 
 log = logging.getLogger("raim.suite")
@@ -70,6 +71,7 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 
 
 @hydra.main(version_base=None, config_path="../../conf", config_name="config")
+@one_line
 def main(cfg: DictConfig) -> None:
     from .. import report
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..errors import RaimError, one_line
 from ..fsutil import atomic_write_text, to_json
 from .frames import is_frame_cfg
 from .runner import (
@@ -44,7 +45,7 @@ def load_roster(name: str):
     path = CONF / "roster" / f"{name}.yaml"
     if not path.exists():
         avail = sorted(p.stem for p in (CONF / "roster").glob("*.yaml"))
-        raise SystemExit(f"no roster {name!r}; available: {avail}")
+        raise RaimError(f"no roster {name!r}; available: {avail}")
     with initialize_config_dir(config_dir=str(CONF / "roster"), version_base=None):
         return compose(config_name=name)
 
@@ -64,7 +65,7 @@ def load_frame_cfgs():
 def read_dataset(items_dir: Path, name: str) -> pd.DataFrame:
     path = items_dir / f"{name}.jsonl"
     if not path.exists():
-        raise SystemExit(
+        raise RaimError(
             f"{path} not found: build the items first (python -m src.data --raw-dir <raw> --out-dir {items_dir})"
         )
     from src.data import read_items
@@ -96,6 +97,7 @@ def write_audit(out_dir: Path, audit: pd.DataFrame, reports: dict, head: dict) -
     return audit
 
 
+@one_line
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m src.judges", description=__doc__.splitlines()[0])
     ap.add_argument("--roster", default="cpu")
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if only:
         unknown = set(only) - set(member_names(roster))
         if unknown:
-            raise SystemExit(f"unknown members {sorted(unknown)}; roster has {member_names(roster)}")
+            raise RaimError(f"unknown members {sorted(unknown)}; roster has {member_names(roster)}")
     out_dir = a.tables_dir / a.roster
     out_dir.mkdir(parents=True, exist_ok=True)
     tables: dict[str, pd.DataFrame] = {}

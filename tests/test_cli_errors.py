@@ -1,0 +1,78 @@
+"""Every command answers a bad input with one line `error: …` naming the file / row / field, and exit status 2
+(no traceback, no Hydra banner); RAIM_DEBUG=1 brings the traceback back (src/errors.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(tmp: Path, *args: str, debug: bool = False) -> subprocess.CompletedProcess:
+    env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db",
+           "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("HYDRA_FULL_ERROR", None)
+    env["RAIM_DEBUG"] = "1" if debug else "0"
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def bad_utf8_raw(tmp: Path) -> Path:
+    raw = tmp / "raw"
+    (raw / "wice" / "claim").mkdir(parents=True)
+    (raw / "wice" / "claim" / "test.jsonl").write_bytes(b'{"label": "supported"}\n\xff\xfe not text\n')
+    return raw
+
+
+CASES = {
+    "judges: unknown roster": (lambda t: ["src.judges", "--roster", "nope"], "no roster 'nope'; available:"),
+    "judges: unknown dataset": (lambda t: ["src.judges", "--datasets", "nope", "--items-dir", str(t)],
+                                "nope.jsonl not found: build the items first"),
+    "judges: unknown member": (lambda t: ["src.judges", "--members", "zz"], "unknown members ['zz']"),
+    "data: raw folder missing": (lambda t: ["src.data", "--raw-dir", str(t / "none"), "--out-dir", str(t / "o")],
+                                 "raw data folder"),
+    "data: unknown dataset": (lambda t: ["src.data", "--datasets", "nope", "--out-dir", str(t / "o")],
+                              "unknown dataset(s) ['nope']"),
+    "data: non-UTF-8 raw file": (lambda t: ["src.data", "--raw-dir", str(bad_utf8_raw(t)), "--datasets", "wice",
+                                            "--out-dir", str(t / "o")],
+                                 "wice/claim/test.jsonl line 2: not UTF-8 text (byte 0xff"),
+    "serve: unknown model": (lambda t: ["src.serve", "model", "--model-uri", "models:/nope@champion"],
+                             "model: Registered Model with name=nope not found"),
+    "serve: unknown roster": (lambda t: ["src.serve", "log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"],
+                              "no roster 'nope'"),
+    "run: output is a directory": (lambda t: ["src.run", f"output={t}", "tracking.enabled=false"],
+                                   "is a directory"),
+    "run: bad judge.missing": (lambda t: ["src.run", "judge.missing=sometimes", "tracking.enabled=false",
+                                          f"output={t}/r.json"], "judge.missing='sometimes'"),
+    "analyses: verdicts file missing": (lambda t: ["src.analyses", f"verdicts={t}/none.csv", "tracking.enabled=false"],
+                                        "none.csv: file not found"),
+    "report: corrupt results.json": (lambda t: ["src.report", f"output={_garbage(t)}",
+                                                f"suite.output={t}/suite.json", f"suite.report={t}/report.md",
+                                                f"suite.figures_dir={t}/fig"], "r.json: not a readable JSON"),
+}
+
+
+def _garbage(t: Path) -> Path:
+    (t / "r.json").write_text('{"datasets": {"x": ')
+    return t / "r.json"
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
+    args, expect = CASES[case]
+    p = cli(tmp_path, *args(tmp_path))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2, (case, p.stdout[-2000:], p.stderr[-2000:])
+    errors = [ln for ln in lines if ln.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0] and expect in errors[0], (case, p.stderr[-2000:])
+    assert "Traceback" not in p.stderr and "HYDRA_FULL_ERROR" not in p.stderr
+
+
+def test_raim_debug_shows_the_traceback(tmp_path):
+    p = cli(tmp_path, "src.judges", "--roster", "nope", debug=True)
+    assert p.returncode != 0 and "Traceback" in p.stderr and "RaimError: no roster 'nope'" in p.stderr
