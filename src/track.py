@@ -472,8 +472,8 @@ def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "
     except (MlflowException, OSError, ImportError) as e:
         raise RaimError(f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {e}); nothing was "
                         f"written to results (tracking.enabled=false runs without MLflow)") from e
-    except Exception as e:  # sqlalchemy errors of the sqlite store (e.g. a locked or corrupt mlflow.db)
-        if type(e).__module__.split(".")[0] != "sqlalchemy":
+    except Exception as e:  # errors of the sqlite store (a locked or corrupt mlflow.db, a failed migration)
+        if type(e).__module__.split(".")[0] not in ("sqlalchemy", "alembic"):
             raise
         raise RaimError(f"MLflow store {tracking_uri(cfg)} failed ({type(e).__name__}: "
                         f"{str(e).splitlines()[0]}); nothing was written to results") from e

@@ -12,6 +12,7 @@ from src import registry, serve
 from src.aggregate import StackedLogit
 from src.errors import RaimError
 
+from malformed import serving_requests
 from test_track import compose_cfg, free_port, log_simulated, post_json, server, tracking_store
 
 MEMBERS = [f"m{j:02d}" for j in range(8)]
@@ -79,29 +80,7 @@ def strict(champion):
         yield url
 
 
-REC = {m: 1 for m in MEMBERS}
-BAD_REQUESTS = {
-    "missing column": {"dataframe_records": [{k: v for k, v in REC.items() if k != "m03"}]},
-    "extra column": {"dataframe_records": [{**REC, "m99": 1}]},
-    "misspelt column": {"dataframe_records": [{**{k: v for k, v in REC.items() if k != "m03"}, "m3": 1}]},
-    "extra column in a later row": {"dataframe_records": [REC, {**REC, "qwen": 0}]},
-    "vote 0.7": {"dataframe_records": [{**REC, "m00": 0.7}]},
-    "vote 2": {"dataframe_records": [{**REC, "m00": 2}]},
-    "vote -1": {"dataframe_records": [{**REC, "m00": -1}]},
-    "vote empty list": {"dataframe_records": [{**REC, "m00": []}]},
-    "vote string": {"dataframe_records": [{**REC, "m00": "yes"}]},
-    "vote numeric string": {"dataframe_records": [{**REC, "m00": "1"}]},
-    "vote true": {"dataframe_records": [{**REC, "m00": True}]},
-    "vote object": {"dataframe_records": [{**REC, "m00": {"v": 1}}]},
-    "row not an object": {"dataframe_records": [[1, 0, 1]]},
-    "no rows": {"dataframe_records": []},
-    "split: short row": {"dataframe_split": {"columns": MEMBERS, "data": [[1, 0, 1]]}},
-    "split: unknown column": {"dataframe_split": {"columns": MEMBERS + ["zz"], "data": [[1] * 9]}},
-    "split: no data": {"dataframe_split": {"columns": MEMBERS}},
-    "inputs: missing column": {"inputs": {m: [1] for m in MEMBERS[:-1]}},
-    "inputs: ragged columns": {"inputs": {**{m: [1] for m in MEMBERS}, "m00": [1, 0]}},
-    "instances: bad vote": {"instances": [{**REC, "m05": 3}]},
-}
+BAD_REQUESTS = serving_requests(MEMBERS)
 
 
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
