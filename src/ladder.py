@@ -48,6 +48,29 @@ class LadderSettings:
     min_coverage: float = 0.5  # a single-judge comparator (best_avg, best_cv, oracle) must answer this share
 
 
+def _in(value, lo: float, hi: float, lo_open: bool, hi_open: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return (lo < value if lo_open else lo <= value) and (value < hi if hi_open else value <= hi)
+
+
+def check_settings(s: LadderSettings, stacker: StackedLogit) -> None:
+    """Refuse settings the analysis cannot run with, in one line naming the config key."""
+    inf = float("inf")
+    rules = [("analysis.n_splits", s.n_splits, 2, inf, False, False), ("analysis.n_boot", s.n_boot, 1, inf, False, False),
+             ("analysis.level", s.level, 0, 1, True, True), ("analysis.kappa0", s.kappa0, -1, 1, False, False),
+             ("analysis.c", s.c, 0, 1, True, False), ("analysis.phi0", s.phi0, -1, 1, False, False),
+             ("analysis.min_coverage", s.min_coverage, 0, 1, False, False),
+             ("stacker.C", stacker.C, 0, inf, True, True), ("stacker.threshold", stacker.threshold, 0, 1, True, True)]
+    for key, value, lo, hi, lo_open, hi_open in rules:
+        whole = key in ("analysis.n_splits", "analysis.n_boot")
+        if not _in(value, lo, hi, lo_open, hi_open) or (whole and not isinstance(value, int)):
+            want = f"an integer ≥ {lo}" if whole else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+            raise AnalysisError(f"{key}={value!r}: must be {want}")
+    if stacker.abstention not in ("scalar", "category"):
+        raise AnalysisError(f"stacker.abstention={stacker.abstention!r}: must be 'scalar' or 'category'")
+
+
 @dataclass
 class DatasetResult:
     """Everything computed for one dataset: the JSON-able summary and the fitted objects."""
@@ -237,6 +260,7 @@ def _abstention_contrast(X, y, folds, boot, stacker, scalar_pred, s) -> dict:
 
 def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings) -> dict[str, DatasetResult]:
     """Every dataset of the table, then Holm over the configured core datasets for each comparator."""
+    check_settings(s, stacker)
     best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
     results = {}
     for name, t in table.by_dataset().items():

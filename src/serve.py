@@ -132,9 +132,11 @@ class PanelModel(mlflow.pyfunc.PythonModel):
     Input columns: ``candidate`` (required), ``question``, ``evidence``, ``item_id``, ``frame``, ``dataset``.
     An item without ``item_id`` gets one from its content, so a repeated item is a cache hit; an item without
     ``frame`` is scored under the model's default frame. ``model_config`` (overridable at load time):
-    ``cache_dir`` (the verdict cache), ``compute`` (score cache misses; False: a miss is an abstention).
-    Output: ``item_id``, one column per member (its vote; null = abstained), ``p_hallucinated``, ``verdict``,
-    ``label``. The roster holds exactly the members the stacker votes with, in its column order.
+    ``cache_dir`` (the verdict cache), ``compute`` (score cache misses; False: a miss is an abstention, named in
+    the ``uncached`` output column). Output: ``item_id``, one column per member (its vote; null = abstained),
+    ``p_hallucinated``, ``verdict``, ``label``, ``uncached`` (comma-separated members whose verdict was neither
+    cached nor computed; empty when every member judged). The roster holds exactly the members the stacker votes
+    with, in its column order.
     """
 
     _skip_type_hint_validation = True
@@ -188,6 +190,8 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
         out = stacked_output(self.stacker, vote_matrix(votes.astype("Float64").astype(float), self.columns,
                                                        self.stacker.n_votes))
+        cached = table.attrs.get("cached", {})
+        out["uncached"] = [",".join(m for m in cached if not cached[m][i]) for i in range(len(out))]
         return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
 
 
@@ -199,7 +203,7 @@ def panel_signature(columns: list[str], n_votes: int):
                                                         for c in PANEL_OPTIONAL])
     outputs = Schema([ColSpec("string", "item_id")]
                      + [ColSpec("long" if j < n_votes else "double", c, required=False) for j, c in enumerate(columns)]
-                     + list(stacker_signature(columns, n_votes).outputs.inputs))
+                     + list(stacker_signature(columns, n_votes).outputs.inputs) + [ColSpec("string", "uncached")])
     return ModelSignature(inputs=inputs, outputs=outputs)
 
 

@@ -170,7 +170,8 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
     _prefill(panel["roster"], inner, ITEMS, cache, [0, 1, 0])
 
     out = model.predict(ITEMS)
-    assert list(out.columns) == ["item_id", llm, lexical, "p_hallucinated", "verdict", "label"]
+    assert list(out.columns) == ["item_id", llm, lexical, "p_hallucinated", "verdict", "label", "uncached"]
+    assert out["uncached"].tolist() == ["", "", ""]
     assert out[llm].tolist() == [0, 1, 0]  # from the cache
     assert out[lexical].tolist() == [0, 1, 0]  # computed: supported claims overlap the evidence, the cat cure not
     X = out[[llm, lexical]].to_numpy(dtype=float)
@@ -197,6 +198,7 @@ def test_panel_model_without_compute_abstains_on_a_miss(panel, tmp_path, monkeyp
     out = model.predict(new)  # the LLM's verdict is cached, the lexical judge's is not (and is not computed)
     assert out["item_id"].tolist() == ["x1"] and out[panel["names"][0]].tolist() == [1]
     assert pd.isna(out[panel["names"][1]][0])
+    assert out["uncached"].tolist() == [panel["names"][1]]  # the abstention is a miss, and says so
     assert out["p_hallucinated"][0] == pytest.approx(panel["stacker"].predict_proba([[1.0, 0.5]])[0, 1])
 
 
