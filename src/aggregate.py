@@ -182,49 +182,91 @@ class BestSingle(_VoteClassifier):
 
 
 class DawidSkene(_VoteClassifier):
-    """Unsupervised Dawid–Skene through crowd-kit (label-free rung of the ladder).
+    """Unsupervised two-class Dawid–Skene (label-free rung of the ladder): EM in numpy, run to convergence.
 
-    ``fit(X)`` runs crowd-kit's EM on the long-format votes (abstentions are missing labels) and keeps its
-    class priors and per-member confusion matrices; ``predict_proba`` applies that model's E-step, which on
-    the fitted items reproduces crowd-kit's posteriors.
+    Abstentions (0.5) are missing labels. The EM starts as crowd-kit 1.4.2 does (majority-vote posteriors, i.e.
+    each item's vote shares, then an M-step) and alternates E-step and M-step, each iteration exactly crowd-kit's,
+    until no posterior moves by ``tol`` or more (``converged_``) or ``n_iter`` iterations have run (``n_iter_``;
+    a :class:`~sklearn.exceptions.ConvergenceWarning` then). Unlike crowd-kit it does not stop on its ELBO
+    check, which is not monotone and ends some fits after a few iterations. Fitted state:
+
+    * ``priors_`` — (P(y=0), P(y=1)), the mean posterior over the items with at least one vote;
+    * ``confusion_`` — K × 2 × 2, ``confusion_[j, t, o]`` = P(member j says o | true t); a member that never
+      voted gets 0.5 everywhere (its votes carry no evidence);
+    * ``probas_`` — n × 2 array of the fitted items' posteriors (P(y=0), P(y=1)) from the last E-step; an item
+      nobody voted on gets ``priors_``. A table without a single vote gives 0.5 everywhere.
+
+    The only smoothing is crowd-kit's: expected counts and priors are floored at ``1e-10`` before normalising /
+    taking logs (crowd-kit floors only the labels a member gave; flooring every cell moves a confusion entry by
+    at most 1e-10 over the member's expected count), so a constant voter, a silent member or an exact zero give
+    finite posteriors.
+    ``predict_proba`` applies the fitted model's E-step to any vote matrix (at convergence, on the fitted items,
+    ``probas_``).
     """
 
-    def __init__(self, n_iter: int = 100, tol: float = 1e-5, threshold: float = 0.5):
+    _FLOOR = 1e-10  # crowd-kit's _EPS
+
+    def __init__(self, n_iter: int = 100_000, tol: float = 1e-10, threshold: float = 0.5):
         self.n_iter = n_iter
         self.tol = tol
         self.threshold = threshold
 
-    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> "DawidSkene":
-        from crowdkit.aggregation import DawidSkene as _DS
-
-        self._set_classes(X, y)
+    @staticmethod
+    def _onehot(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(votes == 0, votes == 1) as floats, n × K each; an abstention is neither."""
         X = np.asarray(X, dtype=float)
-        long = _long_format(X)
-        ds = _DS(n_iter=self.n_iter, tol=self.tol).fit(long)
-        self.priors_ = np.array([ds.priors_.get(c, _EPS) for c in (0, 1)])
-        K = X.shape[1]
-        # conf_[j, t, o] = P(member j says o | true t)
-        conf = np.full((K, 2, 2), 0.5)
-        for j in range(K):
-            for o in (0, 1):
-                if (j, o) in ds.errors_.index:
-                    conf[j, :, o] = [ds.errors_.loc[(j, o)].get(t, _EPS) for t in (0, 1)]
-        self.confusion_ = np.clip(conf, _EPS, 1.0)
-        self.probas_ = ds.probas_.reindex(range(len(X)))
+        return (X == 0).astype(float), (X == 1).astype(float)
+
+    def _m_step(self, X0: np.ndarray, X1: np.ndarray, q: np.ndarray, weights: np.ndarray) -> None:
+        """Priors (``weights``: 1 / #voted items on each voted item, else 0) and floored, normalised counts."""
+        self.priors_ = weights @ q
+        counts = np.maximum(np.stack([X0.T @ q, X1.T @ q], axis=2), self._FLOOR)  # [j, t, o]
+        self.confusion_ = counts / counts.sum(axis=2, keepdims=True)
+
+    def _e_step(self, X0: np.ndarray, X1: np.ndarray) -> np.ndarray:
+        """Posteriors (P(y=0), P(y=1)): the prior's log-odds plus each vote's log-likelihood ratio, through σ."""
+        from scipy.special import expit
+
+        llr = np.diff(np.log(self.confusion_), axis=1)[:, 0, :]  # [j, o]: log P(o | 1) − log P(o | 0)
+        z = np.diff(np.log(np.maximum(self.priors_, self._FLOOR)))[0] + X0 @ llr[:, 0] + X1 @ llr[:, 1]
+        return np.column_stack([expit(-z), expit(z)])
+
+    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> "DawidSkene":
+        self._set_classes(X, y)
+        X0, X1 = self._onehot(X)
+        shares = np.column_stack([X0.sum(axis=1), X1.sum(axis=1)])
+        voted = shares.sum(axis=1) > 0
+        self.n_iter_, self.converged_ = 0, not voted.any()
+        if not voted.any():  # nothing to learn from: flat model
+            self.priors_, self.confusion_ = np.full(2, 0.5), np.full((X0.shape[1], 2, 2), 0.5)
+            self.probas_ = np.full((len(X0), 2), 0.5)
+            return self
+        # crowd-kit's start: majority-vote posteriors (vote shares); 0.5 where nobody voted
+        q = np.where(voted[:, None], shares / np.maximum(shares.sum(axis=1, keepdims=True), 1), 0.5)
+        weights = voted / voted.sum()
+        self._m_step(X0, X1, q, weights)
+        while self.n_iter_ < self.n_iter and not self.converged_:
+            q_new = self._e_step(X0, X1)
+            self._m_step(X0, X1, q_new, weights)
+            self.converged_ = bool(np.abs(q_new - q).max() < self.tol)
+            q, self.n_iter_ = q_new, self.n_iter_ + 1
+        self.probas_ = q
+        if not self.converged_:
+            import warnings
+
+            from sklearn.exceptions import ConvergenceWarning
+
+            warnings.warn(f"Dawid–Skene EM did not converge in {self.n_iter} iterations (tol={self.tol:g})",
+                          ConvergenceWarning, stacklevel=2)
         return self
 
     def _p1(self, X: np.ndarray) -> np.ndarray:
-        logp = np.tile(np.log(np.clip(self.priors_, _EPS, 1.0)), (len(X), 1))
-        for j in range(X.shape[1]):
-            for o in (0, 1):
-                hit = X[:, j] == o
-                logp[hit] += np.log(self.confusion_[j, :, o])
-        logp -= logp.max(axis=1, keepdims=True)
-        p = np.exp(logp)
-        return p[:, 1] / p.sum(axis=1)
+        return self._e_step(*self._onehot(X))[:, 1]
 
 
 def _long_format(X: np.ndarray) -> pd.DataFrame:
+    """crowd-kit's long format of a vote matrix (task, worker, label), abstentions dropped: the tests and
+    ``bench/bench_dawid_skene.py`` compare :class:`DawidSkene` with crowd-kit on it."""
     task, worker = np.nonzero(X != ABSTAIN)
     return pd.DataFrame({"task": task, "worker": worker, "label": X[task, worker].astype(int)})
 
