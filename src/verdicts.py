@@ -10,6 +10,11 @@ Inside RAIM a vote is coded 0 / 1, and an abstention as ``ABSTAIN = 0.5`` (the p
 
 from __future__ import annotations
 
+import codecs
+import csv
+import io
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +27,10 @@ ABSTAIN = 0.5
 REQUIRED = ("item_id", "cluster_id", "gold")
 META = ("item_id", "cluster_id", "gold", "dataset", "frame")
 DEFAULT_DATASET = "all"
+PARQUET_SUFFIXES = (".parquet", ".pq")
+ROWS_ATTR = "verdict_rows"  # read_table: each record's row number in its file
+MISSING_MARKERS = frozenset({"na", "n/a", "none", "null", "nan", "<na>"})  # never an id, a vote or a gold label
+_BINARY = re.compile(r"[01](?:\.0*)?")  # 1, 0, and 1.0 / 0.0 as pandas writes a float column
 
 
 class VerdictError(RaimError, ValueError):
@@ -91,21 +100,86 @@ def _to_nullable(v: np.ndarray) -> pd.Series:
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    """Read a CSV or Parquet verdict table as strings-preserving raw frame."""
+    """Read a CSV or Parquet verdict table into a raw frame (CSV cells as strings, Parquet cells as typed).
+
+    The frame remembers each record's row number in the file (``attrs["verdict_rows"]``): a CSV's line number
+    where the record starts (header = row 1, first record = row 2; blank lines are skipped, not renumbered), a
+    Parquet file's record number from 1. Every problem reading the file is one :class:`VerdictError` line.
+    """
     path = Path(path)
     if not path.exists():
         raise VerdictError(f"{path}: file not found")
+    if path.is_dir():
+        raise VerdictError(f"{path}: is a directory, not a verdict table (a CSV or Parquet file)")
     if path.stat().st_size == 0:
         raise VerdictError(f"{path}: empty file (expected a header with {', '.join(REQUIRED)})")
-    if path.suffix in (".parquet", ".pq"):
-        df = pd.read_parquet(path)
-    else:
-        try:
-            df = pd.read_csv(path, dtype=str, keep_default_na=False)
-        except pd.errors.EmptyDataError as e:
-            raise VerdictError(f"{path}: empty file ({e})") from e
+    df = _read_parquet(path) if path.suffix.lower() in PARQUET_SUFFIXES else _read_csv(path)
     if df.empty:
         raise VerdictError(f"{path}: no rows")
+    return df
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """Parse with the csv module: every cell a string (no missing-value guessing), the header as written."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise VerdictError(f"{path}: cannot read ({e.strerror})") from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = data[bom:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = bom + e.start
+        line = data.count(b"\n", 0, at) + 1
+        hint = "it looks like a Parquet file: name it .parquet" if data[:4] == b"PAR1" else "save the table as UTF-8"
+        raise VerdictError(f"{path}: line {line}: byte 0x{data[at]:02x} at offset {at} is "
+                           f"not UTF-8 ({hint})") from None
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: list[str] | None = None
+    records, rows, end = [], [], 0
+    try:
+        for rec in reader:
+            start, end = end + 1, reader.line_num
+            if not any(f.strip() for f in rec):
+                continue  # a blank line (or one of commas only) carries nothing
+            if header is None:
+                header = [f.strip() for f in rec]
+            elif len(rec) != len(header):
+                _ragged(path, start, rec, header)
+            else:
+                records.append(rec)
+                rows.append(start)
+    except csv.Error as e:
+        raise VerdictError(f"{path}: line {reader.line_num}: {e}") from None
+    if header is None:
+        raise VerdictError(f"{path}: empty file (expected a header with {', '.join(REQUIRED)})")
+    df = pd.DataFrame(records, columns=header, dtype=object)
+    df.attrs[ROWS_ATTR] = rows
+    return df
+
+
+def _ragged(path: Path, row: int, rec: list[str], header: list[str]) -> None:
+    i = header.index("item_id") if "item_id" in header else None
+    ident = f" (item_id={rec[i].strip()!r})" if i is not None and i < len(rec) else ""
+    if len(rec) < len(header):
+        raise VerdictError(f"{path}: row {row}{ident}: field {header[len(rec)]!r}: missing (the row has "
+                           f"{len(rec)} fields, the header {len(header)})")
+    raise VerdictError(f"{path}: row {row}{ident}: {len(rec)} fields, the header has {len(header)}")
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        index = {c for c in (pf.schema_arrow.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
+        _check_header([c for c in pf.schema_arrow.names if c not in index], str(path))
+        df = pf.read().to_pandas()
+    except (pa.ArrowException, OSError) as e:
+        reason = re.sub(r"^Could not open Parquet input source '.*?':\s*", "", " ".join(str(e).split()))
+        raise VerdictError(f"{path}: not a readable Parquet file ({_clip(reason, 120)})") from None
+    df.attrs[ROWS_ATTR] = list(range(1, len(df) + 1))
     return df
 
 
@@ -120,91 +194,178 @@ def validate(
     frontier: str | None = None,
     members: list[str] | None = None,
 ) -> VerdictTable:
-    """Check the contract and code the votes; every error names the source, the row and the field.
+    """Check the contract and code the votes; every error is one line naming the source, the row and the field.
 
-    Rows are numbered as in the file (header = row 1, first record = row 2).
+    Rows are numbered as :func:`read_table` recorded them; a frame built in memory is numbered as the CSV it
+    would write (header = row 1, first record = row 2). Real nulls (``None``, ``pd.NA``, a float ``NaN``) are
+    empty cells: an abstention in a vote column, 0.0 in a feature column, an error elsewhere. Strings are read
+    as a CSV's cells: ``1``, ``0`` (or ``1.0``, ``0.0``), empty or blank; any other token, ``NaN``, ``NA`` and
+    ``None`` included, is an error.
     """
+    _check_header(list(df.columns), source)
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
-        raise VerdictError(f"{source}: missing required column(s) {missing}; found {list(df.columns)}")
+        raise VerdictError(f"{source}: missing required column(s) {missing}; found {_names(df.columns)}")
     if frontier is not None and frontier not in df.columns:
         frontier = None  # a configured frontier that this table does not carry is simply absent
-    judge_cols = [c for c in df.columns if c not in META and "@" not in c and c != frontier]
+    judge_cols = [c for c in df.columns if c not in META and "@" not in str(c) and c != frontier]
     if members is not None:
         absent = [m for m in members if m not in judge_cols]
         if absent:
-            raise VerdictError(f"{source}: roster member column(s) {absent} not in table; have {judge_cols}")
+            raise VerdictError(f"{source}: roster member column(s) {absent} not in table; have {_names(judge_cols)}")
         judge_cols = list(members)
     if not judge_cols:
         raise VerdictError(f"{source}: no judge columns (any column besides {list(META)})")
+    rows = df.attrs.get(ROWS_ATTR)
+    where = _Where(source, rows if rows is not None and len(rows) == len(df) else range(2, len(df) + 2))
+    ids = _text_col(df, "item_id", where)
+    dup = ids.duplicated(keep="first").to_numpy()
+    if dup.any():
+        r = int(np.flatnonzero(dup)[0])
+        first = int(np.flatnonzero((ids == ids[r]).to_numpy())[0])
+        raise VerdictError(f"{where(r, 'item_id')}: duplicate item_id {ids[r]!r} (first at row {where.rows[first]})")
+    where.ids = ids
     items = pd.DataFrame(
         {
-            "item_id": _text_col(df, "item_id", source),
-            "cluster_id": _text_col(df, "cluster_id", source),
-            "dataset": _text_col(df, "dataset", source) if "dataset" in df else DEFAULT_DATASET,
-            "gold": _gold(df, source),
+            "item_id": ids,
+            "cluster_id": _text_col(df, "cluster_id", where),
+            "dataset": _text_col(df, "dataset", where) if "dataset" in df else DEFAULT_DATASET,
+            "gold": _binary_col(df, "gold", where, allow_empty=False).astype(int),
         }
     )
-    dup = items["item_id"].duplicated(keep="first")
-    if dup.any():
-        r = int(np.flatnonzero(dup.to_numpy())[0])
-        raise VerdictError(f"{source}: row {r + 2}: field 'item_id': duplicate item_id {items['item_id'][r]!r}")
-    votes = np.column_stack([_vote_col(df, c, source) for c in judge_cols])
-    feats = {c: _float_col(df, c, source) for c in df.columns if "@" in c and c.split("@")[0] in judge_cols}
-    front = _vote_col(df, frontier, source) if frontier else None
+    votes = np.column_stack([_binary_col(df, c, where, allow_empty=True) for c in judge_cols])
+    feats = {c: _feature_col(df, c, where) for c in df.columns
+             if isinstance(c, str) and "@" in c and c.split("@")[0] in judge_cols}
+    front = _binary_col(df, frontier, where, allow_empty=True) if frontier else None
     return VerdictTable(items, judge_cols, votes, frontier, front, feats, source)
 
 
-def _text_col(df: pd.DataFrame, col: str, source: str) -> pd.Series:
-    s = df[col].astype(str).str.strip()
-    bad = (s == "") | (s.str.lower() == "nan") | df[col].isna().to_numpy()
+@dataclass
+class _Where:
+    """The one-line prefix of a cell's error: ``<source>: row <r> (item_id=<id>): field '<col>'``."""
+
+    source: str
+    rows: Sequence[int]
+    ids: pd.Series | None = None  # the validated item ids, once known
+
+    def __call__(self, r: int, col: str) -> str:
+        ident = "" if self.ids is None or col == "item_id" else f" (item_id={self.ids[r]!r})"
+        return f"{self.source}: row {self.rows[r]}{ident}: field {col!r}"
+
+
+def _check_header(names: list, source: str) -> None:
+    """Every column named, and named once (pandas would rename a second ``llama`` to ``llama.1``, a judge)."""
+    at: dict = {}
+    for i, c in enumerate(names, 1):
+        if not str(c).strip():
+            raise VerdictError(f"{source}: header: column {i} has no name")
+        at.setdefault(c, []).append(i)
+    for c, cols in at.items():
+        if len(cols) > 1:
+            times = "twice" if len(cols) == 2 else f"{len(cols)} times"
+            listed = ", ".join(map(str, cols[:-1])) + f" and {cols[-1]}"
+            raise VerdictError(f"{source}: header: column {c!r} appears {times} (columns {listed})")
+
+
+def _cells(df: pd.DataFrame, col: str, where: _Where, what: str) -> tuple[pd.Series, bool]:
+    """The column and whether it is numeric; a column type that cannot hold ``what`` is an error."""
+    s = df[col]
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        s = s.astype(object)
+    numeric = pd.api.types.is_numeric_dtype(s.dtype) and not pd.api.types.is_bool_dtype(s.dtype)
+    if not numeric and not (pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype)):
+        raise VerdictError(f"{where.source}: field {col!r}: column type {s.dtype} cannot hold {what}")
+    return s, numeric
+
+
+def _is_null(v: object) -> bool:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
+    return isinstance(v, (float, np.floating)) and bool(np.isnan(v))
+
+
+def _text_col(df: pd.DataFrame, col: str, where: _Where) -> pd.Series:
+    out = []
+    for r, v in enumerate(df[col].to_numpy(dtype=object)):
+        s = "" if _is_null(v) else str(v).strip()
+        if not s:
+            raise VerdictError(f"{where(r, col)}: empty value")
+        if s.lower() in MISSING_MARKERS:
+            raise VerdictError(f"{where(r, col)}: {s!r} is a missing-value marker, not a value")
+        out.append(s)
+    return pd.Series(out, dtype=object)
+
+
+def _binary_col(df: pd.DataFrame, col: str, where: _Where, allow_empty: bool) -> np.ndarray:
+    """0/1 as floats, an empty cell as ABSTAIN (only where ``allow_empty``: a vote, not gold)."""
+    s, numeric = _cells(df, col, where, "votes (0, 1 or null)" if allow_empty else "0 or 1")
+    if numeric:
+        out = s.to_numpy(dtype=float, na_value=np.nan)
+    else:
+        out = np.array([_binary_cell(v) for v in s.to_numpy(dtype=object)], dtype=float)
+    empty = np.isnan(out)  # _binary_cell codes a bad cell as inf
+    bad = (out != 0) & (out != 1) & ~empty | (empty & (not allow_empty))
     if bad.any():
-        r = int(np.flatnonzero(bad.to_numpy())[0])
-        raise VerdictError(f"{source}: row {r + 2}: field '{col}': empty value")
-    return s.reset_index(drop=True)
+        r = int(np.flatnonzero(bad)[0])
+        v = s.iloc[r]
+        if empty[r]:
+            raise VerdictError(f"{where(r, col)}: empty value (must be 0 or 1)")
+        hint = " (an abstention is an empty cell)" if allow_empty and str(v).strip().lower() in MISSING_MARKERS else ""
+        allowed = "{0, 1, empty}" if allow_empty else "{0, 1}"
+        raise VerdictError(f"{where(r, col)}: value {_show(v)} not in {allowed}{hint}")
+    return np.where(empty, ABSTAIN, out)
 
 
-def _parse_binary(df: pd.DataFrame, col: str, source: str, allow_empty: bool) -> np.ndarray:
-    raw = df[col].to_numpy(dtype=object)
-    out = np.empty(len(raw), dtype=float)
-    for r, v in enumerate(raw):
-        x = _coerce(v)
-        if x is None and allow_empty:
-            out[r] = ABSTAIN
-        elif x in (0, 1):
-            out[r] = float(x)
-        else:
-            allowed = "{0, 1, empty}" if allow_empty else "{0, 1}"
-            raise VerdictError(f"{source}: row {r + 2} (item_id={df['item_id'].iloc[r]!r}): "
-                               f"field '{col}': value {v!r} not in {allowed}")
+def _binary_cell(v: object) -> float:
+    """0.0 / 1.0, NaN for an empty cell, inf for anything else."""
+    if _is_null(v):
+        return np.nan
+    if isinstance(v, str):
+        t = v.strip()
+        return np.nan if not t else float(t) if _BINARY.fullmatch(t) else np.inf
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        return np.inf
+    return float(v) if v in (0, 1) else np.inf
+
+
+def _feature_col(df: pd.DataFrame, col: str, where: _Where) -> np.ndarray:
+    """A continuous score; an empty cell is 0.0 (neutral log-odds), a non-finite one an error."""
+    s, numeric = _cells(df, col, where, "numbers")
+    if numeric:
+        vals = s.to_numpy(dtype=float, na_value=np.nan)
+        for r in np.flatnonzero(np.isinf(vals))[:1]:
+            raise VerdictError(f"{where(int(r), col)}: not a finite number: {_show(s.iloc[r])}")
+        return np.nan_to_num(vals, nan=0.0)
+    out = np.zeros(len(s))
+    for r, v in enumerate(s.to_numpy(dtype=object)):
+        if _is_null(v) or (isinstance(v, str) and not v.strip()):
+            continue
+        try:
+            x = float(v.strip() if isinstance(v, str) else v) if not isinstance(v, (bool, np.bool_)) else None
+        except (TypeError, ValueError):
+            x = None
+        if x is None or not np.isfinite(x):
+            raise VerdictError(f"{where(r, col)}: not a {'number' if x is None else 'finite number'}: {_show(v)}")
+        out[r] = x
     return out
 
 
-def _coerce(v: object) -> int | None | str:
-    if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA:
-        return None
-    s = str(v).strip()
-    if s == "" or s.lower() in ("nan", "na", "<na>", "none"):
-        return None
-    try:
-        f = float(s)
-    except ValueError:
-        return s
-    return int(f) if f in (0.0, 1.0) else s
+def _show(v: object) -> str:
+    """A cell's value for a one-line message: Python's repr, clipped; other objects by type."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, str):
+        return repr(_clip(v, 40))
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return f"<{type(v).__name__}>"
 
 
-def _gold(df: pd.DataFrame, source: str) -> np.ndarray:
-    return _parse_binary(df, "gold", source, allow_empty=False).astype(int)
+def _clip(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
-def _vote_col(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
-    return _parse_binary(df, col, source, allow_empty=True)
-
-
-def _float_col(df: pd.DataFrame, col: str, source: str) -> np.ndarray:
-    vals = pd.to_numeric(df[col].replace("", np.nan), errors="coerce").to_numpy(dtype=float)
-    bad = np.isnan(vals) & ~pd.Series(df[col]).replace("", np.nan).isna().to_numpy()
-    if bad.any():
-        r = int(np.flatnonzero(bad)[0])
-        raise VerdictError(f"{source}: row {r + 2}: field '{col}': not a number: {df[col].iloc[r]!r}")
-    return np.nan_to_num(vals, nan=0.0)
+def _names(cols, most: int = 10) -> str:
+    """A column list for a message, shortened past ``most``."""
+    cols = [str(c) for c in cols]
+    return str(cols) if len(cols) <= most else f"{cols[:most]} (+{len(cols) - most} more)"
