@@ -44,7 +44,8 @@ ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "R
        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
 ENV.pop("HYDRA_FULL_ERROR", None)
 ENV["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{ENV.get('PATH', '')}"
-OUTCOMES = ("rejected with one line", "traceback", "accepted silently", "rejected unclearly")
+OUTCOMES = ("rejected with one line", "accepted, reported by file and line", "traceback", "accepted silently",
+            "rejected unclearly")
 
 
 def cli(tmp: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -57,7 +58,8 @@ def outcome(p: subprocess.CompletedProcess) -> str:
     if "Traceback" in p.stderr or "Traceback" in p.stdout:
         return "traceback"
     if p.returncode == 0:
-        return "accepted silently"
+        reported = "not read as a verdict" in p.stdout + p.stderr
+        return "accepted, reported by file and line" if reported else "accepted silently"
     lines = p.stderr.strip().splitlines()
     errors = [ln for ln in lines if ln.startswith("error: ")]
     return "rejected with one line" if len(errors) == 1 and lines[-1] == errors[0] else "rejected unclearly"
@@ -71,22 +73,31 @@ def run_table(tmp: Path, path: Path) -> subprocess.CompletedProcess:
 
 
 def damaged_caches(tmp: Path) -> dict[str, Path]:
-    """Copies of the committed verdict cache, each damaged one way."""
-    out = {}
-    for name, damage in {
-        "cache: garbage line in place of a record": lambda ls: ["garbage\n" if i == 5 else ln
-                                                                for i, ln in enumerate(ls)],
-        "cache: `42` in place of a record": lambda ls: ["42\n" if i == 5 else ln for i, ln in enumerate(ls)],
-        "cache: record with vote 2": lambda ls: [ln.replace('"vote": 0', '"vote": 2').replace('"vote": 1', '"vote": 2')
-                                                 if i == 5 else ln for i, ln in enumerate(ls)],
-        "cache: torn last record": lambda ls: ls[:-1] + [ls[-1][: len(ls[-1]) // 2]],
-        "cache: 170 of 200 WiCE records missing": lambda ls: [ln for ln in ls if '"dataset": "wice"' not in ln]
+    """Copies of the committed verdict cache, each damaged one way (qwen05b's file; ``w`` is the index of its first
+    WiCE record, an item of the analysed set). Damage to an analysed record must stop the run; a bad line that
+    leaves every item cached may be accepted, but only reported by file and line."""
+    def at_w(new):
+        return lambda ls, w: [new(ln) if i == w else ln for i, ln in enumerate(ls)]
+
+    damages = {
+        "cache: garbage line in place of a record": at_w(lambda ln: "garbage\n"),
+        "cache: `42` in place of a record": at_w(lambda ln: "42\n"),
+        "cache: record with vote 2": at_w(lambda ln: ln.replace('"vote": 0', '"vote": 2')
+                                           .replace('"vote": 1', '"vote": 2').replace('"vote": null', '"vote": 2')),
+        "cache: record cut in half": at_w(lambda ln: ln[: len(ln) // 2] + "\n"),
+        "cache: 170 of 200 WiCE records missing": lambda ls, w: [ln for ln in ls if '"dataset": "wice"' not in ln]
         + [ln for ln in ls if '"dataset": "wice"' in ln][:30],
-    }.items():
-        dst = tmp / "caches" / name.split(":")[1].strip().replace(" ", "_").replace("`", "")
+        "cache: garbage lines appended (every item still cached)": lambda ls, w: ls + ["42\n", "{oops\n"],
+        "cache: torn last write (every item still cached)": lambda ls, w: ls + ['{"key": "ab'],
+    }
+    out = {}
+    for i, (name, damage) in enumerate(damages.items()):
+        dst = tmp / "caches" / f"c{i}"
         shutil.copytree(ROOT / "verdicts" / "cache", dst)
         f = next((dst / "qwen05b").glob("*.jsonl"))
-        f.write_text("".join(damage(f.read_text().splitlines(keepends=True))))
+        lines = f.read_text().splitlines(keepends=True)
+        w = next(i for i, ln in enumerate(lines) if '"dataset": "wice"' in ln)
+        f.write_text("".join(damage(lines, w)))
         out[name] = dst
     return out
 
@@ -323,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(doc["bad_inputs"]))
             print(f"valid inputs accepted: {sum(v['accepted'] for v in doc['valid_inputs'])}/{len(doc['valid_inputs'])}")
             for r in doc["bad_inputs"]:
-                if r["outcome"] != "rejected with one line":
+                if r["outcome"] not in OUTCOMES[:2]:
                     print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")
         if "kills" not in a.skip:
             doc["kills"] = kills(tmp, a.kills, a.items)

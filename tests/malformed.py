@@ -4,6 +4,7 @@ table): verdict-table files, and scoring requests to a served stacker. Each entr
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -115,7 +116,7 @@ GOOD_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
 
 def write(tmp: Path, name: str, catalogue: dict) -> Path:
     fname, make = catalogue[name]
-    path = tmp / name.replace(" ", "_").replace("/", "_").replace(":", "") / fname
+    path = tmp / re.sub(r"[^A-Za-z0-9_.-]+", "_", name) / fname  # a plain folder name (Hydra parses the path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(make())
     return path
