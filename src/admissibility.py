@@ -23,6 +23,12 @@ def reaches(member_k: np.ndarray, kappa0: float) -> np.ndarray:
         return np.asarray(member_k, dtype=float) >= kappa0 - TOL
 
 
+def competent(n_ok: np.ndarray, c: float, size: np.ndarray) -> np.ndarray:
+    """At least the share ``c`` of a panel of ``size`` members reach κ₀ (within :data:`TOL`: c·K can land a hair
+    above a whole number, e.g. 0.3 × 10)."""
+    return np.asarray(n_ok) >= c * np.asarray(size) - TOL
+
+
 def within(phibar: np.ndarray, phi0: float) -> np.ndarray:
     """φ̄ at or under the correlation threshold φ₀ (within :data:`TOL`; NaN = undefined never is)."""
     phibar = np.asarray(phibar, dtype=float)
@@ -133,20 +139,20 @@ def admits(member_k: np.ndarray, phibar: np.ndarray, kappa0: float, c: float, ph
     phibar = np.asarray(phibar, dtype=float)
     n_ok = np.sum(reaches(member_k, kappa0), axis=-1)
     size = np.sum(~np.isnan(member_k), axis=-1) if size is None else np.asarray(size)
-    return (n_ok >= c * size - TOL) & within(phibar, phi0)
+    return competent(n_ok, c, size) & within(phibar, phi0)
 
 
 def decide(member_k: np.ndarray, phibar: float | None, kappa0: float, c: float, phi0: float) -> tuple[bool, str]:
     """The rule on already-estimated coordinates (one panel), and why."""
     n_ok, K = int(np.sum(reaches(member_k, kappa0))), len(member_k)
-    competent = n_ok >= c * K - TOL
+    has_share = bool(competent(n_ok, c, K))
     if phibar is None:
         return False, "φ̄ undefined (no member pair with a defined error correlation)"
     decorrelated = bool(within(phibar, phi0))
     if bool(admits(member_k, phibar, kappa0, c, phi0, K)):
         return True, f"{n_ok}/{K} members at κ≥{kappa0} (≥ {c:g} share) and φ̄={phibar:.3f} ≤ {phi0}"
     why = []
-    if not competent:
+    if not has_share:
         why.append(f"only {n_ok}/{K} members at κ≥{kappa0} (< {c:g} share)")
     if not decorrelated:
         why.append(f"φ̄={phibar:.3f} > {phi0}")

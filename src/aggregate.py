@@ -146,7 +146,9 @@ class WeightedVote(_VoteClassifier):
 def eligible(X: np.ndarray, min_coverage: float) -> np.ndarray:
     """Members that answer at least ``min_coverage`` of the items (a judge that voted on 2 of 193 items must not
     become the best single on its κ over those two); coverage is label-free, so this leaks nothing."""
-    cov = (np.asarray(X, dtype=float) != ABSTAIN).mean(axis=0) if len(X) else np.zeros(np.shape(X)[1])
+    from .evaluate import coverage  # local import, as in BestSingle.fit
+
+    cov = coverage(X) if len(X) else np.zeros(np.shape(X)[1])
     return cov >= min_coverage - 1e-12
 
 

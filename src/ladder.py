@@ -104,7 +104,7 @@ def best_on_average(table: VerdictTable, min_coverage: float = 0.5) -> tuple[str
     parts = table.by_dataset()
     kappas = np.array([admissibility.member_kappas(t.gold, t.votes) for t in parts.values()])
     covs = np.array([coverage(t.votes) for t in parts.values()])
-    ok = np.all(covs >= min_coverage - 1e-12, axis=0)
+    ok = np.all([eligible(t.votes, min_coverage) for t in parts.values()], axis=0)
     why = {}
     for j in np.flatnonzero(~ok):
         d = int(np.argmin(covs[:, j]))

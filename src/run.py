@@ -130,8 +130,9 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
                           compute=cfg.judge.compute, progress=False)
         report, cached = t.attrs["report"], t.attrs.pop("cached")
         cache[name] = {j: {"items": r["items"], "cached": r["cached"], "abstained": r["abstained"],
-                           "bad_lines": r["cache"]["bad_lines"], "torn_tail_bytes": r["cache"]["torn_tail_bytes"],
-                           "problems": r["problems"]} for j, r in report.items()}
+                           "path": r["cache"]["path"], "bad_lines": r["cache"]["bad_lines"],
+                           "torn_tail_bytes": r["cache"]["torn_tail_bytes"], "problems": r["problems"]}
+                       for j, r in report.items()}
         keep, missing = judged_items(report, cached)
         if missing:
             gaps[name] = (int((~keep).sum()), len(t), missing)
@@ -148,20 +149,13 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
     table = verdicts.validate(pd.concat(frames, ignore_index=True), source=source,
                               frontier=frontier_name(cfg), members=members)
-    files = {r["problems"][0].split(": line")[0] for d in cache.values() for r in d.values() if r["problems"]}
+    # each dataset read a judge's whole cache file: one count per file (bad lines, and a torn tail as one)
+    bad = {r["path"]: r["bad_lines"] + bool(r["torn_tail_bytes"]) for d in cache.values() for r in d.values()}
+    bad = {f: n for f, n in bad.items() if n}
     dropped = {d: {"items": n, "judged": n - k, "dropped": k, "missing_per_judge": m} for d, (k, n, m) in gaps.items()}
     table.provenance = {"cache": cache, "judged_only": dropped,
-                        "bad_cache_lines": sum(_bad_lines_per_file(cache).values()), "bad_cache_files": sorted(files)}
+                        "bad_cache_lines": sum(bad.values()), "bad_cache_files": sorted(bad)}
     return table
-
-
-def _bad_lines_per_file(cache: dict) -> dict[str, int]:
-    """Bad lines (and torn tails) per cache file, counted once per file over datasets."""
-    out: dict[str, int] = {}
-    for d in cache.values():
-        for j, r in d.items():
-            out[j] = max(out.get(j, 0), r["bad_lines"] + (1 if r["torn_tail_bytes"] else 0))
-    return out
 
 
 def write_json(doc: dict, path: str | Path) -> Path:

@@ -665,14 +665,14 @@ def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "
     try:
         with quiet_mlflow():
             return _log_analysis(cfg, table, results, doc, kind)
-    except (MlflowException, OSError, ImportError) as e:
-        raise RaimError(f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {e}); nothing was "
-                        f"written to results (tracking.enabled=false runs without MLflow)") from e
-    except Exception as e:  # errors of the sqlite store (a locked or corrupt mlflow.db, a failed migration)
-        if type(e).__module__.split(".")[0] not in ("sqlalchemy", "alembic"):
+    except Exception as e:
+        # MLflow's own errors and those of its sqlite store (a locked or corrupt mlflow.db, a failed migration)
+        store = type(e).__module__.split(".")[0] in ("sqlalchemy", "alembic")
+        if not (store or isinstance(e, (MlflowException, OSError, ImportError))):
             raise
-        raise RaimError(f"MLflow store {tracking_uri(cfg)} failed ({type(e).__name__}: "
-                        f"{str(e).splitlines()[0]}); nothing was written to results") from e
+        why = (str(e).splitlines() or [""])[0] if store else str(e)  # SQL errors go on with the statement
+        raise RaimError(f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why}); nothing was "
+                        f"written to results (tracking.enabled=false runs without MLflow)") from e
 
 
 def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -> str:

@@ -32,7 +32,7 @@ def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.ra
     nc, K = len(ids), t.votes.shape[1]
     full = ref.admissibility
     full_best = int(np.argmax(ref.member_kappa))
-    competent_full = full.members_at_kappa0 >= c * K - admissibility.TOL
+    competent_full = bool(admissibility.competent(full.members_at_kappa0, c, K))
     decorrelated_full = full.phi_bar is not None and bool(admissibility.within(full.phi_bar, phi0))
     rows = {}
     for b in budgets:
@@ -46,7 +46,7 @@ def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.ra
         n_ok = admissibility.reaches(mk, kappa0).sum(axis=1)
         rows[str(b)] = {
             "p_match": float(np.mean(calls == full.admissible)),
-            "p_competence_match": float(np.mean((n_ok >= c * K - admissibility.TOL) == competent_full)),
+            "p_competence_match": float(np.mean(admissibility.competent(n_ok, c, K) == competent_full)),
             "p_correlation_match": float(np.mean(admissibility.within(pb, phi0) == decorrelated_full)),
             "p_best_member": float(np.mean(np.argmax(mk, axis=1) == full_best)),
             "phi_bar_iqr": [float(v) for v in np.nanpercentile(pb, [25, 75])] if np.isfinite(pb).any() else None,
