@@ -7,11 +7,13 @@ and returns the mean stacked κ (the metric Hydra sweepers optimise).
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
 import hydra
 import numpy as np
+from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
@@ -24,8 +26,9 @@ CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def dataset_names(cfg: DictConfig) -> list[str]:
-    """The datasets selected by the ``dataset`` group (``all`` lists several)."""
-    return list(cfg.dataset.datasets) if cfg.dataset.name == "all" else [cfg.dataset.name]
+    """The datasets selected by the ``dataset`` group: a list option (``all``: ``datasets`` maps each name to
+    its raw folder) or one dataset's own spec."""
+    return list(cfg.dataset.datasets) if "datasets" in cfg.dataset else [cfg.dataset.name]
 
 
 def group_option(group: str, name: str) -> DictConfig:
@@ -37,10 +40,14 @@ def group_option(group: str, name: str) -> DictConfig:
 
 
 def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
-    """``frame=auto`` gives each dataset its own frame (§2); any other choice forces one frame everywhere."""
+    """``frame=auto`` gives each dataset its own frame (§2); any other choice forces one frame everywhere.
+    A single selected dataset's spec is the composed ``dataset`` node (so a spec found on Hydra's search path
+    works); a listed one is read from conf/dataset."""
     if cfg.frame.name != "auto":
         return cfg.frame
-    return group_option("frame", group_option("dataset", dataset).frame)
+    spec = cfg.dataset if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset else \
+        group_option("dataset", dataset)
+    return group_option("frame", spec.frame)
 
 
 def frontier_name(cfg: DictConfig) -> str | None:
@@ -63,7 +70,7 @@ def load_table(cfg: DictConfig) -> verdicts.VerdictTable:
     return cached_table(cfg)
 
 
-MISSING_POLICIES = ("error", "judged_only")
+MISSING_POLICIES = ("error", "judged_only", "skip")
 
 
 class MissingVerdicts(RaimError):
@@ -95,14 +102,32 @@ def _per_judge(missing: dict[str, int]) -> str:
     return ", ".join(f"{j} {c}" for j, c in missing.items())
 
 
-def refuse_missing(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], judged_only: bool) -> None:
+def _gap_text(gaps: dict[str, tuple[int, int, dict]]) -> str:
+    return "; ".join(f"{d}: {k} of {n} items (missing per judge: {_per_judge(m)})" for d, (k, n, m) in gaps.items())
+
+
+def _gap_command(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> str:
+    return judge_command(cfg, list(gaps), list(dict.fromkeys(j for _, _, m in gaps.values() for j in m)))
+
+
+def refuse_missing(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], policy: str) -> None:
     """One line naming, per dataset, how many items lack a verdict (from whom), and the command that computes
     them."""
-    what = "; ".join(f"{d}: {k} of {n} items (missing per judge: {_per_judge(m)})" for d, (k, n, m) in gaps.items())
-    members = list(dict.fromkeys(j for _, _, m in gaps.values() for j in m))
-    tail = "" if judged_only else ", or analyse only the judged items with judge.missing=judged_only"
-    raise MissingVerdicts(f"items without a cached verdict under {cfg.paths.cache_dir}: {what}; compute them with "
-                          f"`{judge_command(cfg, list(gaps), members)}`{tail}")
+    tail = "" if policy != "error" else (", or analyse only the judged items with judge.missing=judged_only "
+                                         "(or leave these datasets out with judge.missing=skip)")
+    raise MissingVerdicts(f"items without a cached verdict under {cfg.paths.cache_dir}: {_gap_text(gaps)}; compute "
+                          f"them with `{_gap_command(cfg, gaps)}`{tail}")
+
+
+def skipped_datasets(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> dict[str, dict]:
+    """``judge.missing=skip``: each dataset with items lacking a verdict is left out whole (logged, and listed in
+    results.json and the report with the command that computes its verdicts)."""
+    out = {}
+    for d, gap in gaps.items():
+        out[d] = {"reason": f"{_gap_text({d: gap})}", "command": _gap_command(cfg, {d: gap})}
+        log.warning("%s: left out (judge.missing=skip): %s; compute them with `%s`", d, out[d]["reason"],
+                    out[d]["command"])
+    return out
 
 
 def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
@@ -110,24 +135,30 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
 
     Items without a cached verdict are not abstentions: ``judge.missing=error`` (default) stops, naming how many
     per dataset and judge and the command that computes them; ``judge.missing=judged_only`` analyses the items
-    every judge has judged and logs (and records in the table's provenance) how many were left out. Bad cache
-    lines are logged by file and line (:mod:`src.judges.cache`) and counted."""
+    every judge has judged and logs (and records in the table's provenance) how many were left out;
+    ``judge.missing=skip`` leaves such a dataset out whole (the DVC pipeline's choice: one dataset not yet judged
+    does not stop the others). Bad cache lines are logged by file and line (:mod:`src.judges.cache`) and
+    counted."""
     import pandas as pd
 
     from .data import read_items
-    from .judges.runner import cluster_subsample, verdict_table
+    from .judges.runner import NothingCached, cluster_subsample, member_names, verdict_table
 
     policy = cfg.judge.get("missing", "error")
     if policy not in MISSING_POLICIES:
         raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
-    frames, cache, gaps = [], {}, {}
+    frames, cache, gaps = {}, {}, {}
     for name in dataset_names(cfg):
         items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl")
         if cfg.judge.per_dataset:  # the same whole-cluster subsample as `python -m src.judges --per-dataset`
             items = cluster_subsample(items, int(cfg.judge.per_dataset), seed=0)
         frame = frame_for(cfg, name)
-        t = verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
-                          compute=cfg.judge.compute, progress=False)
+        try:
+            t = verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
+                              compute=cfg.judge.compute, progress=bool(cfg.judge.compute))
+        except NothingCached:  # a dataset not judged yet: every item lacks every member's verdict
+            gaps[name], frames[name] = (len(items), len(items), {m: len(items) for m in member_names(cfg.roster)}), None
+            continue
         report, cached = t.attrs["report"], t.attrs.pop("cached")
         cache[name] = {j: {"items": r["items"], "cached": r["cached"], "abstained": r["abstained"],
                            "path": r["cache"]["path"], "bad_lines": r["cache"]["bad_lines"],
@@ -141,19 +172,24 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
                             "(%d without a verdict: %s)", name, int(keep.sum()), len(t), int((~keep).sum()),
                             _per_judge(missing))
                 t = t.loc[keep].reset_index(drop=True)
-        frames.append(t)
+        frames[name] = t
+    skipped = skipped_datasets(cfg, gaps) if policy == "skip" else {}
+    if skipped and len(skipped) == len(frames):
+        refuse_missing(cfg, gaps, policy)
     empty = {d: g for d, g in gaps.items() if g[0] == g[1]}
-    if gaps and (policy == "error" or empty):
-        refuse_missing(cfg, gaps if policy == "error" else empty, policy == "judged_only")
+    if gaps and (policy == "error" or (policy == "judged_only" and empty)):
+        refuse_missing(cfg, gaps if policy == "error" else empty, policy)
     members = [m.name for m in cfg.roster.members]
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
-    table = verdicts.validate(pd.concat(frames, ignore_index=True), source=source,
-                              frontier=frontier_name(cfg), members=members)
+    kept = [t for d, t in frames.items() if d not in skipped]
+    table = verdicts.validate(pd.concat(kept, ignore_index=True), source=source, frontier=frontier_name(cfg),
+                              members=members)
     # each dataset read a judge's whole cache file: one count per file (bad lines, and a torn tail as one)
     bad = {r["path"]: r["bad_lines"] + bool(r["torn_tail_bytes"]) for d in cache.values() for r in d.values()}
     bad = {f: n for f, n in bad.items() if n}
-    dropped = {d: {"items": n, "judged": n - k, "dropped": k, "missing_per_judge": m} for d, (k, n, m) in gaps.items()}
-    table.provenance = {"cache": cache, "judged_only": dropped,
+    dropped = {d: {"items": n, "judged": n - k, "dropped": k, "missing_per_judge": m}
+               for d, (k, n, m) in gaps.items() if d not in skipped}
+    table.provenance = {"cache": cache, "judged_only": dropped, "skipped": skipped,
                         "bad_cache_lines": sum(bad.values()), "bad_cache_files": sorted(bad)}
     return table
 
@@ -172,7 +208,10 @@ def analyse(cfg: DictConfig) -> tuple[verdicts.VerdictTable, dict, dict]:
     meta = {"verdicts": table.source, "members": table.members, "frontier": table.frontier_name,
             "roster": cfg.roster.name if cfg.get("roster") else None,
             "stacker": OmegaConf.to_container(cfg.stacker), "frame": cfg.frame.name}
-    return table, results, ladder.to_json(results, settings, meta)
+    doc = ladder.to_json(results, settings, meta)
+    if table.provenance.get("skipped"):
+        doc["skipped"] = table.provenance["skipped"]
+    return table, results, doc
 
 
 def log_members(results: dict) -> None:
@@ -200,6 +239,23 @@ def summary_lines(results: dict) -> list[str]:
     return out
 
 
+def output_paths(cfg: DictConfig) -> list[Path]:
+    """Where this run writes results.json: its own Hydra folder (each sweep job its own), and the pipeline's
+    ``output`` (results/results.json, a DVC output) only when a single run names ``output=`` on its command line,
+    as the DVC stage does. So ad-hoc runs and sweeps never overwrite the tracked file."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return [Path(cfg.output)]
+    hc = HydraConfig.get()
+    own = Path(hc.runtime.output_dir) / "results.json"
+    named = any(o.split("=", 1)[0].lstrip("+~") == "output" for o in hc.overrides.task)
+    if named and hc.mode == RunMode.MULTIRUN:
+        log.info("output=%s is not used in a sweep: each job writes %s", cfg.output, own.name)
+    return [Path(cfg.output), own] if named and hc.mode != RunMode.MULTIRUN and Path(cfg.output) != own else [own]
+
+
 def check_output(path: str | Path) -> None:
     """Fail before any work when results.json could not be written (a directory, an uncreatable folder)."""
     p = Path(path)
@@ -211,10 +267,16 @@ def check_output(path: str | Path) -> None:
         raise RaimError(f"output={path}: cannot create {p.parent} ({e.strerror})") from None
 
 
+def skipped_lines(doc: dict) -> list[str]:
+    return [f"{d}: left out, {v['reason']}; compute with `{v['command']}`" for d, v in doc.get("skipped", {}).items()]
+
+
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 @one_line
 def main(cfg: DictConfig) -> float:
-    check_output(cfg.output)
+    outputs = output_paths(cfg)
+    for path in outputs:
+        check_output(path)
     table, results, doc = analyse(cfg)
     log_members(results)
     bad = table.provenance.get("bad_cache_lines", 0)
@@ -226,17 +288,59 @@ def main(cfg: DictConfig) -> float:
         from . import track
 
         run_id = track.log_analysis(cfg, table, results, doc)
-    out = write_json(doc, cfg.output)
+        doc["mlflow_run_id"] = run_id
+    for path in outputs:
+        write_json(doc, path)
     if cfg.get("metrics") or cfg.get("betas"):  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
         from .track import write_stage_files
 
         write_stage_files(doc, cfg.get("metrics"), cfg.get("betas"))
-    print("\n".join(["", "RAIM summary", *summary_lines(results), f"results: {out}"]))
+    print("\n".join(["", "RAIM summary", *summary_lines(results), *skipped_lines(doc),
+                      f"results: {', '.join(map(str, outputs))}"]))
     if run_id:
         from .track import ui_command
 
         print(f"MLflow run {run_id}; compare runs with: {ui_command(cfg)}")
     return float(np.mean([r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]))
+
+
+class SweepSummary(Callback):
+    """At the end of a ``-m`` sweep, one compact table of its jobs: the overrides, then per dataset the stacked
+    κ, its paired call against the CV-best single judge (§3.3), the admissibility verdict (§2) and the MLflow
+    run; printed and written as ``sweep_summary.csv`` in the sweep folder."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        self.rows: list[dict] = []
+
+    def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
+        self.rows += sweep_rows(job_return)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        import pandas as pd
+
+        rows = getattr(self, "rows", [])
+        if not rows:
+            return
+        df = pd.DataFrame(rows)
+        atomic_write_text(Path(config.hydra.sweep.dir) / "sweep_summary.csv", df.to_csv(index=False))
+        print("\nRAIM sweep summary\n" + df.to_string(index=False, na_rep="-", float_format="{:.3f}".format))
+
+
+def sweep_rows(job_return) -> list[dict]:
+    """One row per dataset of a finished sweep job, read back from the job's results.json."""
+    from hydra.core.utils import JobStatus
+
+    job = " ".join(job_return.overrides) or "(defaults)"
+    path = Path(job_return.hydra_cfg.hydra.runtime.output_dir) / "results.json"
+    if job_return.status != JobStatus.COMPLETED or not path.exists():
+        err = job_return._return_value if job_return.status == JobStatus.FAILED else "no results.json"
+        return [{"job": job, "dataset": "-", "stacked_kappa": None, "call_vs_cv_best": f"failed: {err}"[:80],
+                 "admissible": None, "run_id": None}]
+    doc = json.loads(path.read_text())
+    return [{"job": job, "dataset": name, "stacked_kappa": s["comparators"]["stacked"]["kappa"]["estimate"],
+             "call_vs_cv_best": s["deltas"]["best_cv"]["kappa"]["call"],
+             "admissible": s["admissibility"]["admissible"], "run_id": doc.get("mlflow_run_id")}
+            for name, s in doc["datasets"].items()]
 
 
 if __name__ == "__main__":

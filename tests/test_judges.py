@@ -278,12 +278,14 @@ def _audit_table(ds: str, votes: list) -> pd.DataFrame:
 
 
 def test_audit_files_accumulate_runs_and_are_strict_json(tmp_path):
-    from src.judges.__main__ import write_audit
+    from src.judges.__main__ import merge_audits, write_dataset_audit
 
     head = {"roster": "t", "per_dataset": 4, "seed": 0}
-    for ds, votes in (("d1", [None] * 4), ("d2", [0, 1, 0, 1])):  # two runs, one dataset each
+    for ds, votes in (("d1", [None] * 4), ("d2", [0, 1, 0, 1])):  # two runs (two DVC stages), one dataset each
         t = _audit_table(ds, votes)
-        write_audit(tmp_path, coverage_audit({ds: t}, ["m"]), {ds: t.attrs["report"]}, head)
+        write_dataset_audit(tmp_path, ds, coverage_audit({ds: t}, ["m"]), t.attrs["report"], head)
+    assert sorted(p.name for p in (tmp_path / "coverage").iterdir()) == ["d1.json", "d2.json"]
+    merge_audits(tmp_path)
     doc = json.loads((tmp_path / "coverage.json").read_text(), parse_constant=lambda c: pytest.fail(c))
     assert sorted(doc["reports"]) == ["d1", "d2"]  # the first run's report survives the second
     rows = {r["dataset"]: r for r in doc["rows"]}
@@ -291,6 +293,24 @@ def test_audit_files_accumulate_runs_and_are_strict_json(tmp_path):
     assert rows["d2"]["kappa"] == 1.0
     assert set(pd.read_csv(tmp_path / "coverage.csv")["dataset"]) == {"d1", "d2"}
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temporary file
+    assert doc["roster"] == "t" and doc["coverage"]["d2"] == {"m": 1.0}
+
+
+def test_a_dataset_not_judged_yet_gets_an_empty_table_and_the_command(tmp_path, caplog):
+    """One per-dataset DVC stage: nothing cached is not a crash that stops the pipeline, but a table of empty
+    cells, its audit, and a warning naming the command that computes the verdicts."""
+    from src.judges.__main__ import main
+
+    it = items()
+    with caplog.at_level("WARNING"):
+        assert main(["--roster", "tiny", "--datasets", "mini", "--items-dir", str(FIX), "--cache-dir",
+                     str(tmp_path / "cache"), "--tables-dir", str(tmp_path / "tab"), "--compute", "false",
+                     "--no-progress", "--no-merge"]) == 0
+    table = pd.read_csv(tmp_path / "tab" / "tiny" / "mini.csv")
+    assert len(table) == len(it) and table["lexical"].isna().all() and table["smollm135m"].isna().all()
+    assert (tmp_path / "tab" / "tiny" / "coverage" / "mini.json").exists()
+    assert not (tmp_path / "tab" / "tiny" / "coverage.csv").exists()  # --no-merge: the coverage stage merges
+    assert "python -m src.judges --roster tiny --datasets mini --compute" in caplog.text
 
 
 # -- rosters ---------------------------------------------------------------------------------------

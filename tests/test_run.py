@@ -120,6 +120,69 @@ def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked
         run.load_table(_wice(compose_cfg, cache_copy, "judge.missing=maybe"))
 
 
+def _drop_dataset(cache, dataset: str, members=None) -> None:
+    for f in cache.glob("*/*.jsonl"):
+        if members is None or f.parent.name in members:
+            f.write_text("".join(ln for ln in f.read_text().splitlines(keepends=True)
+                                 if f'"dataset": "{dataset}"' not in ln))
+
+
+def test_a_dataset_not_judged_at_all_names_the_command_instead_of_a_bare_error(compose_cfg, cache_copy):
+    """A new dataset in `dataset=all` used to fail with "no member returned a single verdict" and no way out."""
+    _drop_dataset(cache_copy, "wice")
+    with pytest.raises(run.MissingVerdicts, match=r"wice: 200 of 200 items .*compute them with `python -m "
+                                                  r"src\.judges --roster cpu --datasets wice --per-dataset 200 --compute`"):
+        run.load_table(_wice(compose_cfg, cache_copy))
+
+
+def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cache_copy):
+    """judge.missing=skip (the DVC stages): the judged datasets are analysed, the other is named with its command."""
+    _drop_dataset(cache_copy, "wice", members={"smollm135m"})
+    cfg = compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false",
+                      "judge.missing=skip")
+    table = run.load_table(cfg)
+    assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
+    skipped = table.provenance["skipped"]
+    assert list(skipped) == ["wice"] and skipped["wice"]["reason"] == \
+        "wice: 200 of 200 items (missing per judge: smollm135m 200)"
+    assert skipped["wice"]["command"].endswith("--datasets wice --per-dataset 200 --members smollm135m --compute")
+    _drop_dataset(cache_copy, "medhallu")
+    _drop_dataset(cache_copy, "truthfulqa")
+    _drop_dataset(cache_copy, "expertqa")
+    with pytest.raises(run.MissingVerdicts, match="medhallu: 200 of 200 items"):  # nothing left to analyse
+        run.load_table(cfg)
+
+
+def test_skipped_datasets_reach_results_json_and_the_summary(compose_cfg, cache_copy, tmp_path):
+    _drop_dataset(cache_copy, "wice")
+    env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
+    proc = subprocess.run([sys.executable, "-m", "src.run", "dataset=all", f"paths.cache_dir={cache_copy}",
+                           "analysis=fast", "analysis.abstention_contrast=false", "tracking.enabled=false",
+                           "judge.missing=skip", f"output={tmp_path}/r.json"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert "wice" not in doc["datasets"] and doc["skipped"]["wice"]["command"].endswith("--compute")
+    assert any(ln.startswith("wice: left out, wice: 200 of 200 items") for ln in proc.stdout.splitlines())
+
+
+def test_ad_hoc_runs_write_their_own_folder_never_the_tracked_results(tmp_path):
+    """Only the DVC stage (which names output=) writes results/results.json; a plain run writes its Hydra folder."""
+    import hashlib
+
+    tracked = ROOT / "results" / "results.json"
+    before = hashlib.sha256(tracked.read_bytes()).hexdigest() if tracked.exists() else None
+    env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
+    proc = subprocess.run([sys.executable, "-m", "src.run", "dataset=wice", "analysis=fast", "tracking.enabled=false",
+                           "analysis.abstention_contrast=false"], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    own = list((tmp_path / "hydra" / "runs").glob("*/results.json"))
+    assert len(own) == 1 and list(json.loads(own[0].read_text())["datasets"]) == ["wice"]
+    assert f"results: {own[0]}" in proc.stdout
+    assert (hashlib.sha256(tracked.read_bytes()).hexdigest() if tracked.exists() else None) == before
+
+
 def test_bad_cache_lines_are_reported_by_file_and_line_and_never_become_votes(compose_cfg, cache_copy, caplog):
     """Stop-9 defects: a garbage line turned its item into an abstention; a line `42` crashed every reader."""
     import json

@@ -25,7 +25,6 @@ from ..errors import RaimError, one_line
 from ..fsutil import atomic_write_text, to_json
 from .frames import is_frame_cfg
 from .runner import (
-    NothingCached,
     cluster_subsample,
     coverage_audit,
     coverage_matrix,
@@ -78,23 +77,48 @@ def _relative(text: str) -> str:
     return text.replace(str(REPO) + "/", "")
 
 
-def write_audit(out_dir: Path, audit: pd.DataFrame, reports: dict, head: dict) -> pd.DataFrame:
-    """Merge this run's audit rows and hit/miss reports into ``coverage.csv`` / ``coverage.json`` (datasets
-    not in this run keep their earlier rows and reports, so per-dataset runs accumulate); both files are
-    written atomically, and an undefined value (κ of a member with no verdict) is an empty cell / JSON null."""
-    cov_csv, cov_json = out_dir / "coverage.csv", out_dir / "coverage.json"
-    if cov_csv.exists():
-        old = pd.read_csv(cov_csv)
-        audit = pd.concat([old[~old["dataset"].isin(audit["dataset"].unique())], audit], ignore_index=True)
-    merged = json.loads(cov_json.read_text()).get("reports", {}) if cov_json.exists() else {}
-    for ds, per_member in reports.items():
-        merged[ds] = {**merged.get(ds, {}), **per_member}
-    audit = audit.sort_values(["dataset", "member"]).reset_index(drop=True)
-    atomic_write_text(cov_csv, audit.to_csv(index=False))
+AUDIT_HEAD = ("roster", "per_dataset", "seed")
+
+
+def write_dataset_audit(out_dir: Path, dataset: str, audit: pd.DataFrame, report: dict, head: dict) -> Path:
+    """One dataset's audit rows and per-judge hit/miss report, ``coverage/<dataset>.json`` (each DVC
+    ``verdicts`` stage owns one such file); undefined values (κ of a member with no verdict) are JSON null."""
+    rows = audit[audit["dataset"] == dataset].sort_values("member").to_dict("records")
+    doc = {**head, "dataset": dataset, "rows": rows, "report": report}
+    return atomic_write_text(out_dir / "coverage" / f"{dataset}.json", _relative(to_json(doc, indent=1, default=str)))
+
+
+def merge_audits(out_dir: Path) -> pd.DataFrame:
+    """``coverage.csv`` / ``coverage.json`` (Table 22 shape) from every ``coverage/<dataset>.json``, written
+    atomically; an undefined value is an empty cell / JSON null."""
+    docs = [json.loads(p.read_text()) for p in sorted((out_dir / "coverage").glob("*.json"))]
+    if not docs:
+        return pd.DataFrame()
+    audit = pd.DataFrame([r for d in docs for r in d["rows"]]).sort_values(["dataset", "member"])
+    audit = audit.reset_index(drop=True)
+    atomic_write_text(out_dir / "coverage.csv", audit.to_csv(index=False))
+    heads = {tuple(d.get(k) for k in AUDIT_HEAD) for d in docs}
+    head = dict(zip(AUDIT_HEAD, next(iter(heads)))) if len(heads) == 1 else {"per_dataset_heads": True}
     doc = {**head, "coverage": coverage_matrix(audit).to_dict(), "rows": audit.to_dict("records"),
-           "reports": {ds: merged[ds] for ds in sorted(merged)}}
-    atomic_write_text(cov_json, _relative(to_json(doc, indent=1, default=str)))
+           "reports": {d["dataset"]: d["report"] for d in sorted(docs, key=lambda d: d["dataset"])}}
+    atomic_write_text(out_dir / "coverage.json", to_json(doc, indent=1, default=str))
     return audit
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() in ("true", "1", "yes")
+
+
+def _size(text: str) -> int:
+    """A subsample size; 0, ``null`` or ``None`` (as DVC writes an unset param) mean every item."""
+    return 0 if text.lower() in ("null", "none", "") else int(text)
+
+
+def _compute_command(a: argparse.Namespace, ds: str) -> str:
+    size = f" --per-dataset {a.per_dataset}" if a.per_dataset else ""
+    return f"python -m src.judges --roster {a.roster} --datasets {ds}{size} --compute"
 
 
 @one_line
@@ -105,13 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--items-dir", type=Path, default=REPO / "datasets")
     ap.add_argument("--cache-dir", type=Path, default=REPO / "verdicts" / "cache")
     ap.add_argument("--tables-dir", type=Path, default=REPO / "verdicts" / "tables")
-    ap.add_argument("--per-dataset", type=int, default=0, help="whole-cluster stratified subsample size (0: all)")
+    ap.add_argument("--per-dataset", type=_size, default=0, help="whole-cluster stratified subsample size (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--members", default="", help="comma-separated subset of members to compute")
-    ap.add_argument("--compute", action="store_true", help="score missing verdicts (otherwise read the cache)")
+    ap.add_argument("--compute", type=_bool, nargs="?", const=True, default=False,
+                    help="score missing verdicts (otherwise read the cache); `--compute false` reads only")
     ap.add_argument("--frontier", action="store_true", help="also compute the frontier judge (paid API)")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of the identity)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-merge", action="store_true",
+                    help="write only the datasets' coverage/<dataset>.json, not the merged coverage.csv/json")
+    ap.add_argument("--merge-only", action="store_true",
+                    help="only merge <tables-dir>/<roster>/coverage/*.json into coverage.csv/json (no cache read)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if a.threads:
@@ -119,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
 
         os.environ["RAIM_THREADS"] = str(a.threads)
 
+    if a.merge_only:
+        audit = merge_audits(a.tables_dir / a.roster)
+        print(coverage_matrix(audit).round(3).to_string() if not audit.empty else "no dataset audit to merge")
+        return 0
     roster = load_roster(a.roster)
     frames = load_frame_cfgs()
     only = [m for m in a.members.split(",") if m] or None
@@ -136,14 +169,13 @@ def main(argv: list[str] | None = None) -> int:
             items = cluster_subsample(items, a.per_dataset, seed=a.seed)
         logging.info("%s: %d items, %d clusters", ds, len(items), items["cluster_id"].nunique())
         t0 = time.time()
-        try:
-            t = verdict_table(
-                roster, items, frames, a.cache_dir, a.compute, frontier=a.frontier, members=only,
-                progress=not a.no_progress,
-            )
-        except NothingCached as e:
-            logging.error("%s: %s", ds, e)
-            continue
+        t = verdict_table(
+            roster, items, frames, a.cache_dir, a.compute, frontier=a.frontier, members=only,
+            progress=not a.no_progress, allow_empty=True,
+        )
+        if not any(r["cached"] for r in t.attrs["report"].values()):
+            logging.warning("%s: not one verdict of roster %s is cached under %s (its table has empty cells); "
+                            "compute them with `%s`", ds, a.roster, a.cache_dir, _compute_command(a, ds))
         # a table lists every roster member (uncached cells empty) even when only some were computed
         atomic_write_text(out_dir / f"{ds}.csv", t.to_csv(index=False))
         tables[ds] = t
@@ -157,8 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         logging.info("%s done in %.0fs", ds, time.time() - t0)
     judges = [n for n, _, _ in roster_judges(roster)]
     audit = coverage_audit(tables, judges)
+    head = {"roster": a.roster, "per_dataset": a.per_dataset, "seed": a.seed}
+    for ds in tables:
+        write_dataset_audit(out_dir, ds, audit, reports[ds], head)
+    if not a.no_merge:
+        audit = merge_audits(out_dir)
     if not audit.empty:
-        audit = write_audit(out_dir, audit, reports, {"roster": a.roster, "per_dataset": a.per_dataset, "seed": a.seed})
         print(coverage_matrix(audit).round(3).to_string())
         print(audit[["member", "dataset", "n", "cached", "coverage", "kappa", "bacc", "auc_logodds",
                      "seconds_per_item"]].to_string())

@@ -197,11 +197,13 @@ def verdict_table(
     frontier: bool | None = None,
     members: Iterable[str] | None = None,
     progress: bool = True,
+    allow_empty: bool = False,
 ) -> pd.DataFrame:
     """The engine's verdict table for ``items`` (see module doc).
 
     ``frontier``: also compute the frontier judge (a paid API: off by default; its cached verdicts are always
-    read).  ``members`` restricts the members computed; the others are read from the cache.
+    read).  ``members`` restricts the members computed; the others are read from the cache. With no cached
+    verdict at all it raises :class:`NothingCached`, unless ``allow_empty`` (a table of empty cells).
     """
     cache_dir = Path(cache_dir)
     frames = load_frames(frame_cfgs)
@@ -233,7 +235,7 @@ def verdict_table(
         if rep["uncached"] and not do:
             log.warning("%s: %d of %d items not cached (cells left empty)", name, rep["uncached"], len(recs))
     total_cached = sum(r["cached"] for r in report.values())
-    if recs and report and total_cached == 0:
+    if recs and report and total_cached == 0 and not allow_empty:
         raise NothingCached(
             f"no cached verdict for any judge of roster {(_plain(roster_cfg) or {}).get('name')} on these "
             f"{len(recs)} items under {cache_dir}; run `python -m src.judges --compute ...` first"
