@@ -321,7 +321,9 @@ class SweepSummary(Callback):
         rows = getattr(self, "rows", [])
         if not rows:
             return
-        df = pd.DataFrame(rows)
+        shared = set.intersection(*(set(r["job"]) for r in rows))  # the sweep's fixed overrides: said once
+        df = pd.DataFrame([{**r, "job": " ".join(o for o in r["job"] if o not in shared) or "(defaults)"}
+                           for r in rows])
         atomic_write_text(Path(config.hydra.sweep.dir) / "sweep_summary.csv", df.to_csv(index=False))
         print("\nRAIM sweep summary\n" + df.to_string(index=False, na_rep="-", float_format="{:.3f}".format))
 
@@ -330,7 +332,7 @@ def sweep_rows(job_return) -> list[dict]:
     """One row per dataset of a finished sweep job, read back from the job's results.json."""
     from hydra.core.utils import JobStatus
 
-    job = " ".join(job_return.overrides) or "(defaults)"
+    job = list(job_return.overrides)
     path = Path(job_return.hydra_cfg.hydra.runtime.output_dir) / "results.json"
     if job_return.status != JobStatus.COMPLETED or not path.exists():
         err = job_return._return_value if job_return.status == JobStatus.FAILED else "no results.json"

@@ -83,6 +83,20 @@ def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
         assert sweeps[0].data.tags["sweep_dir"].startswith(str(cli_runs["tmp"] / "hydra" / "multirun"))
 
 
+def test_a_sweep_ends_with_a_table_of_its_jobs(cli_runs):
+    out = cli_runs["sweep"].stdout
+    table = out[out.index("RAIM sweep summary"):].splitlines()
+    assert table[1].split() == ["job", "dataset", "stacked_kappa", "call_vs_cv_best", "admissible", "run_id"]
+    rows = [ln.split() for ln in table[2:] if ln.strip()]
+    assert sorted((r[0], r[1]) for r in rows) == [("stacker.C=0.1", "bad"), ("stacker.C=0.1", "good"),
+                                                   ("stacker.C=10", "bad"), ("stacker.C=10", "good")]
+    assert all(len(r[-1]) == 32 for r in rows)  # each job's MLflow run id
+    csv = list((cli_runs["tmp"] / "hydra" / "multirun").glob("*/sweep_summary.csv"))
+    assert len(csv) == 1 and len(csv[0].read_text().splitlines()) == 5
+    # each job wrote its own results.json; none overwrote the file named by output=
+    assert len(list((cli_runs["tmp"] / "hydra" / "multirun").glob("*/*/results.json"))) == 2
+
+
 def test_hydra_outputs_stay_out_of_the_repo(cli_runs):
     new = {p.name for p in ROOT.iterdir()} - cli_runs["before"]
     assert not new & {"outputs", "multirun", ".hydra", "run.log"}, new
@@ -128,17 +142,27 @@ def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
 
 def test_dvc_yaml_declares_an_honest_pipeline():
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    assert list(spec) == ["balance", "verdicts", "stacking", "suite", "report"]
-    outs = {k: {list(o)[0] if isinstance(o, dict) else o: o for o in v.get("outs", [])} for k, v in spec.items()}
-    cache = outs["verdicts"]["${paths.cache_dir}"]["${paths.cache_dir}"]
-    assert cache == {"cache": False, "persist": True}  # committed, and never deleted before a rerun
-    assert outs["balance"]["${paths.datasets_dir}"]["${paths.datasets_dir}"] == {"cache": False}
-    assert "${paths.datasets_dir}" in spec["verdicts"]["deps"] and "${paths.cache_dir}" in spec["stacking"]["deps"]
-    assert "stacker" in spec["stacking"]["params"] and "stacker" not in spec["verdicts"]["params"]
+    assert list(spec) == ["balance", "verdicts", "coverage", "stacking", "suite", "report"]
+    # one balance and one verdicts stage per dataset, each depending on its own raw folder and spec only
+    assert spec["balance"]["foreach"] == spec["verdicts"]["foreach"] == "${dataset.datasets}"
+    bal, ver = spec["balance"]["do"], spec["verdicts"]["do"]
+    assert {"${item}", "conf/dataset/${key}.yaml"} <= set(bal["deps"]) and "${paths.raw_dir}" not in bal["deps"]
+    assert [list(o)[0] for o in bal["outs"]] == ["${paths.datasets_dir}/${key}.jsonl",
+                                                 "${paths.datasets_dir}/summary/${key}.json"]
+    assert all(list(o.values())[0] == {"cache": False} for o in bal["outs"] + ver["outs"])  # committed to git
+    # the verdict cache is shared by every dataset: a dependency, never an output a stage could delete
+    assert "${paths.cache_dir}" in ver["deps"] and "${paths.datasets_dir}/${key}.jsonl" in ver["deps"]
+    assert not any("${paths.cache_dir}" in list(o)[0] for st in spec.values() for o in st.get("do", st).get("outs", []))
+    assert "${paths.cache_dir}" in spec["stacking"]["deps"]
+    assert "stacker" in spec["stacking"]["params"] and "stacker" not in ver["params"]
+    # only the stacking stage writes the tracked results.json; an unjudged dataset is skipped, not fatal
+    assert "output=${output}" in spec["stacking"]["cmd"] and "judge.missing=skip" in spec["stacking"]["cmd"]
     assert "${output}" in spec["suite"]["deps"] and "${suite.output}" in spec["report"]["deps"]
     assert spec["stacking"]["metrics"] == [{"results/metrics.json": {"cache": False}}]
     lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
-    assert set(lock) == set(spec)
+    names = list(yaml.safe_load((ROOT / "params.yaml").read_text())["dataset"]["datasets"])
+    assert set(lock) == {f"{st}@{n}" for st in ("balance", "verdicts") for n in names} | {
+        "coverage", "stacking", "suite", "report"}
 
 
 def _dvc(*args, cwd, env, timeout=900):
@@ -167,10 +191,12 @@ def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
     repo, env = clone
     status = json.loads(_dvc("status", "--json", cwd=repo, env=env).stdout)
     # data.dvc's import is not in a clean clone's DVC cache (re-imported from ../shared/data/raw on repro), so
-    # before the first repro `balance` sees its `data` dependency as missing, and nothing else of it changed;
+    # before the first repro each `balance` stage sees its raw folder as missing, and nothing else of it changed;
     # otherwise only the analysis stages, whose outputs are not committed: sets and verdicts are up to date
-    assert status.get("balance") in (None, [{"changed deps": {"data": "deleted"}}]), status
-    assert set(status) - {"data.dvc", "balance"} == {"stacking", "suite", "report"}, status
+    for name, st in status.items():
+        if name.startswith("balance@"):
+            assert st == [{"changed deps": {f"data/shipped/{name[8:]}": "deleted"}}], status
+    assert {s for s in status if not s.startswith("balance@")} - {"data.dvc"} == {"stacking", "suite", "report"}, status
     # `dvc exp run -S` recomposes params.yaml from conf/ with the overrides, then reproduces in the workspace:
     # a stacker parameter reruns the stacking stage and what follows it, never the sets or the judges
     out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast",
@@ -184,4 +210,4 @@ def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
     again = _dvc("repro", cwd=repo, env=env).stdout
     assert "Running stage" not in again and "up to date" in again
     assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
-    assert (repo / "data" / "medhallu").is_dir()  # the raw snapshot was re-imported offline by data.dvc
+    assert (repo / "data" / "shipped" / "medhallu").is_dir()  # the raw snapshot was re-imported offline by data.dvc
