@@ -17,6 +17,7 @@ from sklearn.base import clone
 from . import admissibility
 from .aggregate import BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, cluster_folds, crossfit
 from .aggregate import eligible
+from .decide import decide
 from .errors import RaimError
 from .evaluate import METRICS, ClusterBootstrap, Delta, best_single_call, coverage, from_counts, holm, indicators
 from .evaluate import interval, paired_delta
@@ -46,6 +47,7 @@ class LadderSettings:
     features: list[str] = field(default_factory=list)  # continuous extras per member, e.g. ["logodds"]
     abstention_contrast: bool = True  # Table 23: categorical vs scalar abstention encoding
     min_coverage: float = 0.5  # a single-judge comparator (best_avg, best_cv, oracle) must answer this share
+    kappa_floor: float = 0.40  # the κ a deployed panel or single judge must reach (src.decide); not κ₀
 
 
 def _in(value, lo: float, hi: float, lo_open: bool, hi_open: bool) -> bool:
@@ -289,11 +291,12 @@ def _apply_holm(results: dict[str, DatasetResult], core: list[str]) -> None:
 
 
 def to_json(results: dict[str, DatasetResult], s: LadderSettings, meta: dict | None = None) -> dict:
-    """The machine-readable results.json document."""
+    """The machine-readable results.json document; each dataset opens with its decision (:mod:`src.decide`)."""
     return {
         "settings": dict(s.__dict__),
         "meta": meta or {},
-        "datasets": {name: r.summary for name, r in results.items()},
+        "datasets": {name: {"decision": decide(r.summary, s.kappa_floor).as_dict(), **r.summary}
+                     for name, r in results.items()},
     }
 
 

@@ -1,0 +1,146 @@
+"""What to deploy on one dataset, read off its ladder summary (§2 calls, §3.3 admissibility).
+
+One of three decisions, in this order:
+
+1. ``panel`` — *deploy the panel*: the panel is admissible at (κ₀, c, φ₀) (§3.3), its paired Δκ against the
+   CV-best single judge is a ``win`` or ``clean win`` (§2: the 95% paired cluster-bootstrap interval lies above
+   0), and the stacked κ reaches the floor κ_min;
+2. ``single`` — *deploy the single judge X*: otherwise, when the CV-best single judge reaches κ_min. X is the
+   member the CV-best rule picks on all labelled items (argmax κ among the eligible members, ``selected.oracle``
+   in the summary), and its κ and interval are those of the CV-best comparator (out of fold, so not inflated
+   by picking the maximum on the very items it is scored on);
+3. ``none`` — *nothing here is good enough*: neither the panel where it pays nor the CV-best single reaches
+   κ_min; the reason names the best κ any member or aggregate reached.
+
+Every κ is compared with κ_min within :data:`src.admissibility.TOL` (a κ of exactly κ_min reaches it). The
+decision only reads the JSON summary (:func:`src.ladder.analyze_dataset`), so an older results.json can be
+decided again.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .admissibility import TOL
+from .errors import RaimError
+
+WINS = ("win", "clean win")  # the ladder's calls against the CV-best single that mean the panel pays (§2)
+ACTIONS = {"panel": "deploy the panel", "single": "deploy the single judge", "none": "nothing here is good enough"}
+AGGREGATES = ("stacked", "majority", "dawid_skene", "acc_weighted", "logodds_weighted")
+
+
+@dataclass
+class Decision:
+    """One dataset's decision, with the numbers its reason quotes."""
+
+    action: str  # panel | single | none
+    member: str | None  # the single judge to deploy (action ``single``), else None
+    kappa: float  # κ of what is deployed (stacked or CV-best single); for ``none``, the better of the two
+    kappa_ci: list[float]
+    kappa_floor: float
+    delta_kappa: float  # stacked − CV-best single, paired
+    delta_ci: list[float]
+    call: str  # the ladder's call against the CV-best single (§2)
+    admissible: bool
+    share_competent: float  # members at κ ≥ κ₀ / members (§3.3)
+    members_at_kappa0: int
+    n_members: int
+    phi_bar: float | None
+    reason: str
+
+    @property
+    def label(self) -> str:
+        """``deploy the panel`` / ``deploy the single judge X`` / ``nothing here is good enough``."""
+        return ACTIONS[self.action] + (f" {self.member}" if self.member else "")
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "label": self.label}
+
+
+class FloorError(RaimError, ValueError):
+    """A κ floor outside [-1, 1] (``analysis.kappa_floor``)."""
+
+
+def check_floor(kappa_floor: float) -> None:
+    if isinstance(kappa_floor, bool) or not isinstance(kappa_floor, (int, float)) or not -1 <= kappa_floor <= 1:
+        raise FloorError(f"analysis.kappa_floor={kappa_floor!r}: must be in [-1, 1]")
+
+
+def reaches(kappa: float | None, floor: float) -> bool:
+    """κ at or above the floor (within :data:`TOL`); an undefined κ never is."""
+    return kappa is not None and math.isfinite(kappa) and kappa >= floor - TOL
+
+
+def _kappa(s: dict, comp: str) -> tuple[float | None, list[float]]:
+    c = s["comparators"].get(comp)
+    return (None, [math.nan, math.nan]) if c is None else (c["kappa"]["estimate"], list(c["kappa"]["ci"]))
+
+
+def _num(x: float | None, signed: bool = False) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else (f"{x:+.3f}" if signed else f"{x:.3f}")
+
+
+def _ci(ci: list[float], signed: bool = False) -> str:
+    return f"[{_num(ci[0], signed)}, {_num(ci[1], signed)}]"
+
+
+def _adm_text(a: dict) -> str:
+    """Admissibility in its two coordinates: the competent share and φ̄ (§3.3)."""
+    phi = "undefined" if a["phi_bar"] is None else f"{a['phi_bar']:.3f}"
+    verdict = "admissible" if a["admissible"] else "not admissible"
+    return (f"{verdict}: {a['members_at_kappa0']}/{a['n_members']} members at κ≥{a['kappa0']:g} (share needed "
+            f"{a['c']:g}), φ̄ {phi} (≤ {a['phi0']:g} needed)")
+
+
+def _best_reached(s: dict) -> str:
+    """The highest κ of any member (on all items) and of any aggregate (out of fold)."""
+    members = {m: v["kappa"] for m, v in s["members"].items()}
+    aggs = {c: k for c in AGGREGATES if (k := _kappa(s, c)[0]) is not None}
+    best = [(f"member {m}", members[m]) for m in [max(members, key=members.get)] if members]
+    best += [(f"aggregate {c}", aggs[c]) for c in [max(aggs, key=aggs.get)] if aggs]
+    return ", ".join(f"best {what} κ {_num(k)}" for what, k in best)
+
+
+def _cmp(kappa: float | None, floor: float) -> str:
+    return f"{'≥' if reaches(kappa, floor) else '<'} floor {floor:g}"
+
+
+def _no_pay(admissible: bool, call: str) -> str:
+    why = ([] if admissible else ["not admissible"]) + ([] if call in WINS else [f"a {call} vs the CV-best single"])
+    return f"the panel does not pay here ({' and '.join(why)})"
+
+
+def decide(s: dict, kappa_floor: float = 0.40) -> Decision:
+    """The decision for one dataset's ladder summary (the rule of the module docstring)."""
+    check_floor(kappa_floor)
+    a, d = s["admissibility"], s["deltas"]["best_cv"]["kappa"]
+    stk, stk_ci = _kappa(s, "stacked")
+    single, single_ci = _kappa(s, "best_cv")
+    member = s["selected"]["oracle"]
+    pays = bool(a["admissible"]) and d["call"] in WINS
+    numbers = f"Δκ vs the CV-best single {_num(d['estimate'], True)} {_ci(d['ci'], True)} ({d['call']}); {_adm_text(a)}"
+    panel = f"stacked κ {_num(stk)} {_ci(stk_ci)} {_cmp(stk, kappa_floor)}"
+    cv = f"CV-best single {member} κ {_num(single)} {_ci(single_ci)} {_cmp(single, kappa_floor)}"
+    common = dict(kappa_floor=kappa_floor, delta_kappa=d["estimate"], delta_ci=list(d["ci"]), call=d["call"],
+                  admissible=bool(a["admissible"]), share_competent=a["members_at_kappa0"] / max(a["n_members"], 1),
+                  members_at_kappa0=a["members_at_kappa0"], n_members=a["n_members"], phi_bar=a["phi_bar"])
+    if pays and reaches(stk, kappa_floor):
+        return Decision("panel", None, stk, stk_ci, reason=f"the panel pays: {panel}; {numbers}", **common)
+    why_not = "the panel pays but is under the floor" if pays else _no_pay(bool(a["admissible"]), d["call"])
+    if reaches(single, kappa_floor):
+        return Decision("single", member, single, single_ci, reason=f"{why_not}; {cv}; {panel}; {numbers}",
+                        **common)
+    better = stk is not None and (single is None or stk > single)
+    kappa, ci = (stk, stk_ci) if better else (single, single_ci)
+    return Decision("none", None, kappa, ci, reason=f"{why_not}; {cv}; {panel}; {_best_reached(s)}; {numbers}",
+                    **common)
+
+
+def decide_all(doc: dict, kappa_floor: float | None = None) -> dict[str, Decision]:
+    """A results.json document's decisions, per dataset (the floor: ``settings.kappa_floor`` unless given)."""
+    floor = kappa_floor if kappa_floor is not None else doc.get("settings", {}).get("kappa_floor", 0.40)
+    return {name: decide(s, floor) for name, s in doc["datasets"].items()}
+
+
+__all__ = ["Decision", "decide", "decide_all", "reaches", "WINS", "ACTIONS"]
