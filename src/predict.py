@@ -1,0 +1,402 @@
+"""Judge new items with a calibrated panel: each member's vote, p(hallucinated) and the stacked verdict.
+
+This is the deployment step of RAIM: the cheap judges of a roster score each (question, evidence, candidate)
+item once, and the stacked logistic regression of §2 — the per-dataset meta-learner, fitted on the labelled
+calibration records and promoted only where §3.3's admissibility test and the paired Δκ against the CV-best
+single judge say the panel pays — turns their votes into p(hallucinated) and a verdict.
+
+    python -m src.predict items.jsonl --model-uri "models:/raim-stacker-wice@champion" --out verdicts.jsonl
+    python -m src.predict --model-uri runs:/<run id>/stacker --roster cpu \
+        --evidence "Paris is the capital of France." --candidate "The capital of France is Lyon."
+
+The model is a stacker logged by ``src.run`` (:class:`src.serve.StackerModel`; by model URI, or ``--run-id``
+with ``--dataset`` for a stacking run's dataset child) or a panel model (:class:`src.serve.PanelModel`, which
+carries its roster). A stacker is wrapped in a :class:`~src.serve.PanelModel` over exactly the roster members it
+votes with, so scoring is the panel model's own code. Judging goes through the verdict cache
+(:func:`src.judges.runner.verdict_table`): the misses are scored first, with ``src.judges``' progress bars, then
+the panel reads every vote from the cache — an item seen before is never judged again, and ``--no-compute``
+judges nothing (a miss is an abstention, named in the ``uncached`` column).
+
+Frames: ``--frame NAME`` judges every item under that prompt frame; otherwise an item's own ``frame`` field,
+else the frame the stacker was calibrated under (its run's ``frame`` tag, or its dataset's frame when that is
+``auto``; a panel model's default frame), else ``def_on`` for an item with a question and ``claim`` for one
+without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from .errors import RaimError, one_line
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT_FIELDS = ("question", "evidence")
+ITEM_FIELDS = ("candidate", *TEXT_FIELDS, "item_id", "frame")
+PASSED_THROUGH = ("gold",)  # copied to the output beside the verdicts (e.g. the items of src.data)
+SUFFIXES = (".jsonl", ".csv", ".parquet")
+SHOWN_ROWS = 20
+
+
+class PredictError(RaimError, ValueError):
+    """A request src.predict cannot answer; one line naming the file, line and field where there is one."""
+
+
+@dataclass
+class Items:
+    """Items as the panel model takes them, with where each came from (``file line n``) for errors."""
+
+    frame: pd.DataFrame
+    where: list[str]
+    passed: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+
+@dataclass
+class Panel:
+    """A loaded panel: the model that scores, the frame its stacker was calibrated under, where it came from."""
+
+    model: Any  # src.serve.PanelModel
+    calibrated_frame: str | None
+    uri: str
+    cache_dir: Path | None = None
+
+
+# ------------------------------------------------------------------------------------------------ items
+
+
+def _optional_text(rec, key: str) -> str:
+    """An optional string field of a :class:`src.data.Rec` ('' when absent, null or empty)."""
+    from .data import RawRecordError
+
+    v = rec.data.get(key)
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if not isinstance(v, str):
+        raise RawRecordError(rec.where, key, f"expected a string, got {type(v).__name__}")
+    return v
+
+
+def _check_fields(rec) -> None:
+    """A field that is almost a known one (``evidnce``) is a typo that would silently drop the text: refuse."""
+    from .data import RawRecordError
+
+    known = (*ITEM_FIELDS, *PASSED_THROUGH)
+    for key in rec.data:
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8) if key not in known else []
+        if close:
+            raise RawRecordError(rec.where, str(key), f"unknown field; did you mean {close[0]!r}? (an item has "
+                                                      f"{list(ITEM_FIELDS)})")
+
+
+def _row(rec) -> dict[str, Any]:
+    _check_fields(rec)
+    row = {"candidate": rec.text("candidate"), **{k: _optional_text(rec, k) for k in TEXT_FIELDS}}
+    item_id = rec.data.get("item_id")
+    row["item_id"] = None if item_id is None or str(item_id).strip() in ("", "nan") else str(item_id)
+    row["frame"] = _optional_text(rec, "frame") or None
+    return row
+
+
+def _records(path: Path) -> list:
+    from .data import read_csv, read_jsonl, read_parquet
+
+    if path.suffix not in SUFFIXES:
+        raise PredictError(f"{path}: an items file is JSON Lines, CSV or Parquet ({', '.join(SUFFIXES)})")
+    if not path.exists():
+        raise PredictError(f"{path}: no such items file")
+    root = Path.cwd()
+    if path.suffix == ".csv":
+        return read_csv(path, root, required=("candidate",))
+    return read_jsonl(path, root) if path.suffix == ".jsonl" else read_parquet(path, root)
+
+
+def read_items(path: str | Path) -> Items:
+    """Items of a JSONL / CSV / Parquet file: ``candidate`` (required), ``question``, ``evidence``, ``item_id``,
+    ``frame`` (optional); ``gold`` is carried to the output. Errors name the file, the line (row) and the
+    field; an empty file and a repeated ``item_id`` are errors."""
+    from .data import RawRecordError
+
+    recs = _records(Path(path))
+    rows = [_row(r) for r in recs]
+    seen: dict[str, str] = {}
+    for rec, row in zip(recs, rows):
+        if row["item_id"] is not None and seen.setdefault(row["item_id"], rec.where) != rec.where:
+            raise RawRecordError(rec.where, "item_id", f"{row['item_id']!r} repeats {seen[row['item_id']]} "
+                                                       f"(item ids must be unique)")
+    passed = pd.DataFrame([{k: r.data.get(k) for k in PASSED_THROUGH if k in r.data} for r in recs],
+                          index=range(len(recs)))
+    return Items(pd.DataFrame(rows, columns=list(ITEM_FIELDS)), [r.where for r in recs], passed)
+
+
+def one_item(candidate: str, question: str = "", evidence: str = "", item_id: str | None = None) -> Items:
+    """The item given on the command line."""
+    if not candidate.strip():
+        raise PredictError("--candidate: empty (the text to judge)")
+    row = {"candidate": candidate, "question": question, "evidence": evidence, "item_id": item_id, "frame": None}
+    return Items(pd.DataFrame([row], columns=list(ITEM_FIELDS)), ["the command line"])
+
+
+def assign_frames(items: Items, frames: Mapping[str, Any], forced: str | None, calibrated: str | None) -> Items:
+    """Each item's prompt frame: ``forced``, else its own, else ``calibrated``, else by shape (see module doc)."""
+    from .data import RawRecordError
+
+    df = items.frame.copy()
+    if forced is not None:
+        df["frame"] = forced
+    for i, (name, q) in enumerate(zip(df["frame"], df["question"])):
+        if name is None or pd.isna(name):
+            df.loc[i, "frame"] = calibrated or ("def_on" if q.strip() else "claim")
+        elif name not in frames:
+            raise RawRecordError(items.where[i], "frame", f"{name!r} not among {sorted(frames)}")
+    return Items(df, items.where, items.passed)
+
+
+# ------------------------------------------------------------------------------------------------ model
+
+
+def _run_tags(uri: str) -> dict[str, str]:
+    """Tags of the run that logged the model at ``uri`` ({} when that run is not in this store)."""
+    import mlflow
+
+    try:
+        run_id = mlflow.models.get_model_info(uri).run_id
+        return dict(mlflow.get_run(run_id).data.tags) if run_id else {}
+    except Exception:  # a local model folder, or a run from another store: no defaults from it
+        return {}
+
+
+def calibration_frame(tags: Mapping[str, str], frames: Mapping[str, Any]) -> str | None:
+    """The frame a stacker's votes were judged under: its run's ``frame`` choice, or its dataset's frame
+    (``frame=auto``); None when the run does not say."""
+    from .run import group_option
+
+    name = tags.get("frame")
+    if name in frames:
+        return name
+    if name == "auto" and tags.get("dataset"):
+        try:
+            spec = group_option("dataset", tags["dataset"])
+        except FileNotFoundError:
+            return None
+        return spec.get("frame") if spec.get("frame") in frames else None
+    return None
+
+
+def _load(uri: str):
+    """The Python model behind ``uri`` (a RAIM stacker or panel model); one line for an unknown URI."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    from .track import quiet_mlflow
+
+    try:
+        with quiet_mlflow():
+            inner = mlflow.pyfunc.load_model(uri).unwrap_python_model()
+    except (MlflowException, OSError) as e:
+        why = e.message if isinstance(e, MlflowException) else str(e)
+        raise PredictError(f"cannot load model {uri!r}: {' '.join(why.split())[:300]}") from e
+    if type(inner).__name__ not in ("StackerModel", "PanelModel"):
+        raise PredictError(f"{uri} is not a RAIM stacker or panel model ({type(inner).__name__})")
+    return inner
+
+
+def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | None) -> dict:
+    """``roster`` cut to the members the stacker votes with, in its column order (no frontier: it never votes);
+    names the stacker columns the roster lacks."""
+    votes = list(columns[: n_votes or len(columns)])
+    by_name = {m["name"]: m for m in roster["members"]}
+    absent = [c for c in votes if c not in by_name]
+    if absent:
+        raise PredictError(f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not "
+                           f"have (its members: {list(by_name)}); pass --roster with the roster it was fitted on")
+    return {**{k: v for k, v in roster.items() if k != "frontier"}, "members": [by_name[c] for c in votes]}
+
+
+def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
+    from omegaconf import OmegaConf
+
+    from .judges.__main__ import load_roster
+
+    name = name or tags.get("roster")
+    if not name:
+        raise PredictError(f"the run of {uri} names no roster; pass --roster NAME (the roster the stacker was "
+                           f"fitted with)")
+    return OmegaConf.to_container(load_roster(name), resolve=True)
+
+
+def load_panel(uri: str, roster: str | None = None) -> Panel:
+    """A :class:`~src.serve.PanelModel` for ``uri``: a panel model as logged, or a stacker over ``roster``'s
+    members (default: the roster its run was tagged with)."""
+    from .serve import PanelModel, frame_configs
+
+    inner = _load(uri)
+    if type(inner).__name__ == "PanelModel":
+        if roster:
+            raise PredictError(f"{uri} is a panel model: it carries its roster "
+                               f"({[m['name'] for m in inner.roster['members']]}); drop --roster")
+        cache = inner.config.get("cache_dir")
+        return Panel(inner, inner.default_frame, uri, Path(cache) if cache else None)
+    tags = _run_tags(uri)
+    frames = frame_configs()
+    members = panel_roster(_roster(roster, tags, uri), inner.columns, inner.stacker.n_votes)
+    calibrated = calibration_frame(tags, frames)
+    model = PanelModel(members, frames, calibrated or "claim", inner.stacker, inner.columns)
+    return Panel(model, calibrated, uri)
+
+
+def stacker_uri(run_id: str, dataset: str | None) -> str:
+    """The stacker of a stacking run (its ``dataset`` child when the run is an analysis' parent)."""
+    from .registry import find_candidate
+
+    return find_candidate(run_id, dataset).model_uri
+
+
+# ---------------------------------------------------------------------------------------------- predict
+
+
+def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = True,
+            progress: bool = True) -> tuple[pd.DataFrame, dict]:
+    """Each item's frame, member votes (null = abstained), ``p_hallucinated``, ``verdict``, ``label`` and
+    ``uncached``; and the per-member verdict-cache report (``computed``: judged now, the rest were cached)."""
+    from mlflow.exceptions import MlflowException
+
+    from .judges.runner import NothingCached, verdict_table
+
+    model, cache_dir = panel.model, Path(cache_dir)
+    raw = items.frame
+    report: dict = {}
+    if compute:  # score the misses first (progress bars); the panel below then reads every vote from the cache
+        table = verdict_table(model.roster, model.items(raw), model.frames, cache_dir, compute=True,
+                              progress=progress)
+        report = table.attrs["report"]
+    try:
+        out = model.predict(None, raw, params={"cache_dir": str(cache_dir), "compute": False})
+    except NothingCached as e:
+        raise PredictError(f"none of the {len(raw)} items has a cached verdict of any member under {cache_dir}; "
+                           f"run without --no-compute to judge them") from e
+    except MlflowException as e:
+        raise PredictError(e.message) from e
+    report = report or getattr(model, "last_report", {})
+    out.insert(1, "frame", raw["frame"].to_numpy())
+    if not items.passed.empty:
+        out = pd.concat([out.iloc[:, :2], items.passed.reset_index(drop=True), out.iloc[:, 2:]], axis=1)
+    return out, report
+
+
+# ----------------------------------------------------------------------------------------------- output
+
+
+def write_output(out: pd.DataFrame, path: str | Path) -> Path:
+    """JSON Lines (abstentions as null) or CSV (abstentions as empty cells), by the file's suffix."""
+    from .fsutil import atomic_write_text
+
+    path = Path(path)
+    if path.suffix == ".jsonl":
+        text = out.to_json(orient="records", lines=True, force_ascii=False)
+    elif path.suffix == ".csv":
+        text = out.to_csv(index=False)
+    else:
+        raise PredictError(f"--out {path}: write .jsonl or .csv")
+    return atomic_write_text(path, text if text.endswith("\n") else text + "\n")
+
+
+def table_text(out: pd.DataFrame, members: list[str], rows: int | None = SHOWN_ROWS) -> str:
+    """The short stdout table: item, frame, each member's vote (``-`` = abstained), p and the stacked label."""
+    cols = ["item_id", "frame", *members, "p_hallucinated", "label"]
+    if out["uncached"].astype(bool).any():
+        cols.append("uncached")
+    shown = out[cols].head(rows) if rows else out[cols]
+    shown = shown.assign(item_id=shown["item_id"].str.slice(0, 24),
+                         p_hallucinated=[("-" if pd.isna(p) else f"{p:.3f}") for p in shown["p_hallucinated"]])
+    text = shown.to_string(index=False, na_rep="-")
+    if rows and len(out) > rows:
+        text += f"\n… {len(out) - rows} more"
+    return text
+
+
+def summary(out: pd.DataFrame, report: dict, members: list[str]) -> str:
+    """One line: how many items got each label, and how many verdicts were judged now vs read from the cache."""
+    report = {m: report.get(m, {}) for m in members}
+    counts = out["label"].value_counts()
+    labels = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("hallucinated", "supported", "abstained"))
+    computed = sum(r.get("computed", 0) for r in report.values())
+    cached = sum(r.get("cached", 0) for r in report.values()) - computed
+    missing = sum(r.get("uncached", 0) for r in report.values())
+    judged = ", ".join(f"{m} {r['computed']}" for m, r in report.items() if r.get("computed"))
+    return (f"{len(out)} items: {labels}; verdicts judged now: {computed}" + (f" ({judged})" if judged else "")
+            + f", read from the cache: {cached}" + (f", not cached (abstained): {missing}" if missing else ""))
+
+
+# -------------------------------------------------------------------------------------------------- cli
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m src.predict", description=__doc__.splitlines()[0])
+    ap.add_argument("items", nargs="?", type=Path, help="items file: .jsonl, .csv or .parquet")
+    ap.add_argument("--candidate", help="one item on the command line: the text to judge")
+    ap.add_argument("--question", default="")
+    ap.add_argument("--evidence", default="")
+    ap.add_argument("--item-id", default=None)
+    model = ap.add_mutually_exclusive_group(required=True)
+    model.add_argument("--model-uri", help="a stacker or panel model: models:/NAME@ALIAS, runs:/ID/stacker, a folder")
+    model.add_argument("--run-id", help="a stacking run (with --dataset for an analysis' parent run)")
+    ap.add_argument("--dataset", default=None, help="with --run-id: which dataset's stacker")
+    ap.add_argument("--roster", default=None, help="default: the roster the stacker's run was tagged with")
+    ap.add_argument("--frame", default=None, help="judge every item under this frame (def_on, claim)")
+    ap.add_argument("--out", type=Path, default=None, help="write every prediction here (.jsonl or .csv)")
+    ap.add_argument("--cache-dir", type=Path, default=None, help="the verdict cache (default verdicts/cache)")
+    ap.add_argument("--no-compute", action="store_true", help="judge nothing: a cache miss is an abstention")
+    ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
+    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of a judge's identity)")
+    ap.add_argument("--no-progress", action="store_true")
+    return ap
+
+
+def _items(a: argparse.Namespace) -> Items:
+    if (a.items is None) == (a.candidate is None):
+        raise PredictError("give an items file or one item with --candidate (and --question / --evidence), "
+                           "not both")
+    if a.items is not None:
+        return read_items(a.items)
+    return one_item(a.candidate, a.question, a.evidence, a.item_id)
+
+
+@one_line
+def main(argv: list[str] | None = None) -> int:
+    import mlflow
+
+    from .track import tracking_uri
+
+    a = parser().parse_args(argv)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    if a.threads:
+        os.environ["RAIM_THREADS"] = str(a.threads)
+    if a.out is not None and a.out.suffix not in (".jsonl", ".csv"):
+        raise PredictError(f"--out {a.out}: write .jsonl or .csv")
+    items = _items(a)
+    mlflow.set_tracking_uri(a.tracking_uri or tracking_uri())
+    uri = a.model_uri or stacker_uri(a.run_id, a.dataset)
+    panel = load_panel(uri, a.roster)
+    items = assign_frames(items, panel.model.frames, a.frame, panel.calibrated_frame)
+    if a.frame and panel.calibrated_frame and a.frame != panel.calibrated_frame:
+        print(f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
+              f"judging under {a.frame!r}", file=sys.stderr)
+    cache_dir = a.cache_dir or panel.cache_dir or ROOT / "verdicts" / "cache"
+    out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress)
+    members = [m["name"] for m in panel.model.roster["members"]]
+    print(table_text(out, members, SHOWN_ROWS if a.out else None))
+    print(summary(out, report, members))
+    if a.out is not None:
+        print(f"wrote {write_output(out, a.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
