@@ -1,4 +1,5 @@
-"""Figures and the generated report (issue 5), and the suite/report entry points end to end."""
+"""The figures (src/figures.py), the generated report (src/report.py) that opens with the deployment decision,
+and the suite/report entry points end to end."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from src import ladder, report, simulate, verdicts
+from src import decide, figures, ladder, report, simulate, verdicts
 from src.aggregate import StackedLogit
 from src.analyses import run_suite
 
@@ -66,14 +67,14 @@ def docs():
 @pytest.fixture(scope="module")
 def drawn(docs, tmp_path_factory):
     out = tmp_path_factory.mktemp("figures")
-    return out, report.figures(*docs, out)
+    return out, figures.draw(*docs, out)
 
 
 def test_every_figure_is_drawn(drawn):
     import matplotlib.image as mpimg
 
     _, paths = drawn
-    assert sorted(p.name for p in paths) == sorted(report.FIGURES.values())
+    assert sorted(p.name for p in paths) == sorted(figures.FIGURES.values())
     for p in paths:
         img = mpimg.imread(p)
         assert img.shape[0] > 200 and img.shape[1] > 300, p.name
@@ -85,8 +86,10 @@ def test_report_mirrors_the_tables(docs, drawn):
     fig_dir, _ = drawn
     out = report.write_docs(results, suite, fig_dir, fig_dir.parent / "report.md", redraw=False)
     text = out.read_text()
-    for t in TABLES:
-        assert f"## {t} " in text, t
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    for t in TABLES:  # the paper's numbers are references in a heading that says what the section is
+        assert any(f"(paper {t}" in h and not h.startswith(f"## {t}") for h in headings), t
+    assert not [h for h in headings if h.startswith(("## Table", "## Fig", "## Appendix"))], headings
     for link in re.findall(r"\]\(([^)]+\.png)\)", text):
         assert (out.parent / link).exists(), link
     assert "not drawn" not in text
@@ -97,6 +100,66 @@ def test_report_mirrors_the_tables(docs, drawn):
     assert "40,306" in text and "80,613" in text
     dom = suite["datasets"]["dominant"]["leave_one_out"]
     assert dom["most_load_bearing"] == "m00" and "| dominant | " in text
+
+
+def _rows(text: str, first_cell: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(f"| {first_cell} |")]
+
+
+def test_report_opens_with_one_decision_per_dataset(docs, drawn, tmp_path):
+    results, suite = docs
+    text = report.write_docs(results, suite, drawn[0], tmp_path / "r.md", redraw=False).read_text()
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[:3] == ["# RAIM report", "## What to deploy", "| Dataset | Decision | κ [95% CI] | Reason |"]
+    got = {n: d["action"] for n, d in results["datasets"].items() for d in [d["decision"]]}
+    assert got == {"spread": "panel", "dominant": "single"}  # competent and decorrelated; one dominant member
+    for name, s in results["datasets"].items():
+        d = s["decision"]
+        row = _rows(text.split("## The stacker")[0], name)
+        assert len(row) == 1 and d["label"] in row[0] and d["reason"] in row[0], row
+    assert "**deploy the single judge m00**" in text and "kappa_floor=0.4" in text
+
+
+def test_an_older_results_json_is_decided_by_the_report(docs, tmp_path):
+    results = json.loads(json.dumps(docs[0]))
+    for s in results["datasets"].values():
+        s.pop("decision")
+    results["skipped"] = {"newset": {"reason": "no verdict cached", "command": "python -m src.judges --datasets newset"}}
+    text = report.markdown(results, None, tmp_path, tmp_path / "r.md")
+    for name, s in docs[0]["datasets"].items():
+        assert s["decision"]["label"] in _rows(text, name)[0]
+    assert "| newset | not analysed | — | no verdict cached; compute with `python -m src.judges" in text
+    assert "## What to deploy" not in report.markdown(None, docs[1], tmp_path, tmp_path / "r.md")
+
+
+def test_ladder_tables_name_the_chosen_single_judges(docs):
+    results, _ = docs
+    s = results["datasets"]["dominant"]
+    row = _rows(report.table1(results), "dominant")[0].split(" | ")
+    best_avg, best_cv, oracle = row[5:8]
+    assert best_cv == f"{s['comparators']['best_cv']['kappa']['estimate']:.3f} (m00)" and oracle.endswith("(m00)")
+    assert best_avg.endswith(f"({s['selected']['best_avg']})")
+    folds = {"best_cv_per_fold": ["a", "b", "a", "a", "b"]}
+    assert report.chosen({"selected": folds}, "best_cv") == "a 3/5, b 2/5"
+    ladder_k = report.method_ladder(results, "kappa")
+    assert any(line.startswith("| best single (CV) |") and "(m00)" in line for line in ladder_k.splitlines())
+
+
+def test_dash_cells_say_why(docs):
+    _, suite = docs
+    suite = json.loads(json.dumps(suite))
+    panel = suite["cost"]["panel"]
+    panel["panel_per_1k"], panel["frontier"]["per_1k"] = 14.02, 2.52
+    panel["calibration"]["all"] = {"price_per_label": 1.0, "labels_per_record": 2.0,
+                                   "records": {"50": {"cost": 100.0, "break_even_items": None}}}
+    text = report.cost_section(suite)
+    assert "| 50 | $100 | — |" in text
+    assert "—: never: the panel costs $14.02 per 1k items, the frontier judge $2.52" in text
+    assert report.dash_note([["a", "1"]], "why") == "" and report.dash_note([["a", "—"]], "why") == "\n\n—: why"
+
+
+def test_no_figure_without_datasets(tmp_path):
+    assert figures.draw({"datasets": {}}, {"datasets": {}, "cost": {}}, tmp_path) == []
 
 
 def _without_frontier(results: dict, suite: dict) -> tuple[dict, dict]:
@@ -113,9 +176,9 @@ def test_report_without_frontier_or_suite(docs, drawn, tmp_path):
     results, suite = _without_frontier(*docs)
     fig_dir, _ = drawn
     text = report.write_docs(results, suite, fig_dir, tmp_path / "r.md", redraw=False).read_text()
-    assert "frontier: none" in text and "## Table 6" in text and "frontier κ" not in text
+    assert "frontier: none" in text and "(paper Table 6)" in text and "frontier κ" not in text
     text = report.write_docs(results, None, tmp_path / "g", tmp_path / "r2.md").read_text()
-    assert "## Table 1 " in text and "## Table 6" not in text
+    assert "(paper Table 1)" in text and "(paper Table 6)" not in text
     assert len(list((tmp_path / "g").glob("*.png"))) == 3  # Figs 2, 3a, 3b need only results.json
 
 
@@ -143,11 +206,11 @@ def test_entry_points_end_to_end(tmp_path):
          "suite.panel.n_boot=50", "tracking.enabled=true", env=env)
     suite = json.loads((tmp_path / "suite.json").read_text())
     assert set(suite["datasets"]) == {"spread", "dominant"}
-    assert len(list((tmp_path / "figures").glob("*.png"))) == len(report.FIGURES)
+    assert len(list((tmp_path / "figures").glob("*.png"))) == len(figures.FIGURES)
     _run("src.report", *common, env=env)
     text = (tmp_path / "report.md").read_text()
-    assert "## Table 23" not in text or "abstention" in text
-    assert "![Fig. 5" in text
+    assert "(paper Table 23)" not in text or "abstention" in text
+    assert "![Leave-one-member-out Δκ (paper Fig. 5)](" in text
 
     import mlflow
 
@@ -159,5 +222,5 @@ def test_entry_points_end_to_end(tmp_path):
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
     assert "suite.json" in arts and "figures" in arts
     figs = mlflow.MlflowClient().list_artifacts(run.info.run_id, "figures")
-    assert len(figs) == len(report.FIGURES)
+    assert len(figs) == len(figures.FIGURES)
     assert np.isclose(run.data.metrics["cost/paper_panel_per_1k"], 0.039, atol=5e-4)

@@ -1,4 +1,5 @@
-"""The paper's analysis suite on any verdict table (issue 5): :func:`run_suite` → the suite.json document.
+"""The paper's analysis suite (§3.1–§3.3, Appendices C, E, H) on any verdict table: :func:`run_suite` → the
+suite.json document.
 
 Per dataset: the pairwise φ matrix (Fig. 4), regime-call recovery from a label budget (Table 6), the
 stacker's learning curve (Table 7, Fig. 6b), stacked κ against panel size (Fig. 6a), leave-one-member-out Δκ
@@ -8,7 +9,7 @@ Appendix C. Across datasets: leave-one-dataset-out transfer
 threshold grid, Fig. 3a's invariance region, and the cost model (Table 2, Appendix H).
 
 ``python -m src.analyses`` runs it on the table of ``src.run.load_table(cfg)``, writes suite.json and the
-figures (:mod:`src.report`) and logs them to MLflow.
+figures (:mod:`src.figures`) and logs them to MLflow.
 """
 
 from __future__ import annotations

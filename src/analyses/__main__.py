@@ -2,7 +2,7 @@
 
 Same config as ``python -m src.run``. Reads the table of :func:`src.run.load_table`, runs
 :func:`src.analyses.run_suite`, writes ``suite.output`` (results/suite.json) and the figures of
-:mod:`src.report` under ``suite.figures_dir`` (those of Figs. 2 and 3b need the ladder's ``output``,
+:mod:`src.figures` under ``suite.figures_dir`` (those of Figs. 2 and 3b need the ladder's ``output``,
 results/results.json), and logs them to MLflow when ``tracking.enabled``.
 """
 
@@ -73,12 +73,12 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 @hydra.main(version_base=None, config_path="../../conf", config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    from .. import report
+    from .. import figures
 
     doc, results = compute(cfg)
     timings = doc.pop("timings")  # wall times vary run to run: logged, never in suite.json (a DVC output)
     out = run.write_json(doc, cfg.suite.output)
-    figs = report.figures(results, doc, cfg.suite.figures_dir)
+    figs = figures.draw(results, doc, cfg.suite.figures_dir)
     log.info("suite written to %s; %d figures under %s; timings %s", out, len(figs), cfg.suite.figures_dir,
              {k: round(v, 1) for k, v in timings.items()})
     if cfg.tracking.enabled:
