@@ -307,15 +307,20 @@ def write_output(out: pd.DataFrame, path: str | Path) -> Path:
     return atomic_write_text(path, text if text.endswith("\n") else text + "\n")
 
 
+def _cell(value: Any, fmt: str) -> str:
+    return "-" if pd.isna(value) else fmt.format(value)
+
+
 def table_text(out: pd.DataFrame, members: list[str], rows: int | None = SHOWN_ROWS) -> str:
     """The short stdout table: item, frame, each member's vote (``-`` = abstained), p and the stacked label."""
     cols = ["item_id", "frame", *members, "p_hallucinated", "label"]
     if out["uncached"].astype(bool).any():
         cols.append("uncached")
     shown = out[cols].head(rows) if rows else out[cols]
-    shown = shown.assign(item_id=shown["item_id"].str.slice(0, 24),
-                         p_hallucinated=[("-" if pd.isna(p) else f"{p:.3f}") for p in shown["p_hallucinated"]])
-    text = shown.to_string(index=False, na_rep="-")
+    cells = {c: [_cell(v, "{:.0f}") for v in shown[c]] for c in members}
+    shown = shown.assign(item_id=shown["item_id"].str.slice(0, 24), **cells,
+                         p_hallucinated=[_cell(p, "{:.3f}") for p in shown["p_hallucinated"]])
+    text = shown.to_string(index=False)
     if rows and len(out) > rows:
         text += f"\n… {len(out) - rows} more"
     return text

@@ -246,10 +246,12 @@ def test_model_and_command_line_errors_are_one_line(store, capsys, tmp_path):
                                   "the stacker votes with member(s) ['a', 'b'] that roster 'tiny' does not have "
                                   "(its members: ['smollm135m', 'lexical'])"),
         "unknown roster": (["--model-uri", store["registered"], "--roster", "nope"], "no roster 'nope'"),
-        "roster for a panel": (["--model-uri", store["panel"], "--roster", "tiny"], "is a panel model"),
+        "roster for a panel": (["--model-uri", store["panel"], "--roster", "tiny"],
+                               f"{store['panel']} is a panel model: it carries its roster"),
         "unknown frame": (["--model-uri", store["registered"], "--frame", "qa"],
                           "the command line: field 'frame': 'qa' not among"),
-        "bad --out": (["--model-uri", store["registered"], "--out", str(tmp_path / "o.txt")], "write .jsonl or .csv"),
+        "bad --out": (["--model-uri", store["registered"], "--out", str(tmp_path / "o.txt")],
+                      f"--out {tmp_path / 'o.txt'}: write .jsonl or .csv"),
         "empty candidate": (["--model-uri", store["registered"], "--candidate", " "], "--candidate: empty"),
     }
     for case, (args, message) in cases.items():
