@@ -16,7 +16,7 @@ import pytest
 from src.judges.frames import load_frame
 from src.judges.runner import build_backend, roster_judges, verdict_table
 
-from test_judges_servers import free_port, llama_server  # noqa: F401  (llama_server: a module fixture)
+from test_judges_servers import llama_server  # noqa: F401  (a module fixture: a real llama-cpp-python server)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = ("RAIM_OPENAI_BASE_URL", "RAIM_OPENAI_MODEL", "RAIM_OPENAI_API_KEY", "RAIM_OPENAI_REVISION", "OPENAI_API_KEY")
