@@ -54,7 +54,7 @@ def _check_schema(df: pd.DataFrame, name: str) -> None:
     assert df.item_id.is_unique
     assert list(df.item_id) == sorted(df.item_id)
     assert set(df.gold) <= {0, 1} and (df.dataset == name).all()
-    assert (df.frame == data.SOURCES[name].frame).all()
+    assert (df.frame == data.dataset_spec(name)["frame"]).all()
     assert df.item_id.str.startswith(f"{name}-").all() and df.cluster_id.str.startswith(f"{name}-").all()
     assert (df.candidate.str.strip() != "").all() and (df.question.str.strip() != "").all()
     assert df.item_id.str.endswith("-pos").eq(df.gold == 0).all()  # pos = supported (Table 19)
@@ -129,11 +129,13 @@ def test_real_claim_sets_cluster_on_shared_document(real, name, key):
 
 @needs_raw
 @pytest.mark.parametrize("name", REAL)
-def test_real_output_byte_identical_on_two_runs(real, tmp_path, name):
+def test_real_output_byte_identical_on_two_runs_and_to_committed(real, tmp_path, name):
+    """Committed verdict caches are keyed by item id + content: the committed sets must not move."""
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     data.write_items(real[name], first)
     data.write_items(data.build(name, RAW), second)
     assert first.read_bytes() == second.read_bytes()
+    assert first.read_bytes() == (ROOT / "datasets" / f"{name}.jsonl").read_bytes()
     pd.testing.assert_frame_equal(data.read_items(first), real[name])
 
 
@@ -249,23 +251,29 @@ def test_hub_offline_or_without_datasets_fails_clearly(tmp_path, monkeypatch):
     assert not (tmp_path / "medhallu").exists()
 
 
-def test_dataset_configs_match_builders():
+def test_dataset_specs_are_read_and_build_from_their_node():
+    """Every key of a dataset spec is read (name, title, frame, paper_n by the report/run; builder here)."""
+    frames = {p.stem for p in (ROOT / "conf" / "frame").glob("*.yaml")}
     for name, n in PAPER_N.items():
-        cfg = yaml.safe_load((ROOT / "conf" / "dataset" / f"{name}.yaml").read_text())
-        assert cfg["name"] == name and cfg["builder"] in data.BUILDERS
-        assert cfg["frame"] == data.SOURCES[cfg["builder"]].frame
-        assert cfg["paper_n"] == n and isinstance(cfg["grounded"], bool)
-        assert cfg["core"] == (name in {"medhallu", "wice", "ragtruth", "xsum"})
-        assert cfg["available"] == (name in REAL)
-        assert cfg["grounded"] == (name not in {"truthfulqa", "factscore"})
-    assert set(data.BUILDERS) == set(PAPER_N)
+        spec = data.dataset_spec(name)
+        assert set(spec) == {"name", "title", "frame", "paper_n", "builder"}
+        assert spec["name"] == name and spec["paper_n"] == n and spec["frame"] in frames
+        builder = data.builder_for(name)
+        coded = name in {"expertqa", "ragtruth", "factscore"}
+        assert isinstance(builder, data.Registered if coded else data.Fields)
+        assert builder.construction == ("pairs" if name in PAIRED else "pooled")
+    assert set(data.dataset_names()) == set(PAPER_N) and set(data.BUILDERS) == {"expertqa", "ragtruth", "factscore"}
+    assert "builder" not in data.dataset_spec("all")
 
 
 def test_build_all_writes_sets_and_summary_and_skips_absent(tmp_path, capsys):
     summary = data.build_all(FIXTURES, tmp_path, seed=0)
     assert set(summary) == {"ragtruth", "xsum", "cnndm", "factscore", "triviaplus"}
     assert "skip medhallu" in capsys.readouterr().err
-    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    assert not (tmp_path / "summary.json").exists()  # one summary per dataset: each stage owns its files
+    assert {n: json.loads((tmp_path / "summary" / f"{n}.json").read_text()) for n in summary} == summary
+    assert summary["xsum"]["duplicates"] == {"count": 0, "first": []} and summary["ragtruth"]["duplicates"] is None
+    assert (summary["xsum"]["title"], summary["factscore"]["construction"]) == ("XSum", "pairs")
     s = summary["ragtruth"]
     assert (s["n"], s["n_clusters"], s["items_per_cluster"], s["n_supported"], s["n_hallucinated"]) == (4, 2, 2.0, 2, 2)
     assert s["paper_n"] == 1362
@@ -275,7 +283,8 @@ def test_build_all_writes_sets_and_summary_and_skips_absent(tmp_path, capsys):
 
 def test_cli_main_selected_datasets(tmp_path):
     assert data.main(["--raw-dir", str(FIXTURES), "--out-dir", str(tmp_path), "--datasets", "cnndm,factscore"]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnndm.jsonl", "factscore.jsonl", "summary.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cnndm.jsonl", "factscore.jsonl", "summary"]
+    assert sorted(p.name for p in (tmp_path / "summary").iterdir()) == ["cnndm.json", "factscore.json"]
 
 
 # ---------------------------------------------------------------- bad raw input (§6)
@@ -302,8 +311,9 @@ def test_wice_accepts_python_literal_fields(tmp_path):
 @pytest.mark.parametrize("bad,match", [
     ('{"label": "supported", "claim": ', r"^wice/claim/test\.jsonl line 2: unreadable JSON"),
     (_wice_row(claim=None), r"^wice/claim/test\.jsonl line 2: field 'claim': missing$"),
-    (_wice_row("maybe"), r"^wice/claim/test\.jsonl line 2: field 'label': unknown value 'maybe'$"),
-    (_wice_row(evidence="['unclosed"), r"line 2: field 'evidence': unreadable literal"),
+    (_wice_row("maybe"), r"^wice/claim/test\.jsonl line 2: field 'label': unknown value 'maybe' "
+                         r"\(label map: 'supported', 'partially_supported', 'not_supported'\)$"),
+    (_wice_row(meta="{'id': 'test00001', 'claim_title': "), r"line 2: field 'meta': unreadable literal"),
 ])
 def test_bad_wice_record_names_file_line_field(tmp_path, bad, match):
     with pytest.raises(RawRecordError, match=match):
@@ -319,7 +329,8 @@ def test_bad_nested_field_is_named_with_its_path(tmp_path):
     with pytest.raises(RawRecordError) as err:
         data.build("factscore", tmp_path)
     assert str(err.value) == ("factscore/InstructGPT.jsonl line 4: field "
-                              "'annotations[1].human-atomic-facts[1].label': unknown value 'XX'")
+                              "'annotations[1].human-atomic-facts[1].label': unknown value 'XX' "
+                              "(label map: 'S', 'NS', 'IR')")
     assert err.value.field.endswith(".label") and isinstance(err.value, ValueError)
 
 
@@ -329,7 +340,7 @@ def test_bad_csv_row_and_missing_column(tmp_path):
     df = pd.read_csv(path, dtype=str)
     df.loc[2, "label"] = "0.5"
     df.to_csv(path, index=False)
-    row3 = r"^aggrefact/aggre_fact_sota\.csv row 3: field 'label': unknown value '0\.5'$"
+    row3 = r"^aggrefact/aggre_fact_sota\.csv row 3: field 'label': unknown value '0\.5' \(label map: '1', '0',"
     with pytest.raises(RawRecordError, match=row3):
         data.build("xsum", tmp_path)
     df.drop(columns=["summary"]).to_csv(path, index=False)
@@ -357,3 +368,249 @@ def test_read_items_rejects_bad_lines_and_keeps_existing_output(tmp_path, fixtur
         path.write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
         with pytest.raises(RawRecordError, match=match):
             data.read_items(path)
+
+
+# ---------------------------------------------------------------- a dataset from config alone (src.data.Fields)
+
+GENERIC = ROOT / "tests" / "fixtures" / "data_generic"
+MYBENCH = {"_target_": "src.data.Fields", "path": "mybench/qa.jsonl", "question": "query", "evidence": "context",
+           "candidate": "response", "gold": {"field": "hallucination", "labels": {"yes": 1, "no": 0, "unsure": None}}}
+QA = [json.loads(line) for line in (GENERIC / "raw" / "mybench" / "qa.jsonl").read_text().splitlines()]
+
+
+def _specs(tmp_path: Path, frame: str = "def_on", **builders: dict) -> Path:
+    """A spec folder holding one ``<name>.yaml`` per builder node."""
+    folder = tmp_path / "specs"
+    folder.mkdir(exist_ok=True)
+    for name, node in builders.items():
+        spec = {"name": name, "title": name.title(), "frame": frame, "paper_n": None, "builder": node}
+        (folder / f"{name}.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    return folder
+
+
+def _generic(tmp_path: Path, node: dict, roots=(GENERIC / "raw",), seed: int = 0) -> data.Built:
+    return data.build_dataset("mybench", list(roots), seed, spec_dir=_specs(tmp_path, mybench=node))
+
+
+def _rows(df: pd.DataFrame) -> list[tuple]:
+    return list(df[["item_id", "cluster_id", "question", "evidence", "candidate", "gold"]].itertuples(index=False))
+
+
+def _expected(ids: tuple[str, ...] = ("00000", "00001", "00003", "00004"), clusters=None) -> list[tuple]:
+    """Records 1, 2, 4, 5 of qa.jsonl (record 3, "unsure", maps to null and is dropped); 2/2: all kept."""
+    recs = [QA[i] for i in (0, 1, 3, 4)]
+    clusters = clusters or ids
+    return [(f"mybench-{i}-{'neg' if r['hallucination'] == 'yes' else 'pos'}", f"mybench-{c}", r["query"],
+             r["context"], r["response"], int(r["hallucination"] == "yes")) for i, c, r in zip(ids, clusters, recs)]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet"])
+def test_generic_reads_each_format_known_answer_same_bytes(tmp_path, fmt):
+    """JSON (an object holding the list), JSON Lines, CSV, Parquet: the same records give the same bytes."""
+    own = tmp_path / "own"
+    (own / "mybench").mkdir(parents=True)
+    pd.DataFrame(QA).to_parquet(own / "mybench" / "qa.parquet", index=False)
+    built = _generic(tmp_path, {**MYBENCH, "path": f"mybench/qa.{fmt}"}, roots=(GENERIC / "raw", own))
+    assert _rows(built.items) == _expected()
+    assert (built.items.dataset == "mybench").all() and (built.items.frame == "def_on").all()
+    data.write_items(built.items, tmp_path / "got.jsonl")
+    data.write_items(_generic(tmp_path, MYBENCH).items, tmp_path / "jsonl.jsonl")
+    assert (tmp_path / "got.jsonl").read_bytes() == (tmp_path / "jsonl.jsonl").read_bytes()
+
+
+def test_generic_json_object_with_several_lists_needs_records_key(tmp_path):
+    root = tmp_path / "raw"
+    (root / "mybench").mkdir(parents=True)
+    (root / "mybench" / "qa.json").write_text(json.dumps({"data": QA, "notes": ["x"]}))
+    node = {**MYBENCH, "path": "mybench/qa.json"}
+    with pytest.raises(RawRecordError, match=r"^mybench/qa\.json: a JSON object holding 2 lists.*`records`"):
+        _generic(tmp_path, node, roots=(root,))
+    assert _rows(_generic(tmp_path, {**node, "records": "data"}, roots=(root,)).items) == _expected()
+
+
+def test_generic_cluster_field_vs_one_cluster_per_record(tmp_path):
+    per_record = _generic(tmp_path, MYBENCH).items
+    assert per_record.cluster_id.nunique() == len(per_record) == 4
+    by_doc = _generic(tmp_path, {**MYBENCH, "cluster": "doc"}).items
+    docs = [data._ident(QA[i]["doc"]) for i in (0, 1, 3, 4)]
+    assert _rows(by_doc) == _expected(clusters=docs)
+    assert by_doc.groupby("cluster_id").size().sort_values().tolist() == [1, 1, 2]  # q1, q2 share d1
+
+
+def test_generic_id_field_names_items(tmp_path):
+    df = _generic(tmp_path, {**MYBENCH, "id": "id"}).items
+    assert _rows(df) == sorted(_expected(ids=tuple(data._ident(f"q{i}") for i in (1, 2, 4, 5))))
+
+
+def test_generic_filter_field_equals_value(tmp_path):
+    only_d1 = _generic(tmp_path, {**MYBENCH, "filter": {"doc": "d1"}}).items
+    assert list(only_d1.candidate) == [QA[0]["response"], QA[1]["response"]]
+    several = _generic(tmp_path, {**MYBENCH, "filter": {"doc": ["d1", "d3"], "id": ["q1", "q5"]}}).items
+    assert list(several.item_id) == ["mybench-00000-pos", "mybench-00004-neg"]
+
+
+def test_generic_label_map_drop_and_unmapped_value(tmp_path):
+    labels = {"field": "hallucination", "labels": {"yes": 1, "no": 0}}
+    with pytest.raises(RawRecordError) as err:
+        _generic(tmp_path, {**MYBENCH, "gold": labels})
+    assert str(err.value) == ("mybench/qa.jsonl line 3: field 'hallucination': unknown value 'unsure' "
+                              "(label map: 'yes', 'no')")
+    with pytest.raises(RawRecordError, match=r"^mybench/qa\.csv row 3: field 'hallucination': unknown value"):
+        _generic(tmp_path, {**MYBENCH, "gold": labels, "path": "mybench/qa.csv"})
+
+
+def test_generic_labels_compare_as_text(tmp_path):
+    """YAML 1 matches CSV "1" and JSON 1.0 (ints beside nulls); "null" matches a null label."""
+    root = tmp_path / "raw"
+    (root / "mybench").mkdir(parents=True)
+    rows = [{**r, "hallucination": {"yes": 1, "no": 0, "unsure": None}[r["hallucination"]]} for r in QA]
+    pd.DataFrame(rows).to_json(root / "mybench" / "qa.jsonl", orient="records", lines=True)
+    gold = {"field": "hallucination", "labels": {1: 1, 0: 0, "null": None}}
+    assert _rows(_generic(tmp_path, {**MYBENCH, "gold": gold}, roots=(root,)).items) == _expected()
+
+
+@pytest.mark.parametrize("path,where", [("mybench/qa.jsonl", "line 1"), ("mybench/qa.json", "record 1")])
+def test_generic_missing_field_names_file_record_field(tmp_path, path, where):
+    with pytest.raises(RawRecordError) as err:
+        _generic(tmp_path, {**MYBENCH, "path": path, "candidate": "answer"})
+    assert str(err.value) == f"{path} {where}: field 'answer': missing"
+
+
+def test_generic_missing_csv_column_is_named(tmp_path):
+    with pytest.raises(RawRecordError, match=r"^mybench/qa\.csv header: field 'answer': missing column$"):
+        _generic(tmp_path, {**MYBENCH, "path": "mybench/qa.csv", "candidate": "answer"})
+
+
+def test_generic_ungrounded_without_evidence(tmp_path):
+    node = {k: v for k, v in MYBENCH.items() if k != "evidence"}
+    df = _generic(tmp_path, node).items
+    assert (df.evidence == "").all() and len(df) == 4
+
+
+def test_generic_balances_majority_with_seed(tmp_path):
+    """Classes pooled, majority subsampled to the minority count with the seed (Table 20)."""
+    node = {**MYBENCH, "gold": {"field": "doc", "labels": {"d1": 0, "d2": 0, "d3": 1}}}
+    picks = {tuple(_generic(tmp_path, node, seed=s).items.item_id) for s in range(8)}
+    assert all(len(p) == 2 and sum(i.endswith("-neg") for i in p) == 1 for p in picks) and len(picks) > 1
+    unbalanced = _generic(tmp_path, {**node, "balance": False}).items
+    assert len(unbalanced) == 5
+
+
+PAIRS = {"_target_": "src.data.Fields", "path": "pairs/answers.json", "question": "question",
+         "evidence": "passages", "cluster": "meta.topic",
+         "pairs": {"supported": "answers.right", "hallucinated": {"field": "answers.wrong", "split": ";"}}}
+
+
+def test_generic_pairs_nested_fields_and_split_pick(tmp_path):
+    df = _generic(tmp_path, PAIRS).items
+    assert sorted(df.item_id) == ["mybench-00000-neg", "mybench-00000-pos", "mybench-00001-neg", "mybench-00001-pos"]
+    for _, g in df.groupby(df.item_id.str[:13]):  # record 3 has no wrong answer after the split: no pair
+        assert sorted(g.gold) == [0, 1] and g.question.nunique() == 1 and g.evidence.nunique() == 1
+    first = df.set_index("item_id")
+    assert first.loc["mybench-00000-pos", "candidate"] == "William Shakespeare."
+    assert first.loc["mybench-00000-neg", "candidate"] == data.pick(
+        ["Christopher Marlowe", "Ben Jonson", "Thomas Kyd"], 0, (0, 1))
+    evidence = "Hamlet is a tragedy.\n\nIt was written by William Shakespeare."
+    assert first.loc["mybench-00000-pos", "evidence"] == evidence
+    assert set(df.cluster_id) == {f"mybench-{data._ident('Hamlet')}"}  # cluster = meta.topic, both Hamlet
+    negs = {_generic(tmp_path, PAIRS, seed=s).items.set_index("item_id").loc["mybench-00000-neg", "candidate"]
+            for s in range(10)}
+    assert len(negs) > 1 and negs <= {"Christopher Marlowe", "Ben Jonson", "Thomas Kyd"}
+
+
+def test_generic_duplicates_dropped_first_kept_and_reported(tmp_path, capsys):
+    root = tmp_path / "raw"
+    (root / "mybench").mkdir(parents=True)
+    lines = (GENERIC / "raw" / "mybench" / "qa.jsonl").read_text().splitlines()
+    changed = json.dumps({**QA[1], "response": "Another response."})  # same id q2, other content
+    (root / "mybench" / "qa.jsonl").write_text("\n".join([*lines, lines[0], changed, lines[3]]) + "\n")
+    by_content = _generic(tmp_path, MYBENCH, roots=(root,))
+    assert by_content.duplicates.first == ["mybench/qa.jsonl line 6 (= mybench/qa.jsonl line 1)",
+                                           "mybench/qa.jsonl line 8 (= mybench/qa.jsonl line 4)"]
+    assert "Another response." in set(by_content.items.candidate)  # not identical: kept
+    by_id = _generic(tmp_path, {**MYBENCH, "id": "id"}, roots=(root,))
+    assert (by_id.duplicates.count, by_id.duplicates.first) == (3, ["q1", "q2", "q4"])
+    assert "Another response." not in set(by_id.items.candidate) and len(by_id.items) == 4  # first kept
+    assert "mybench: 3 duplicate record(s) dropped, the first kept: q1; q2; q4" in capsys.readouterr().err
+    assert by_id.summary()["duplicates"] == {"count": 3, "first": ["q1", "q2", "q4"]}
+
+
+# ---------------------------------------------------------------- raw roots, specs, CLI
+
+def test_raw_roots_searched_in_order_and_absolute_paths(tmp_path):
+    shipped, own = tmp_path / "shipped", tmp_path / "own"
+    for root, response in ((shipped, "shipped"), (own, "own")):
+        (root / "mybench").mkdir(parents=True)
+        (root / "mybench" / "qa.jsonl").write_text(
+            "".join(json.dumps({**r, "response": f"{response} {i}"}) + "\n" for i, r in enumerate(QA)))
+    assert _generic(tmp_path, MYBENCH, roots=(shipped, own)).items.candidate.str.startswith("shipped").all()
+    (shipped / "mybench" / "qa.jsonl").unlink()
+    assert _generic(tmp_path, MYBENCH, roots=(shipped, own)).items.candidate.str.startswith("own").all()
+    absolute = {**MYBENCH, "path": str(GENERIC / "raw" / "mybench" / "qa.csv")}
+    assert _rows(_generic(tmp_path, absolute, roots=(shipped,)).items) == _expected()
+    (own / "mybench" / "qa.jsonl").unlink()
+    with pytest.raises(FileNotFoundError) as err:
+        _generic(tmp_path, MYBENCH, roots=(shipped, own))
+    assert str(err.value) == (f"mybench: expected raw file mybench/qa.jsonl is absent from {shipped}, {own} "
+                              "(searched in order); public source: not stated")
+    assert isinstance(err.value, data.RaimError)
+
+
+def test_config_only_dataset_through_cli(tmp_path):
+    """A new dataset from a spec in --spec-dir and a raw file in --own-dir: no Python."""
+    specs = tmp_path / "specs"
+    shutil.copytree(GENERIC / "specs", specs)
+    (tmp_path / "shipped").mkdir()
+    args = ["--raw-dir", str(tmp_path / "shipped"), "--own-dir", str(GENERIC / "raw"), "--spec-dir", str(specs)]
+    assert data.main([*args, "--out-dir", str(tmp_path / "a"), "--datasets", "mybench"]) == 0
+    assert data.main([*args, "--out-dir", str(tmp_path / "b")]) == 0  # every spec in the folder
+    got = (tmp_path / "a" / "mybench.jsonl").read_bytes()
+    assert got == (tmp_path / "b" / "mybench.jsonl").read_bytes()
+    df = data.read_items(tmp_path / "a" / "mybench.jsonl")
+    assert _rows(df) == _expected(clusters=[data._ident(QA[i]["doc"]) for i in (0, 1, 3, 4)])
+    summary = json.loads((tmp_path / "a" / "summary" / "mybench.json").read_text())
+    assert summary == {"n": 4, "n_clusters": 3, "items_per_cluster": 1.3333, "max_cluster": 2, "n_supported": 2,
+                       "n_hallucinated": 2, "hallucinated_share": 0.5, "title": "My benchmark", "frame": "def_on",
+                       "construction": "pooled", "paper_n": None, "duplicates": {"count": 0, "first": []}}
+
+
+def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, capsys):
+    specs = _specs(tmp_path, mybench=MYBENCH, other={**MYBENCH, "path": "other/qa.jsonl"})
+    (specs / "both.yaml").write_text("name: both\ndatasets: [mybench, other]\n")
+    args = ["--raw-dir", str(GENERIC / "raw"), "--own-dir", str(tmp_path / "own"), "--spec-dir", str(specs)]
+    with pytest.raises(SystemExit):
+        data.main([*args, "--out-dir", str(tmp_path / "o"), "--datasets", "other"])
+    err = capsys.readouterr().err
+    assert err.startswith("error: other: expected raw file other/qa.jsonl is absent from "
+                          f"{GENERIC / 'raw'}, {tmp_path / 'own'} (searched in order)")
+    assert not (tmp_path / "o").exists()
+    for names in (["--datasets", "both"], []):
+        assert data.main([*args, "--out-dir", str(tmp_path / "o"), *names]) == 0
+        assert "skip other: raw files absent (other/qa.jsonl in" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["mybench.jsonl", "summary"]
+
+
+@pytest.mark.parametrize("node,match", [
+    ({**MYBENCH, "pairs": PAIRS["pairs"]}, r"give `gold`.*or `pairs`.*not both or neither"),
+    ({**MYBENCH, "candidat": "response"}, r"unexpected keyword argument 'candidat'"),
+    ({**MYBENCH, "gold": {"field": "hallucination", "labels": {"yes": 2}}}, r"`gold.labels` maps each raw label"),
+    ({**MYBENCH, "gold": {"field": "hallucination"}}, r"`gold`: missing \['labels'\]"),
+    ({"_target_": "src.data.Registered", "name": "nope"}, r"no registered builder 'nope'; registered: expertqa"),
+    ({"_target_": "collections.OrderedDict"}, r"is not a dataset builder"),
+])
+def test_bad_builder_node_is_one_line_naming_the_spec(tmp_path, node, match):
+    with pytest.raises(data.DatasetError, match=rf"^{tmp_path / 'specs' / 'mybench.yaml'}: builder.*{match}"):
+        _generic(tmp_path, node)
+
+
+def test_dataset_spec_and_unknown_names(tmp_path):
+    assert data.dataset_spec("wice")["builder"]["_target_"] == "src.data.Fields"
+    specs = _specs(tmp_path, mybench=MYBENCH)
+    assert data.dataset_spec("mybench", specs)["title"] == "Mybench" and data.dataset_names(specs) == ["mybench"]
+    with pytest.raises(data.DatasetError, match=r"unknown dataset 'wice': no spec .*wice\.yaml; datasets: mybench"):
+        data.dataset_spec("wice", specs)
+    with pytest.raises(data.DatasetError, match=r"unknown dataset\(s\) \['nope'\]"):
+        data.build_all(GENERIC / "raw", tmp_path / "o", ["nope"], spec_dir=specs)
+    (specs / "renamed.yaml").write_text("name: other\nframe: def_on\n")
+    with pytest.raises(data.DatasetError, match=r"renamed\.yaml: name 'other' differs from the file name"):
+        data.dataset_spec("renamed", specs)
