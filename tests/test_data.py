@@ -23,7 +23,7 @@ PAPER_N = {"medhallu": 2000, "wice": 222, "ragtruth": 1362, "xsum": 546, "cnndm"
 
 
 def _real_raw_dir() -> Path | None:
-    candidates = [os.environ.get("RAIM_RAW_DIR"), "/work/shared/data/raw",
+    candidates = [os.environ.get("RAIM_RAW_DIR"), ROOT / "data" / "shipped", "/work/shared/data/raw",
                   Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"]
     for c in candidates:
         if c and all(not data.missing_files(n, c) for n in REAL):
@@ -577,6 +577,7 @@ def test_config_only_dataset_through_cli(tmp_path):
 def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, capsys):
     specs = _specs(tmp_path, mybench=MYBENCH, other={**MYBENCH, "path": "other/qa.jsonl"})
     (specs / "both.yaml").write_text("name: both\ndatasets: [mybench, other]\n")
+    (specs / "folders.yaml").write_text("name: folders\ndatasets: {mybench: x/mybench, other: x/other}\n")
     args = ["--raw-dir", str(GENERIC / "raw"), "--own-dir", str(tmp_path / "own"), "--spec-dir", str(specs)]
     with pytest.raises(SystemExit):
         data.main([*args, "--out-dir", str(tmp_path / "o"), "--datasets", "other"])
@@ -584,7 +585,7 @@ def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, cap
     assert err.startswith("error: other: expected raw file other/qa.jsonl is absent from "
                           f"{GENERIC / 'raw'}, {tmp_path / 'own'} (searched in order)")
     assert not (tmp_path / "o").exists()
-    for names in (["--datasets", "both"], []):
+    for names in (["--datasets", "both"], ["--datasets", "folders"], []):
         assert data.main([*args, "--out-dir", str(tmp_path / "o"), *names]) == 0
         assert "skip other: raw files absent (other/qa.jsonl in" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["mybench.jsonl", "summary"]
