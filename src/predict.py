@@ -38,6 +38,7 @@ import pandas as pd
 from .errors import RaimError, one_line
 
 ROOT = Path(__file__).resolve().parents[1]
+SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
 TEXT_FIELDS = ("question", "evidence")
 ITEM_FIELDS = ("candidate", *TEXT_FIELDS, "item_id", "frame")
 PASSED_THROUGH = ("gold",)  # copied to the output beside the verdicts (e.g. the items of src.data)
@@ -356,7 +357,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--roster", default=None, help="default: the roster the stacker's run was tagged with")
     ap.add_argument("--frame", default=None, help="judge every item under this frame (def_on, claim)")
     ap.add_argument("--out", type=Path, default=None, help="write every prediction here (.jsonl or .csv)")
-    ap.add_argument("--cache-dir", type=Path, default=None, help="the verdict cache (default verdicts/cache)")
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help=f"the verdict cache (default {SCORED_CACHE.relative_to(ROOT)}: kept apart from the committed "
+                         "benchmark cache, which the DVC stages depend on)")
     ap.add_argument("--no-compute", action="store_true", help="judge nothing: a cache miss is an abstention")
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of a judge's identity)")
@@ -393,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.frame and panel.calibrated_frame and a.frame != panel.calibrated_frame:
         print(f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
               f"judging under {a.frame!r}", file=sys.stderr)
-    cache_dir = a.cache_dir or panel.cache_dir or ROOT / "verdicts" / "cache"
+    cache_dir = a.cache_dir or panel.cache_dir or SCORED_CACHE
     out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress)
     members = [m["name"] for m in panel.model.roster["members"]]
     print(table_text(out, members, SHOWN_ROWS if a.out else None))
