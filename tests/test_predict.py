@@ -71,7 +71,7 @@ def store(tmp_path_factory):
             other = serve.log_stacker(fitted(["a", "b"]), ["a", "b"]).model_uri
         roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
         with mlflow.start_run():
-            panel = serve.log_panel(roster, stacker, NAMES, default_frame="claim").model_uri
+            panel = serve.log_panel(roster, stacker, NAMES, default_frame="claim", cache_dir=tmp / "cache").model_uri
         yield {"uri": uri, "tmp": tmp, "stacker": stacker, "run_id": run.info.run_id, "runs_uri": info.model_uri,
                "other": other, "panel": panel, "registered": "models:/raim-stacker-test@champion"}
 
