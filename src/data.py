@@ -437,7 +437,7 @@ def _file(roots: Sequence[Path], pattern: str) -> tuple[Path, Path | None]:
 
 
 def _searched(roots: Sequence[Path]) -> str:
-    return ", ".join(str(r) for r in roots) + " (searched in order)"
+    return ", ".join(f"{r}{'' if r.is_dir() else ' (absent)'}" for r in roots) + " (searched in order)"
 
 
 # --------------------------------------------------------------------------- builders: the spec's `builder` node
@@ -1072,13 +1072,14 @@ def build_all(raw_dir: str | Path | Sequence[str | Path], out_dir: str | Path, n
               spec_dir: str | Path | None = None) -> dict[str, dict]:
     """Write ``<out_dir>/<name>.jsonl`` and ``<out_dir>/summary/<name>.json`` per dataset.
 
-    Raw roots: ``raw_dir`` (must exist) then ``own_dir``. Without ``names`` every spec is built and those
-    whose raw files are absent are skipped with a line; a dataset named itself must be present.
+    Raw roots: ``raw_dir`` then ``own_dir``; at least one must exist (your own set builds before the shipped
+    snapshot is imported). Without ``names`` every spec is built and those whose raw files are absent are
+    skipped with a line; a dataset named itself must be present.
     """
     roots, wanted = raw_roots(raw_dir, own_dir), _selection(names, spec_dir)
-    lost = [str(r) for r in raw_roots(raw_dir) if not r.is_dir()]  # the user's folder may not exist yet
-    if source == "local" and lost:
-        raise RaimError(f"raw data folder {', '.join(lost)} not found (--raw-dir, or RAIM_RAW_DIR)")
+    if source == "local" and not any(r.is_dir() for r in roots):
+        raise RaimError(f"raw data folder {', '.join(map(str, roots))} not found (--raw-dir, or RAIM_RAW_DIR; "
+                        f"--own-dir)")
     todo = []
     for name, strict in wanted:
         builder = builder_for(name, spec_dir)

@@ -574,6 +574,17 @@ def test_config_only_dataset_through_cli(tmp_path):
                        "construction": "pooled", "paper_n": None, "duplicates": {"count": 0, "first": []}}
 
 
+def test_your_own_set_builds_before_the_shipped_snapshot_is_imported(tmp_path):
+    """On a fresh clone data/shipped/ exists only after `dvc repro`: a set under --own-dir builds without it,
+    and only when no raw folder exists at all is that the error."""
+    specs = _specs(tmp_path, mybench=MYBENCH)
+    args = ["--raw-dir", str(tmp_path / "shipped"), "--spec-dir", str(specs), "--out-dir", str(tmp_path / "o")]
+    assert data.main([*args, "--own-dir", str(GENERIC / "raw"), "--datasets", "mybench"]) == 0
+    assert (tmp_path / "o" / "mybench.jsonl").exists()
+    with pytest.raises(data.RaimError, match="raw data folder .* not found"):
+        data.build_all(tmp_path / "shipped", tmp_path / "o", ["mybench"], own_dir=tmp_path / "own", spec_dir=specs)
+
+
 def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, capsys):
     specs = _specs(tmp_path, mybench=MYBENCH, other={**MYBENCH, "path": "other/qa.jsonl"})
     (specs / "both.yaml").write_text("name: both\ndatasets: [mybench, other]\n")
@@ -583,7 +594,7 @@ def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, cap
         data.main([*args, "--out-dir", str(tmp_path / "o"), "--datasets", "other"])
     err = capsys.readouterr().err
     assert err.startswith("error: other: expected raw file other/qa.jsonl is absent from "
-                          f"{GENERIC / 'raw'}, {tmp_path / 'own'} (searched in order)")
+                          f"{GENERIC / 'raw'}, {tmp_path / 'own'} (absent) (searched in order)")
     assert not (tmp_path / "o").exists()
     for names in (["--datasets", "both"], ["--datasets", "folders"], []):
         assert data.main([*args, "--out-dir", str(tmp_path / "o"), *names]) == 0
