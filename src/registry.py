@@ -1,7 +1,11 @@
-"""Promote a run's calibrated stacker to the MLflow model registry, only when RAIM says it pays (§2, §3.3).
+"""Registry and panel models for RAIM's stackers: promote only where the panel pays (§2, §3.3); log-panel.
+
+A run's calibrated stacker goes to the MLflow model registry only when RAIM's decision is to deploy the panel;
+``log-panel`` wraps a logged stacker with its roster's judges as a panel model.
 
     python -m src.registry promote --run-id RUN [--dataset NAME] [--name NAME] [--alias champion]
     python -m src.registry show --name NAME
+    python -m src.registry log-panel --roster NAME --stacker-uri URI [--default-frame claim] [--no-compute]
 
 ``RUN`` is a stacking run logged by :func:`src.track.log_analysis`: either one dataset's child run, or the
 analysis' parent run with ``--dataset`` (not needed when it has a single dataset). The stacker is registered
@@ -13,12 +17,19 @@ and given the alias only when both hold on that dataset:
   above 0; "clean win" also clears the oracle) — otherwise deploying the best single judge is as good and
   simpler.
 
+and, where the run carries RAIM's deployment decision (:mod:`src.decide`, tag ``decision``), that decision is
+to deploy the panel (its stacked κ also reaches ``analysis.kappa_floor``).
+
 It also refuses a model that cannot serve: one that fails to load, whose signature does not name its input
 example's columns, or that cannot predict that example (:func:`src.serve.self_check`).
 
 Otherwise it refuses, says why, and exits with status 2. Any other error (an unknown run id, a registered model
 that does not exist) is one line on stderr and exit status 2 as well (``RAIM_DEBUG=1`` shows the traceback). After a promotion
 ``mlflow.pyfunc.load_model("models:/<name>@<alias>")`` loads the stacker (:class:`src.serve.StackerModel`).
+
+``log-panel`` logs, in a new ``kind=panel`` run, a :class:`src.serve.PanelModel`: the roster's judges (through the
+verdict cache) and a logged stacker (``--stacker-uri``, e.g. ``models:/raim-stacker-wice@champion``);
+``python -m src.serve model --model-uri <its uri>`` serves it.
 """
 
 from __future__ import annotations
@@ -27,9 +38,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 
+from .decide import WINS
 from .errors import RaimError, one_line
 
-WINS = ("win", "clean win")
 REFUSED = 2
 
 
@@ -63,6 +74,8 @@ def reasons_to_refuse(tags: dict, metrics: dict) -> list[str]:
     if call not in WINS:
         why.append(f"the stacker's paired Δκ vs the CV-best single is {_fmt(metrics, 'delta_best_cv/kappa')}: "
                    f"a {call or 'missing call'}, not a win (needs the 95% lower bound above 0)")
+    if not why and tags.get("decision", "panel") != "panel":
+        why.append(f"RAIM's decision on this dataset is not to deploy the panel ({tags.get('decision_reason', '')})")
     return why
 
 
@@ -121,6 +134,30 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
     return mv
 
 
+def log_panel_run(roster: str, stacker_uri: str, default_frame: str = "claim", cache_dir: str | None = None,
+                  compute: bool = True) -> tuple[str, str]:
+    """A panel model (roster ``roster`` + the stacker at ``stacker_uri``) logged in a new ``kind=panel`` run;
+    returns (its model URI, the run id)."""
+    import mlflow
+    from hydra import compose, initialize_config_dir
+
+    from . import track
+    from .serve import ROOT, log_panel
+
+    if not (ROOT / "conf" / "roster" / f"{roster}.yaml").exists():
+        raise RaimError(f"no roster {roster!r} under conf/roster")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"roster={roster}"])
+    track.setup(cfg)
+    inner = mlflow.pyfunc.load_model(stacker_uri).unwrap_python_model()
+    if type(inner).__name__ != "StackerModel":
+        raise RaimError(f"{stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
+    with track.start_run(cfg, "panel", tags={"stacker_uri": stacker_uri}) as run:
+        info = log_panel(cfg.roster, inner.stacker, inner.columns, default_frame, cache_dir, compute)
+        mlflow.set_tag("panel_model_uri", info.model_uri)
+    return info.model_uri, run.info.run_id
+
+
 @one_line
 def main(argv: list[str] | None = None) -> int:
     import os
@@ -128,13 +165,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m src.registry", description=__doc__.splitlines()[0])
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("promote", help="register a run's stacker and alias it, if admissible and a win")
+    p = sub.add_parser("promote", help="register a run's stacker and alias it, if admissible and a win (the panel decision)")
     p.add_argument("--run-id", required=True)
     p.add_argument("--dataset", default=None, help="which dataset child of an analysis run")
     p.add_argument("--name", default=None, help="registered model name (default raim-stacker-<dataset>)")
     p.add_argument("--alias", default="champion")
     s = sub.add_parser("show", help="versions and aliases of a registered model")
     s.add_argument("--name", required=True)
+    lp = sub.add_parser("log-panel", help="roster + a logged stacker -> a panel model in a new run")
+    lp.add_argument("--roster", required=True)
+    lp.add_argument("--stacker-uri", required=True, help="a stacker model URI (models:/…, runs:/…)")
+    lp.add_argument("--default-frame", default="claim")
+    lp.add_argument("--cache-dir", default=None)
+    lp.add_argument("--no-compute", action="store_true", help="never score a cache miss (it abstains)")
     a = ap.parse_args(argv)
 
     import mlflow
@@ -143,11 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     from .track import quiet_mlflow, tracking_uri
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = a.tracking_uri or tracking_uri()
+    if a.tracking_uri:  # wins everywhere below, log-panel's run included (src.track.tracking_uri reads it first)
+        os.environ["MLFLOW_TRACKING_URI"] = a.tracking_uri
+    uri = tracking_uri()
     mlflow.set_tracking_uri(uri)
     try:
         with quiet_mlflow():
-            return _promote(a) if a.cmd == "promote" else _show(a.name)
+            return {"promote": _promote, "show": _show, "log-panel": _log_panel}[a.cmd](a)
     except MlflowException as e:
         raise RaimError(f"{a.cmd}: {e.message} (tracking store {uri})") from e
 
@@ -163,9 +208,16 @@ def _promote(a) -> int:
     return 0
 
 
-def _show(name: str) -> int:
+def _log_panel(a) -> int:
+    uri, run_id = log_panel_run(a.roster, a.stacker_uri, a.default_frame, a.cache_dir, not a.no_compute)
+    print(f"panel model {uri} (run {run_id})")
+    return 0
+
+
+def _show(a) -> int:
     from mlflow.tracking import MlflowClient
 
+    name = a.name
     client = MlflowClient()
     model = client.get_registered_model(name)
     for v in client.search_model_versions(f"name = '{name}'"):

@@ -428,54 +428,24 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
 
 @one_line
 def main(argv: list[str] | None = None) -> int:
-    """``python -m src.serve log-panel --roster tiny --stacker-uri models:/raim-stacker-wice@champion`` or
-    ``python -m src.serve model --model-uri models:/raim-stacker-wice@champion --port 5001``."""
+    """``python -m src.serve model --model-uri models:/raim-stacker-wice@champion --port 5001`` (a panel model
+    is logged with ``python -m src.registry log-panel``)."""
     import argparse
 
     from mlflow.exceptions import MlflowException
 
-    ap = argparse.ArgumentParser(prog="python -m src.serve", description="log a panel model, or serve a RAIM model")
+    ap = argparse.ArgumentParser(prog="python -m src.serve", description="serve a RAIM model")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("log-panel", help="roster + a logged stacker -> a panel model in a new run")
-    p.add_argument("--roster", required=True)
-    p.add_argument("--stacker-uri", required=True, help="a stacker model URI (models:/…, runs:/…)")
-    p.add_argument("--default-frame", default="claim")
-    p.add_argument("--cache-dir", default=None)
-    p.add_argument("--no-compute", action="store_true", help="never score a cache miss (it abstains)")
     m = sub.add_parser("model", help="serve a stacker or panel model (MLflow's server, strict inputs)")
     m.add_argument("--model-uri", required=True)
     m.add_argument("--host", default="127.0.0.1")
     m.add_argument("--port", type=int, default=5001)
     a = ap.parse_args(argv)
     try:
-        if a.cmd == "model":
-            serve_model(a.model_uri, a.host, a.port)
-            return 0
-        return _log_panel_cli(a)
+        serve_model(a.model_uri, a.host, a.port)
+        return 0
     except MlflowException as e:
         raise RaimError(f"{a.cmd}: {e.message}") from e
-
-
-def _log_panel_cli(a) -> int:
-    from hydra import compose, initialize_config_dir
-
-    from . import track
-
-    if not (ROOT / "conf" / "roster" / f"{a.roster}.yaml").exists():
-        raise RaimError(f"no roster {a.roster!r} under conf/roster")
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        cfg = compose(config_name="config", overrides=[f"roster={a.roster}"])
-    track.setup(cfg)
-    with track.quiet_mlflow():
-        inner = mlflow.pyfunc.load_model(a.stacker_uri).unwrap_python_model()
-        if type(inner).__name__ != "StackerModel":
-            raise RaimError(f"{a.stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
-        with track.start_run(cfg, "panel", tags={"stacker_uri": a.stacker_uri}) as run:
-            info = log_panel(cfg.roster, inner.stacker, inner.columns, a.default_frame, a.cache_dir,
-                             not a.no_compute)
-            mlflow.set_tag("panel_model_uri", info.model_uri)
-    print(f"panel model {info.model_uri} (run {run.info.run_id})")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,15 +1,20 @@
-"""MLflow tracking for RAIM runs (issue 4).
+"""MLflow tracking of RAIM's analyses: the ladder of §2 / Table 1, the §3.3 admissibility test and the
+deployment decision of each dataset, one run per analysis and one nested run per dataset.
 
 * Backend store: sqlite (``tracking.uri``, default ``sqlite:///mlflow.db`` at the repo root); the environment
   variable ``MLFLOW_TRACKING_URI`` wins. A relative sqlite path is made absolute against the repo root, so a
   run launched from anywhere (a DVC temp workspace, a Hydra job) lands in the same database.
 * Artifacts: ``mlruns/`` next to the sqlite file (``<repo>/mlruns`` by default).
 * :func:`start_run` opens a run (nested under an active parent, or under the sweep's parent in a Hydra
-  multirun), tags it (kind, dataset, roster, frame, stacker, git commit) and logs the composed config as
-  params, secrets scrubbed.
+  multirun), tags it (:func:`choices`: kind, roster — or ``verdicts`` for a bring-your-own table —, dataset,
+  frame, stacker, analysis, git commit; read off the config's values, so ``python -m src.run`` and the DVC
+  stage tag alike) and logs the composed config as params, secrets scrubbed.
 * :func:`log_analysis` logs one stacking/ladder analysis: a parent run, one nested child per dataset with
   κ/bacc/F1 and their intervals, paired deltas (calls as tags), β per member (metrics + CSV), admissibility
-  coordinates, hashes of the inputs, and the fitted stacker as a pyfunc model (:mod:`src.serve`).
+  coordinates, the decision (tags ``decision``, ``decision_member``, ``decision_reason``: :mod:`src.decide`),
+  the params that set the analysis apart (:data:`DISTINGUISHING`: MLflow's Compare separates a sweep's runs),
+  hashes of the inputs, and the fitted stacker as a pyfunc model (:mod:`src.serve`; this module imports it,
+  never the reverse).
 
 Secrets (:func:`scrub`, :func:`scrub_text`): applied to the composed config (params and ``config.yaml``), to the
 tags of :func:`start_run` (user tags; RAIM's own ``git_commit`` sits under a hash key) and to JSON artifacts.
@@ -46,6 +51,7 @@ own copies of the config are scrubbed too: conf/config.yaml turns Hydra's ``.hyd
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -273,32 +279,66 @@ def flatten(data: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
-def choices(cfg: DictConfig) -> dict[str, str]:
-    """Chosen option per config group: Hydra's runtime choices when inside Hydra, else read off the config."""
-    picked: dict[str, str] = {}
-    try:
-        from hydra.core.hydra_config import HydraConfig
+NAMED_GROUPS = ("roster", "dataset", "frame")  # named by their own ``name`` value
+VALUE_GROUPS = ("stacker", "analysis", "suite")  # named by the conf/<group> option whose values they hold
 
-        if HydraConfig.initialized():
-            picked = {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()
-                      if v is not None and not k.startswith("hydra")}
-    except Exception:
-        picked = {}
-    for group in ("roster", "dataset", "frame", "stacker", "analysis"):
-        if group in picked:
+
+@functools.lru_cache(maxsize=None)
+def _option(group: str, name: str) -> tuple[tuple[str, str], ...]:
+    """conf/<group>/<name>.yaml composed with its defaults list (other options of the group), flattened."""
+    node = OmegaConf.load(ROOT / "conf" / group / f"{name}.yaml")
+    defaults = list(node.pop("defaults", None) or []) or ["_self_"]
+    if "_self_" not in defaults:
+        defaults.append("_self_")
+    merged = OmegaConf.create()
+    for d in defaults:
+        merged = OmegaConf.merge(merged, node if d == "_self_" else OmegaConf.create(dict(_option(group, d))))
+    return tuple(sorted(flatten(OmegaConf.to_container(merged, resolve=False)).items()))
+
+
+def option_name(group: str, values: Mapping) -> str | None:
+    """The conf/<group> option whose composed values ``values`` hold (``logreg``), else the nearest one with the
+    values that differ (``logreg (C=0.1)``); None when the group has no options. Read off the values, so the
+    same under ``python -m src.run`` and the DVC stage (params.yaml has no Hydra group choices)."""
+    flat = flatten(values)
+    diffs = {}
+    for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
+        opt = dict(_option(group, path.stem))
+        diffs[path.stem] = [k for k in sorted(set(flat) | set(opt)) if flat.get(k) != opt.get(k)]
+    if not diffs:
+        return None
+    best = min(diffs, key=lambda n: len(diffs[n]))
+    changed = ", ".join(f"{k}={flat.get(k, 'unset')}" for k in diffs[best])
+    return f"{best} ({changed})" if changed else best
+
+
+def byo_verdicts(cfg: DictConfig | Mapping) -> str | None:
+    """The bring-your-own verdict table a run analyses (``verdicts=PATH``): no roster judged it."""
+    v = OmegaConf.select(cfg, "verdicts", default=None) if isinstance(cfg, DictConfig) else cfg.get("verdicts")
+    return str(v) if v else None
+
+
+def choices(cfg: DictConfig) -> dict[str, str]:
+    """What a run analysed, as tags read off the config's values: the roster (none for a bring-your-own verdict
+    table: ``verdicts`` instead), the dataset(s) and the frame by name; the stacker, analysis and suite settings
+    by the conf option they match (:func:`option_name`)."""
+    data = to_container(cfg)
+    picked: dict[str, str] = {}
+    for group in NAMED_GROUPS + VALUE_GROUPS:
+        node = data.get(group)
+        if not isinstance(node, Mapping):
             continue
-        node = OmegaConf.select(cfg, group, default=None) if isinstance(cfg, DictConfig) else cfg.get(group)
-        if node is None:
-            continue
-        name = node.get("name") if hasattr(node, "get") else None
-        if name is None and hasattr(node, "get") and node.get("_target_"):
-            name = str(node.get("_target_")).rsplit(".", 1)[-1]
+        name = node.get("name") if group in NAMED_GROUPS else option_name(group, node)
+        if name is None and node.get("_target_"):
+            name = str(node["_target_"]).rsplit(".", 1)[-1]
         if name is not None:
             picked[group] = str(name)
-    if picked.get("dataset") == "all" and isinstance(cfg, DictConfig):
-        ds = OmegaConf.select(cfg, "dataset.datasets", default=None)
-        if ds:
-            picked["datasets"] = ",".join(ds)
+    if byo_verdicts(data):
+        picked.pop("roster", None)
+        picked["verdicts"] = byo_verdicts(data)
+    ds = (data.get("dataset") or {}).get("datasets")
+    if ds and picked.get("dataset") == "all":
+        picked["datasets"] = ",".join(ds)
     return picked
 
 
@@ -511,13 +551,40 @@ def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool
             kwargs["nested"] = True
     with mlflow.start_run(**kwargs) as run:
         if active is None:  # children inherit the parent's config: log it once
-            params = flatten(scrub(to_container(cfg)))
-            mlflow.log_params(params)
+            data = run_config(cfg)
+            mlflow.log_params(flatten(data))
             with tempfile.TemporaryDirectory() as tmp:
                 p = Path(tmp) / "config.yaml"
-                p.write_text(OmegaConf.to_yaml(OmegaConf.create(scrub(to_container(cfg)))))
+                p.write_text(OmegaConf.to_yaml(OmegaConf.create(data)))
                 mlflow.log_artifact(str(p))
         yield run
+
+
+def run_config(cfg: DictConfig) -> dict:
+    """The composed config a run logs, secrets scrubbed; without the roster for a bring-your-own verdict table
+    (no roster judged it)."""
+    data = scrub(to_container(cfg))
+    if byo_verdicts(data):
+        data.pop("roster", None)
+    return data
+
+
+# Per dataset run: the values that tell one analysis from another (a sweep's stacker and analysis settings, the
+# frame, the roster or the bring-your-own table, the subsample), so that MLflow's Compare separates the runs.
+DISTINGUISHING = ("stacker", "analysis", "frame.name", "roster.name", "verdicts", "frontier", "judge.per_dataset",
+                  "judge.missing")
+
+
+def distinguishing_params(cfg: DictConfig) -> dict[str, str]:
+    """:data:`DISTINGUISHING` as MLflow params (dotted keys, as on the parent run)."""
+    data, out = run_config(cfg), {}
+    for key in DISTINGUISHING:
+        node = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, Mapping) else None
+        if node is not None:
+            out.update(flatten(node, f"{key}."))
+    return out
 
 
 def log_figures(paths: Iterable[str | Path], artifact_path: str = "figures") -> list[str]:
@@ -572,6 +639,7 @@ def summary_metrics(s: dict) -> tuple[dict[str, float], dict[str, str]]:
     tags["admissible"] = str(bool(adm["admissible"])).lower()
     tags["admissibility_reason"] = adm["reason"]
     tags["best_cv_call"] = s["deltas"]["best_cv"]["kappa"]["call"]
+    tags.update(decision_tags(s.get("decision")))
     for k, v in s["stacker"]["beta_mean"].items():
         metrics[metric_name("beta", k)] = v
     for k, v in s["stacker"]["beta_full"].items():
@@ -580,6 +648,14 @@ def summary_metrics(s: dict) -> tuple[dict[str, float], dict[str, str]]:
         ac = s["abstention_contrast"]
         metrics["abstention/delta_category_minus_scalar"] = ac["delta_category_minus_scalar"]["estimate"]
     return {k: float(v) for k, v in metrics.items() if v is not None and np.isfinite(v)}, tags
+
+
+def decision_tags(d: dict | None) -> dict[str, str]:
+    """The deployment decision (:mod:`src.decide`) as tags: ``decision`` (panel / single / none),
+    ``decision_member`` (the single judge, or ``none``), ``decision_reason``."""
+    if not d:
+        return {}
+    return {"decision": d["action"], "decision_member": d["member"] or "none", "decision_reason": d["reason"]}
 
 
 def beta_table(s: dict):
@@ -608,14 +684,16 @@ def stacker_example(table, result, rows: int = 5):
     return pd.DataFrame(X[:rows], columns=list(fitted.members) + names)
 
 
-def log_dataset(cfg: DictConfig, table, name: str, result) -> str:
-    """The active (child) run ← one dataset's ladder, β table, hashes and the fitted stacker model."""
+def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None = None) -> str:
+    """The active (child) run ← one dataset's ladder and decision (``summary``: its results.json entry; default
+    the ladder's summary), the params that set it apart, β table, hashes and the fitted stacker model."""
     import mlflow
 
     from . import serve
 
-    s = result.summary
+    s = summary or result.summary
     metrics, tags = summary_metrics(s)
+    mlflow.log_params(distinguishing_params(cfg))
     mlflow.log_metrics(metrics)
     for i, fold in enumerate(s["stacker"]["beta_folds"]):  # β per fold as a series (step = fold)
         for k, v in fold.items():
@@ -680,7 +758,9 @@ def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -
 
     by = table.by_dataset()
     with start_run(cfg, kind) as run:
-        mlflow.set_tags({**input_hashes(cfg, table), "datasets": ",".join(results)})
+        decisions = {n: s["decision"]["label"] for n, s in doc["datasets"].items() if "decision" in s}
+        mlflow.set_tags({**input_hashes(cfg, table), "datasets": ",".join(results),
+                         "decisions": "; ".join(f"{n}: {d}" for n, d in decisions.items())})
         log_json(doc, "results.json")
         prov = table.provenance or {}
         if "cache" in prov:
@@ -694,7 +774,7 @@ def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -
                                                         for r in results.values())))
         for name, result in results.items():
             with start_run(cfg, kind, tags={"dataset": name}, nested=True, run_name=name):
-                log_dataset(cfg, by[name], name, result)
+                log_dataset(cfg, by[name], name, result, doc["datasets"].get(name))
         return run.info.run_id
 
 
@@ -712,6 +792,8 @@ def compact_metrics(doc: dict) -> dict:
                "delta_best_cv_kappa_lo": delta["best_cv"]["kappa"]["ci"][0],
                "call_best_cv": delta["best_cv"]["kappa"]["call"],
                "admissible": bool(adm["admissible"]),
+               "decision": (s.get("decision") or {}).get("action"),
+               "decision_member": (s.get("decision") or {}).get("member"),
                "phi_bar": adm["phi_bar"],
                "members_at_kappa0": adm["members_at_kappa0"]}
         if "frontier" in delta:

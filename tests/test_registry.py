@@ -1,4 +1,5 @@
-"""Promotion to the model registry (src/registry.py): refused unless admissible and a win vs CV-best."""
+"""Promotion to the model registry (src/registry.py): refused unless the decision is to deploy the panel
+(admissible, a win vs the CV-best single, the κ floor reached); the log-panel command."""
 
 from __future__ import annotations
 
@@ -51,6 +52,16 @@ def test_rule_needs_both_admissibility_and_a_win(admissible, call, ok):
         tags["call.best_cv.kappa"] = call
     metrics = {"delta_best_cv/kappa": 0.01, "delta_best_cv/kappa_lo": -0.02, "delta_best_cv/kappa_hi": 0.04}
     assert (registry.reasons_to_refuse(tags, metrics) == []) is ok
+
+
+def test_refuses_an_admissible_win_that_the_decision_does_not_deploy():
+    """A run tagged with RAIM's decision: an admissible win under the κ floor is not the panel decision."""
+    metrics = {"delta_best_cv/kappa": 0.05, "delta_best_cv/kappa_lo": 0.01, "delta_best_cv/kappa_hi": 0.09}
+    tags = {"admissible": "true", "call.best_cv.kappa": "win", "decision": "none",
+            "decision_reason": "the panel pays but is under the floor; stacked κ 0.350 < floor 0.4"}
+    why = registry.reasons_to_refuse(tags, metrics)
+    assert len(why) == 1 and "not to deploy the panel (the panel pays but is under the floor" in why[0]
+    assert registry.reasons_to_refuse({**tags, "decision": "panel"}, metrics) == []
 
 
 def test_promotes_a_winning_admissible_stacker_and_loads_it_by_alias(store):
@@ -140,6 +151,7 @@ def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
 @pytest.mark.parametrize("args,expect", [
     (["promote", "--run-id", "0123456789abcdef"], "promote: Run with id=0123456789abcdef not found"),
     (["show", "--name", "no-such-model"], "show: Registered Model with name=no-such-model not found"),
+    (["log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"], "no roster 'nope' under conf/roster"),
 ])
 def test_cli_errors_are_one_line(store, args, expect):
     env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}

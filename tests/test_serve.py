@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,6 +18,7 @@ from malformed import serving_requests
 from test_track import compose_cfg, free_port, log_simulated, post_json, server, tracking_store
 
 MEMBERS = [f"m{j:02d}" for j in range(8)]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +70,40 @@ def test_served_stacker_takes_abstentions_as_null_and_rejects_bad_votes(served):
     status, body = post_json(served + "/invocations",
                              {"dataframe_records": [{k: v for k, v in rec.items() if k != "m03"}]})
     assert status == 400 and "m03" in body["message"]
+
+
+def test_serve_imports_neither_track_nor_registry():
+    """One direction only: tracking (src.track) and the registry log models through src.serve, never the reverse."""
+    import ast
+
+    tree = ast.parse((ROOT / "src" / "serve.py").read_text())
+    imported = {(n.module or "") + "." + a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level
+                for a in n.names}
+    assert not {m for m in imported if m.split(".")[0] in ("track", "registry") or m.endswith((".track", ".registry"))}
+
+
+def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
+    """`python -m src.registry log-panel` (it was `src.serve log-panel`): roster + stacker URI -> a panel run."""
+    import subprocess
+
+    import mlflow
+
+    names = [m.name for m in compose_cfg("roster=tiny").roster.members]
+    stacker = StackedLogit(n_votes=2).fit(np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]] * 3),
+                                          np.array([0, 1, 0, 1] * 3))
+    with tracking_store(champion["tmp"]):
+        with mlflow.start_run():
+            uri = serve.log_stacker(stacker, names).model_uri
+    env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"], "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "src.registry", "log-panel", "--roster", "tiny", "--stacker-uri", uri,
+                        "--no-compute"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("panel model "), p.stderr[-2000:]
+    with tracking_store(champion["tmp"]):
+        run = mlflow.search_runs(search_all_experiments=True, filter_string="tags.kind = 'panel'",
+                                 output_format="list")[0]
+        assert run.data.tags["stacker_uri"] == uri and run.data.tags["roster"] == "tiny"
+        inner = mlflow.pyfunc.load_model(run.data.tags["panel_model_uri"]).unwrap_python_model()
+        assert type(inner).__name__ == "PanelModel" and inner.columns == names
 
 
 # ------------------------------------------------------------------------------ RAIM's strict server

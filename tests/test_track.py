@@ -182,9 +182,13 @@ def test_parent_run_tags_params_and_results(logged):
 
     parent = mlflow.get_run(logged["run_id"])
     t, p = parent.data.tags, parent.data.params
-    assert t["kind"] == "stacking" and t["roster"] == "cpu" and t["frame"] == "auto" and t["datasets"] == "good,bad"
-    assert t["stacker"] and len(t["git_commit"]) == 40
+    assert t["kind"] == "stacking" and t["frame"] == "auto" and t["datasets"] == "good,bad"
+    # a bring-your-own verdict table: no roster judged it, so none is named (tags or params); the table is
+    assert "roster" not in t and not [k for k in p if k.startswith("roster.")]
+    assert t["verdicts"] == str(logged["tmp"] / "verdicts.csv") == p["verdicts"]
+    assert t["stacker"] == "logreg" and t["analysis"].startswith("fast (") and len(t["git_commit"]) == 40
     assert p["stacker.C"] == "1.0" and p["analysis.n_boot"] == "200" and p["judge.api_key"] == "***"
+    assert t["decisions"] == "good: deploy the panel; bad: deploy the single judge m00"
     art = Path(parent.info.artifact_uri.removeprefix("file://"))
     assert art.is_relative_to(logged["tmp"] / "mlruns")
     assert json.loads((art / "results.json").read_text())["datasets"].keys() == logged["doc"]["datasets"].keys()
@@ -209,6 +213,12 @@ def test_children_carry_the_ladder_betas_and_admissibility(logged):
         assert m["delta_best_cv/kappa_p_holm"] == pytest.approx(d["p_holm"])
         assert t["call.best_cv.kappa"] == d["call"] and t["call.majority.bacc"] == s["deltas"]["majority"]["bacc"]["call"]
         assert t["admissible"] == str(s["admissibility"]["admissible"]).lower()
+        d = s["decision"]
+        assert (t["decision"], t["decision_member"], t["decision_reason"]) == (d["action"], d["member"] or "none",
+                                                                               d["reason"])
+        p = child.data.params  # what sets this analysis apart, on the dataset run itself (MLflow's Compare)
+        assert p["stacker.C"] == "1.0" and p["analysis.n_boot"] == "200" and p["analysis.kappa_floor"] == "0.4"
+        assert p["verdicts"] == str(logged["tmp"] / "verdicts.csv") and "roster.name" not in p
         assert m["adm/phi_bar"] == pytest.approx(s["admissibility"]["phi_bar"])
         for f, b in s["stacker"]["beta_mean"].items():
             assert m[f"beta/{f}"] == pytest.approx(b)
@@ -217,6 +227,7 @@ def test_children_carry_the_ladder_betas_and_admissibility(logged):
         assert beta["full"].tolist() == pytest.approx(list(s["stacker"]["beta_full"].values()))
         assert len(t["verdict_table_sha256"]) == 64
     assert kids["good"].data.tags["admissible"] == "true" and kids["bad"].data.tags["admissible"] == "false"
+    assert kids["good"].data.tags["decision"] == "panel" and kids["bad"].data.tags["decision_member"] == "m00"
     assert kids["good"].data.tags["verdict_table_sha256"] != kids["bad"].data.tags["verdict_table_sha256"]
 
 
@@ -283,10 +294,32 @@ def test_start_run_nests_under_active_run_and_logs_figures(tmp_path):
             "figures/fig.png"]
 
 
+def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage():
+    """`python -m src.run` has Hydra's group choices; the DVC stage (`--config-name params`) has none: the tags
+    must not differ between the two for the same values (they read `logreg`/`StackedLogit` before)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose(config_name="config", overrides=["stacker.C=0.5", "analysis=fast"], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    try:
+        as_run = track.choices(cfg)
+    finally:
+        HydraConfig.instance().cfg = None
+    params_yaml = OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "hydra"})
+    assert track.choices(params_yaml) == as_run
+    assert as_run["stacker"] == "logreg (C=0.5)" and as_run["analysis"] == "fast" and as_run["roster"] == "cpu"
+    assert track.choices(compose_cfg("stacker=logreg_categorical"))["stacker"] == "logreg_categorical"
+    byo = track.choices(compose_cfg("verdicts=/tmp/v.csv", "roster=tiny"))
+    assert "roster" not in byo and byo["verdicts"] == "/tmp/v.csv"
+
+
 def test_stage_files_and_judge_args(logged, tmp_path):
     track.write_stage_files(logged["doc"], tmp_path / "m.json", tmp_path / "b.csv")
     m = json.loads((tmp_path / "m.json").read_text())
     assert m["good"]["admissible"] is True and m["bad"]["admissible"] is False
+    assert (m["good"]["decision"], m["bad"]["decision"], m["bad"]["decision_member"]) == ("panel", "single", "m00")
     assert m["good"]["stacked"]["kappa"] == logged["doc"]["datasets"]["good"]["comparators"]["stacked"]["kappa"][
         "estimate"]
     b = pd.read_csv(tmp_path / "b.csv")
