@@ -6,6 +6,10 @@
   ``label``. This is what ``mlflow models serve`` answers.
 * :class:`PanelModel` takes raw items (question, evidence, candidate), runs the configured roster's judges
   through the verdict cache (a hit never loads a model) and stacks their verdicts with a fitted stacker.
+
+``python -m src.serve model`` serves either behind MLflow's scoring server with strict inputs
+(:class:`StrictInputs`). Logging and registering them is :mod:`src.track`'s and :mod:`src.registry`'s: both
+import this module, which imports neither.
 """
 
 from __future__ import annotations
