@@ -63,6 +63,7 @@ def check_settings(s: LadderSettings, stacker: StackedLogit) -> None:
              ("analysis.level", s.level, 0, 1, True, True), ("analysis.kappa0", s.kappa0, -1, 1, False, False),
              ("analysis.c", s.c, 0, 1, True, False), ("analysis.phi0", s.phi0, -1, 1, False, False),
              ("analysis.min_coverage", s.min_coverage, 0, 1, False, False),
+             ("analysis.kappa_floor", s.kappa_floor, -1, 1, False, False),
              ("stacker.C", stacker.C, 0, inf, True, True), ("stacker.threshold", stacker.threshold, 0, 1, True, True)]
     for key, value, lo, hi, lo_open, hi_open in rules:
         whole = key in ("analysis.n_splits", "analysis.n_boot")

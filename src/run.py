@@ -206,7 +206,7 @@ def analyse(cfg: DictConfig) -> tuple[verdicts.VerdictTable, dict, dict]:
     table = load_table(cfg)
     results = ladder.analyze(table, stacker, settings)
     meta = {"verdicts": table.source, "members": table.members, "frontier": table.frontier_name,
-            "roster": cfg.roster.name if cfg.get("roster") else None,
+            "roster": cfg.roster.name if cfg.get("roster") and not cfg.verdicts else None,
             "stacker": OmegaConf.to_container(cfg.stacker), "frame": cfg.frame.name}
     doc = ladder.to_json(results, settings, meta)
     if table.provenance.get("skipped"):
@@ -224,19 +224,22 @@ def log_members(results: dict) -> None:
             log.info("  %-14s κ=%.3f bacc=%.3f coverage=%.3f", m, v["kappa"], v["bacc"], v["coverage"])
 
 
-def summary_lines(results: dict) -> list[str]:
-    """One line per dataset: the stacker against the CV-best single judge, the call, and the admissibility
-    verdict that decides whether the panel should be deployed there (§2, §3.3)."""
+def summary_lines(doc: dict) -> list[str]:
+    """One line per dataset: the stacker against the CV-best single judge, the call, the admissibility verdict
+    (§2, §3.3), and what to deploy there (:mod:`src.decide`)."""
     out = []
-    for name, r in results.items():
-        s = r.summary
+    for name, s in doc["datasets"].items():
         st, cv = (s["comparators"][c]["kappa"]["estimate"] for c in ("stacked", "best_cv"))
         d = s["deltas"]["best_cv"]["kappa"]
         adm = s["admissibility"]
         verdict = "admissible" if adm["admissible"] else f"not admissible ({adm['reason']})"
         out.append(f"{name}: stacked κ {st:.3f} vs CV-best single {cv:.3f}, Δκ {d['estimate']:+.3f} "
-                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: {d['call']}; {verdict}")
+                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: {d['call']}; {verdict} → {_decision(s)}")
     return out
+
+
+def _decision(s: dict) -> str | None:
+    return s["decision"]["label"] if "decision" in s else None
 
 
 def output_paths(cfg: DictConfig) -> list[Path]:
@@ -295,7 +298,7 @@ def main(cfg: DictConfig) -> float:
         from .track import write_stage_files
 
         write_stage_files(doc, cfg.get("metrics"), cfg.get("betas"))
-    print("\n".join(["", "RAIM summary", *summary_lines(results), *skipped_lines(doc),
+    print("\n".join(["", "RAIM summary", *summary_lines(doc), *skipped_lines(doc),
                       f"results: {', '.join(map(str, outputs))}"]))
     if run_id:
         from .track import ui_command
@@ -313,7 +316,8 @@ class SweepSummary(Callback):
         self.rows: list[dict] = []
 
     def on_job_end(self, config: DictConfig, job_return, **kwargs) -> None:
-        self.rows += sweep_rows(job_return)
+        if hasattr(self, "rows"):  # a sweep's job (a single run has no table to add to)
+            self.rows += sweep_rows(job_return)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         import pandas as pd
@@ -337,11 +341,12 @@ def sweep_rows(job_return) -> list[dict]:
     if job_return.status != JobStatus.COMPLETED or not path.exists():
         err = job_return._return_value if job_return.status == JobStatus.FAILED else "no results.json"
         return [{"job": job, "dataset": "-", "stacked_kappa": None, "call_vs_cv_best": f"failed: {err}"[:80],
-                 "admissible": None, "run_id": None}]
+                 "admissible": None, "decision": None, "run_id": None}]
     doc = json.loads(path.read_text())
     return [{"job": job, "dataset": name, "stacked_kappa": s["comparators"]["stacked"]["kappa"]["estimate"],
              "call_vs_cv_best": s["deltas"]["best_cv"]["kappa"]["call"],
-             "admissible": s["admissibility"]["admissible"], "run_id": doc.get("mlflow_run_id")}
+             "admissible": s["admissibility"]["admissible"], "decision": _decision(s),
+             "run_id": doc.get("mlflow_run_id")}
             for name, s in doc["datasets"].items()]
 
 

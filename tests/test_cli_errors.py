@@ -44,7 +44,7 @@ CASES = {
                                  "wice/claim/test.jsonl line 2: not UTF-8 text (byte 0xff"),
     "serve: unknown model": (lambda t: ["src.serve", "model", "--model-uri", "models:/nope@champion"],
                              "model: Registered Model with name=nope not found"),
-    "serve: unknown roster": (lambda t: ["src.serve", "log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"],
+    "registry: unknown roster": (lambda t: ["src.registry", "log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"],
                               "no roster 'nope'"),
     "run: output is a directory": (lambda t: ["src.run", f"output={t}", "tracking.enabled=false"],
                                    "is a directory"),

@@ -62,12 +62,14 @@ def _runs(filter_string: str):
 
 def test_cli_run_logs_one_tagged_run_with_dataset_children(cli_runs):
     with tracking_store(cli_runs["tmp"]):
-        runs = _runs("tags.roster = 'ablation_no_gemma' and tags.kind = 'stacking'")
+        runs = _runs("tags.stacker = 'logreg' and tags.kind = 'stacking'")
         parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-        assert len(parents) == 1
+        assert len(parents) == 1  # the sweep's jobs are tagged `logreg (C=0.1)`, `logreg (C=10)`
         p = parents[0]
-        assert p.data.tags["stacker"] == "logreg" and p.data.tags["frame"] == "auto"  # Hydra's own choices
-        assert p.data.params["roster.name"] == "ablation_no_gemma"
+        assert p.data.tags["frame"] == "auto"
+        # a bring-your-own verdict table: no roster was used, so none is tagged
+        assert "roster" not in p.data.tags and "roster.name" not in p.data.params
+        assert p.data.params["verdicts"].endswith("verdicts.csv")
         kids = _runs(f"tags.mlflow.parentRunId = '{p.info.run_id}'")
         assert sorted(k.data.tags["dataset"] for k in kids) == ["bad", "good"]
 
@@ -84,15 +86,20 @@ def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
 
 
 def test_a_sweep_ends_with_a_table_of_its_jobs(cli_runs):
+    import pandas as pd
+
     out = cli_runs["sweep"].stdout
     table = out[out.index("RAIM sweep summary"):].splitlines()
-    assert table[1].split() == ["job", "dataset", "stacked_kappa", "call_vs_cv_best", "admissible", "run_id"]
-    rows = [ln.split() for ln in table[2:] if ln.strip()]
-    assert sorted((r[0], r[1]) for r in rows) == [("stacker.C=0.1", "bad"), ("stacker.C=0.1", "good"),
-                                                   ("stacker.C=10", "bad"), ("stacker.C=10", "good")]
-    assert all(len(r[-1]) == 32 for r in rows)  # each job's MLflow run id
+    assert table[1].split() == ["job", "dataset", "stacked_kappa", "call_vs_cv_best", "admissible", "decision",
+                                "run_id"]
     csv = list((cli_runs["tmp"] / "hydra" / "multirun").glob("*/sweep_summary.csv"))
-    assert len(csv) == 1 and len(csv[0].read_text().splitlines()) == 5
+    assert len(csv) == 1
+    df = pd.read_csv(csv[0])
+    assert sorted(zip(df["job"], df["dataset"])) == [("stacker.C=0.1", "bad"), ("stacker.C=0.1", "good"),
+                                                     ("stacker.C=10", "bad"), ("stacker.C=10", "good")]
+    assert df["run_id"].str.len().eq(32).all()  # each job's MLflow run
+    assert df["decision"].str.startswith(("deploy the panel", "deploy the single judge", "nothing here")).all()
+    assert all(r in out for r in df["run_id"])
     # each job wrote its own results.json; none overwrote the file named by output=
     assert len(list((cli_runs["tmp"] / "hydra" / "multirun").glob("*/*/results.json"))) == 2
 
@@ -211,3 +218,31 @@ def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
     assert "Running stage" not in again and "up to date" in again
     assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
     assert (repo / "data" / "shipped" / "medhallu").is_dir()  # the raw snapshot was re-imported offline by data.dvc
+
+
+def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_file(clone):
+    """A new set in `dataset=all` (README, "Your own benchmark", step 5): its own balance and verdicts stages and
+    the analysis run, nothing else; with no verdicts yet it is left out and named, the others are analysed; the
+    raw file under data/own/ survives `dvc repro`."""
+    repo, env = clone
+    fix = ROOT / "tests" / "fixtures" / "newbench"
+    raw = repo / "data" / "own" / "newbench" / "qa.json"
+    raw.parent.mkdir(parents=True)
+    shutil.copy(fix / "newbench.json", raw)
+    spec = (fix / "newbench.yaml").read_text().replace("newbench/newbench.json", "newbench/qa.json")
+    (repo / "conf" / "dataset" / "newbench.yaml").write_text(spec)
+    listed = repo / "conf" / "dataset" / "all.yaml"
+    listed.write_text(listed.read_text() + "  newbench: ${paths.own_dir}/newbench\n")
+    sh([sys.executable, "-m", "src.track", "params"], repo, env)
+    out = _dvc("repro", cwd=repo, env=env).stdout
+    ran = {ln.split("'")[1] for ln in out.splitlines() if ln.startswith("Running stage '")}
+    assert {"balance@newbench", "verdicts@newbench", "coverage", "stacking", "suite", "report"} == ran, out
+    assert raw.exists() and (repo / "datasets" / "newbench.jsonl").exists()
+    doc = json.loads((repo / "results" / "results.json").read_text())
+    assert sorted(doc["datasets"]) == ["expertqa", "medhallu", "truthfulqa", "wice"]
+    assert doc["skipped"]["newbench"]["command"] == \
+        "python -m src.judges --roster cpu --datasets newbench --per-dataset 200 --compute"
+    assert "newbench" in (repo / "results" / "report.md").read_text()
+    again = _dvc("repro", cwd=repo, env=env).stdout
+    assert "Running stage" not in again and raw.exists()
+    assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for

@@ -291,11 +291,11 @@ def test_stage_files_are_written_atomically(tmp_path, monkeypatch):
 def test_suite_json_holds_no_timings(tmp_path, monkeypatch):
     """suite.json is a DVC output: wall times would make every rerun differ (they go to MLflow)."""
     import src.analyses.__main__ as suite_main
-    from src import report
+    from src import figures
 
     doc = {"datasets": {}, "cost": {}, "timings": {"budget": 12.5, "panel": 3.25}}
     monkeypatch.setattr(suite_main, "compute", lambda cfg: (json.loads(json.dumps(doc)), None))
-    monkeypatch.setattr(report, "figures", lambda *a, **k: [])
+    monkeypatch.setattr(figures, "draw", lambda *a, **k: [])
     cfg = _compose("tracking.enabled=false", f"suite.output={tmp_path}/suite.json", f"suite.figures_dir={tmp_path}/f")
     inner = suite_main.main
     while hasattr(inner, "__wrapped__"):
