@@ -9,13 +9,13 @@ fitted per-fold estimators for the β report). Decision rule everywhere: halluci
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import StratifiedGroupKFold
 
 from .verdicts import ABSTAIN
 
@@ -277,12 +277,70 @@ def _long_format(X: np.ndarray) -> pd.DataFrame:
 
 
 def cluster_folds(y: np.ndarray, clusters: np.ndarray, n_splits: int = 5, seed: int = 0) -> list[tuple]:
-    """Folds made of whole clusters, stratified on gold (§2: 5-fold cross-fitting, no cluster split)."""
+    """Folds made of whole clusters, stratified on gold (§2: 5-fold cross-fitting, no cluster split).
+
+    The folds of scikit-learn's ``StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed)``, index for
+    index (:func:`_stratified_group_assignment` replays its greedy assignment without its per-fold numpy calls).
+    """
     n_clusters = len(np.unique(clusters))
     if n_clusters < n_splits:
         raise ValueError(f"cross-fitting needs at least {n_splits} clusters, got {n_clusters}")
-    cv = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
-    return [(tr, te) for tr, te in cv.split(np.zeros(len(y)), y, groups=clusters)]
+    _, y_inv, y_cnt = np.unique(np.asarray(y), return_inverse=True, return_counts=True)
+    if np.all(n_splits > y_cnt):
+        raise ValueError(f"n_splits={n_splits} cannot be greater than the number of members in each class.")
+    _, g_inv = np.unique(np.asarray(clusters), return_inverse=True)
+    g_inv = g_inv.ravel()
+    per_group = np.zeros((n_clusters, len(y_cnt)))
+    np.add.at(per_group, (g_inv, y_inv.ravel()), 1.0)
+    perm = np.random.RandomState(seed).permutation(n_clusters)  # StratifiedGroupKFold's shuffle of the groups
+    fold_of = np.empty(n_clusters, int)
+    fold_of[perm] = _stratified_group_assignment(per_group[perm], y_cnt, n_splits)
+    item_fold = fold_of[g_inv]
+    idx = np.arange(len(g_inv))
+    return [(idx[item_fold != k], idx[item_fold == k]) for k in range(n_splits)]
+
+
+def _stratified_group_assignment(per_group: np.ndarray, y_cnt: np.ndarray, n_splits: int) -> np.ndarray:
+    """The fold of each group (rows: class counts, in shuffled order), by StratifiedGroupKFold's greedy rule:
+    groups by decreasing spread of their class counts (stable), each to the fold whose trial assignment gives the
+    lowest mean over classes of the std over folds of (fold class count / class total), ties (``np.isclose``)
+    to the fold with fewer items. The arithmetic repeats numpy's order of operations (sequential sums over the
+    folds, then over the classes), so every comparison — ties included — comes out as scikit-learn's."""
+    totals = [float(c) for c in y_cnt]
+    folds = [[0.0] * len(totals) for _ in range(n_splits)]
+    sizes = [0.0] * n_splits
+    out = np.empty(len(per_group), int)
+    for g in np.argsort(-np.std(per_group, axis=1), kind="stable"):
+        add = per_group[g].tolist()
+        best, min_eval, min_size = 0, np.inf, np.inf
+        for i in range(n_splits):
+            ev = _trial_eval(folds, i, add, totals)
+            if ev < min_eval or (abs(ev - min_eval) <= 1e-8 + 1e-5 * abs(min_eval) and sizes[i] < min_size):
+                best, min_eval, min_size = i, ev, sizes[i]
+        folds[best] = [a + b for a, b in zip(folds[best], add)]
+        sizes[best] = sum(folds[best])
+        out[g] = best
+    return out
+
+
+def _trial_eval(folds: list[list[float]], i: int, add: list[float], totals: list[float]) -> float:
+    """``np.mean(np.std(trial / totals, axis=0))`` for the fold counts with ``add`` put on fold ``i``."""
+    k, stds = len(folds), []
+    for c, total in enumerate(totals):
+        v = [(f[c] + add[c] if j == i else f[c]) / total for j, f in enumerate(folds)]
+        m = v[0]
+        for x in v[1:]:
+            m += x
+        m /= k
+        ss = 0.0
+        for x in v:
+            d = x - m
+            ss += d * d
+        stds.append(math.sqrt(ss / k))
+    ev = stds[0]
+    for x in stds[1:]:
+        ev += x
+    return ev / len(stds)
 
 
 @dataclass

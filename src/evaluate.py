@@ -7,7 +7,8 @@ Predictions are float vectors in {0, 1, 0.5}; 0.5 is an abstention. Following §
 * hallucinated-class F1 counts an abstention as a missed detection.
 
 Every metric is computed from six confusion counts per item (gold × {1, 0, abstain}), so a bootstrap is one
-matrix product: cluster resampling weights (B × clusters) times per-cluster counts (clusters × 6·P).
+matrix product: cluster resampling weights (B × clusters) times per-cluster counts (clusters × 6·P), taken in
+chunks of draws when B × clusters weights would not fit in :data:`MAX_WEIGHT_BYTES`.
 """
 
 from __future__ import annotations
@@ -16,13 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
-from statsmodels.stats.multitest import multipletests
 
 from .verdicts import ABSTAIN
 
 METRICS = ("kappa", "bacc", "f1")
 # count columns: gold=1 & pred=1, gold=1 & pred=0, gold=1 & abstain, gold=0 & pred=1, gold=0 & pred=0, gold=0 & abstain
 _N_COUNTS = 6
+# B × clusters bootstrap weights (float64) up to this size are drawn once and kept; larger ones are drawn again,
+# chunk by chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
+MAX_WEIGHT_BYTES = 64 * 2**20
 
 
 def indicators(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -73,28 +76,65 @@ def coverage(votes: np.ndarray) -> np.ndarray:
 class ClusterBootstrap:
     """Paired cluster bootstrap (§2): B draws of whole clusters with replacement, shared by every comparator.
 
-    ``weights`` is B × n_clusters (how often each cluster is drawn); an item's weight in a draw is its
-    cluster's. Percentile intervals.
+    Draw b is a multinomial vector of cluster multiplicities (n_clusters clusters drawn uniformly); an item's
+    weight in a draw is its cluster's. Percentile intervals. The draws come from one generator in draw order, so
+    the first B' draws of a B-draw bootstrap are the B'-draw bootstrap of the same seed (:meth:`head`), and draws
+    made chunk by chunk equal draws made at once: the weights are kept when they fit in
+    :data:`MAX_WEIGHT_BYTES`, otherwise drawn again in chunks of ``chunk`` draws on each pass (bounded memory).
     """
 
-    def __init__(self, clusters: np.ndarray, n_boot: int = 2000, seed: int = 0):
-        self.cluster_ids, self.item_cluster = np.unique(np.asarray(clusters), return_inverse=True)
-        nc = len(self.cluster_ids)
-        rng = np.random.default_rng(seed)
-        self.weights = rng.multinomial(nc, np.full(nc, 1.0 / nc), size=n_boot).astype(float)
-        n = len(self.item_cluster)
+    def __init__(self, clusters: np.ndarray, n_boot: int = 2000, seed: int = 0, chunk: int | None = None):
+        self.cluster_ids, inv = np.unique(np.asarray(clusters), return_inverse=True)
+        self.item_cluster = inv.ravel()
+        self.n_boot, self.seed = int(n_boot), seed
+        nc, n = len(self.cluster_ids), len(self.item_cluster)
+        self.chunk = int(chunk or max(1, MAX_WEIGHT_BYTES // (8 * max(nc, 1))))
         self._agg = sparse.csr_matrix((np.ones(n), (self.item_cluster, np.arange(n))), shape=(nc, n))
+        self._weights = next(self._draws(self.n_boot)) if self.n_boot <= self.chunk else None
+
+    def _draws(self, chunk: int):
+        """Weight chunks (≤ ``chunk`` draws × n_clusters), in draw order, from a fresh generator."""
+        nc = len(self.cluster_ids)
+        rng, p = np.random.default_rng(self.seed), np.full(nc, 1.0 / nc)
+        for start in range(0, self.n_boot, chunk):
+            yield rng.multinomial(nc, p, size=min(chunk, self.n_boot - start)).astype(float)
+
+    def chunks(self):
+        """The B × n_clusters weights, as one kept matrix or chunk by chunk of draws."""
+        if self._weights is not None:
+            yield self._weights
+        else:
+            yield from self._draws(self.chunk)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """All B × n_clusters weights (built here when they are not kept)."""
+        return self._weights if self._weights is not None else np.vstack(list(self.chunks()))
+
+    def head(self, n_boot: int) -> "ClusterBootstrap":
+        """The first ``n_boot`` draws, without drawing again: the ``n_boot``-draw bootstrap of this seed."""
+        if n_boot > self.n_boot:
+            raise ValueError(f"head({n_boot}) of a {self.n_boot}-draw bootstrap")
+        out = object.__new__(ClusterBootstrap)
+        out.__dict__.update(self.__dict__, n_boot=int(n_boot))
+        if self._weights is not None:
+            out._weights = self._weights[:n_boot]
+        return out
 
     def item_weights(self) -> np.ndarray:
         """B × n item multiplicities (for tests and for custom statistics)."""
         return self.weights[:, self.item_cluster]
 
+    def per_cluster(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
+        """Confusion counts of each cluster for P prediction vectors (preds: n × P) → n_clusters × 6P."""
+        preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
+        return np.hstack([self._agg @ indicators(gold, preds[:, p]) for p in range(preds.shape[1])])
+
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""
-        preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
-        ind = np.concatenate([indicators(gold, preds[:, p]) for p in range(preds.shape[1])], axis=1)
-        per_cluster = self._agg @ ind  # clusters × 6P
-        return (self.weights @ per_cluster).reshape(len(self.weights), preds.shape[1], _N_COUNTS)
+        per_cluster = self.per_cluster(gold, preds)
+        out = np.vstack([w @ per_cluster for w in self.chunks()])
+        return out.reshape(self.n_boot, -1, _N_COUNTS)
 
     def metrics(self, gold: np.ndarray, preds: np.ndarray) -> dict[str, np.ndarray]:
         """B × P arrays of κ, bacc, F1."""
@@ -148,7 +188,11 @@ def best_single_call(vs_cv: Delta, vs_oracle: Delta | None) -> str:
 
 
 def holm(pvalues: list[float]) -> list[float]:
-    """Holm-adjusted p-values (statsmodels ``multipletests``)."""
-    if not pvalues:
-        return []
-    return [float(p) for p in multipletests(pvalues, method="holm")[1]]
+    """Holm's step-down adjusted p-values over one family (§2: Holm over the core datasets): with the m p-values
+    sorted ascending, p₍ᵢ₎ × (m − i + 1), made non-decreasing by a running maximum and capped at 1; returned in
+    the input order. The same numbers as statsmodels' ``multipletests(method="holm")``."""
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p)
+    adjusted = np.empty_like(p)
+    adjusted[order] = np.minimum(np.maximum.accumulate(p[order] * np.arange(len(p), 0, -1)), 1.0)
+    return [float(v) for v in adjusted]

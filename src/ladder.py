@@ -158,16 +158,17 @@ def checked_folds(y: np.ndarray, clusters: np.ndarray, s: LadderSettings) -> lis
 
 
 def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
-                    best_avg: str | None) -> DatasetResult:
+                    best_avg: str | None, folds: list[tuple] | None = None) -> DatasetResult:
     """The whole ladder on one dataset (members that never voted on it are set aside and listed; members
-    below ``s.min_coverage`` are not eligible as a single-judge comparator, and listed with the reason)."""
+    below ``s.min_coverage`` are not eligible as a single-judge comparator, and listed with the reason).
+    ``folds``: the dataset's cluster folds when already computed (:func:`dataset_folds`)."""
     best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)]
     table, excluded = active_members(table)
     y, clusters, votes = table.gold, table.clusters, table.votes
     ok, ineligible = single_judge_eligibility(table, s.min_coverage)
     X, extra_names = design_matrix(table, s.features)
     stacker = clone(stacker).set_params(n_votes=votes.shape[1])
-    folds = checked_folds(y, clusters, s)
+    folds = checked_folds(y, clusters, s) if folds is None else folds
     stk = crossfit(stacker, X, y, folds)
     try:
         cv = crossfit(BestSingle(min_coverage=s.min_coverage), votes, y, folds)
@@ -185,13 +186,14 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         preds["best_avg"] = best_avg_votes
     if table.frontier is not None and (table.frontier != ABSTAIN).any():
         preds["frontier"] = table.frontier
-    boot = ClusterBootstrap(clusters, s.n_boot, s.seed)
+    alt = _other_encoding(X, y, folds, stacker) if s.abstention_contrast else None
     named = list(preds)
-    P = np.column_stack([preds[k] for k in named] + [votes])
+    K = votes.shape[1]
+    P = np.column_stack([preds[k] for k in named] + [votes] + ([] if alt is None else [alt]))
     full = from_counts(np.stack([indicators(y, P[:, p]).sum(0) for p in range(P.shape[1])]))
-    draws = boot.metrics(y, P)
-    full_m = {k: v[len(named):] for k, v in full.items()}
-    draw_m = {k: v[:, len(named):] for k, v in draws.items()}
+    draws = ClusterBootstrap(clusters, s.n_boot, s.seed).metrics(y, P)  # one pass over the draws
+    full_m = {k: v[len(named):len(named) + K] for k, v in full.items()}
+    draw_m = {k: v[:, len(named):len(named) + K] for k, v in draws.items()}
     oracle_full = int(np.argmax(np.where(ok, full_m["kappa"], -np.inf)))
     oracle_draw = np.argmax(np.where(ok[None, :], draw_m["kappa"], -np.inf), axis=1)
     est = {name: {m: full[m][i] for m in METRICS} for i, name in enumerate(named)}
@@ -244,36 +246,63 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         },
         "admissibility": adm.as_dict(),
     }
-    if s.abstention_contrast:
-        summary["abstention_contrast"] = _abstention_contrast(X, y, folds, boot, stacker, stk.pred, s)
+    if alt is not None:
+        i = named.index("stacked")
+        summary["abstention_contrast"] = _abstention_contrast(
+            stacker, stk.pred, alt, (full["kappa"][i], full["kappa"][-1]), (draws["kappa"][:, i], draws["kappa"][:, -1]),
+            s.level)
     return DatasetResult(summary, final, stk.proba, preds, names, list(table.members))
 
 
-def _abstention_contrast(X, y, folds, boot, stacker, scalar_pred, s) -> dict:
-    """Table 23: the same stacker with abstention as a category instead of 0.5 (same folds and draws)."""
+def _other_encoding(X, y, folds, stacker) -> np.ndarray:
+    """Table 23's other arm: the same stacker, folds and items with the other abstention encoding."""
     other = "category" if stacker.abstention == "scalar" else "scalar"
-    alt = crossfit(clone(stacker).set_params(abstention=other), X, y, folds).pred
-    cat, sca = (alt, scalar_pred) if other == "category" else (scalar_pred, alt)
-    k = boot.metrics(y, np.column_stack([cat, sca]))["kappa"]
-    full = [from_counts(indicators(y, p).sum(0))["kappa"] for p in (cat, sca)]
-    d = paired_delta(float(full[0] - full[1]), k[:, 0] - k[:, 1], s.level)
-    return {"kappa_scalar": float(full[1]), "kappa_category": float(full[0]),
-            "delta_category_minus_scalar": d.as_dict(), "moved": int(np.sum(cat != sca))}
+    return crossfit(clone(stacker).set_params(abstention=other), X, y, folds).pred
 
 
-def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings) -> dict[str, DatasetResult]:
-    """Every dataset of the table, then Holm over the configured core datasets for each comparator."""
-    check_settings(s, stacker)
-    best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
-    results = {}
+def _abstention_contrast(stacker, reported, alt, full: tuple, draws: tuple, level: float) -> dict:
+    """Table 23: abstention as a category against 0.5 (same folds and draws); ``full`` / ``draws`` hold κ of the
+    reported arm and of the other one, in that order."""
+    cat_first = stacker.abstention == "scalar"  # the reported arm is the scalar one
+    (k_cat, k_sca), (d_cat, d_sca) = ((full[1], full[0]), (draws[1], draws[0])) if cat_first else (full, draws)
+    d = paired_delta(float(k_cat - k_sca), d_cat - d_sca, level)
+    return {"kappa_scalar": float(k_sca), "kappa_category": float(k_cat),
+            "delta_category_minus_scalar": d.as_dict(), "moved": int(np.sum(reported != alt))}
+
+
+def dataset_folds(table: VerdictTable, s: LadderSettings) -> dict[str, list[tuple]]:
+    """Each dataset's cluster folds (§2), computed once, for callers that run the ladder and the analysis suite
+    on the same table (both take them)."""
+    out = {}
     for name, t in table.by_dataset().items():
-        if len(np.unique(t.gold)) < 2:
-            raise AnalysisError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
         try:
-            results[name] = analyze_dataset(t, stacker, s, best_avg)
+            out[name] = checked_folds(t.gold, t.clusters, s)
         except AnalysisError as e:
             raise AnalysisError(f"{table.source}: dataset {name!r}: {e}") from e
-        results[name].summary["selected"]["best_avg_ineligible"] = avg_ineligible
+    return out
+
+
+def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
+            folds: dict[str, list[tuple]] | None = None) -> dict[str, DatasetResult]:
+    """Every dataset of the table, then Holm over the configured core datasets for each comparator.
+
+    ``folds``: :func:`dataset_folds` of the table when the caller has them (else each dataset's are computed
+    as it is analysed). BLAS runs on one thread here: the products are small, and threads contending for
+    shared cores multiply the time."""
+    from threadpoolctl import threadpool_limits
+
+    check_settings(s, stacker)
+    with threadpool_limits(1):
+        best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
+        results = {}
+        for name, t in table.by_dataset().items():
+            if len(np.unique(t.gold)) < 2:
+                raise AnalysisError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
+            try:
+                results[name] = analyze_dataset(t, stacker, s, best_avg, None if folds is None else folds[name])
+            except AnalysisError as e:
+                raise AnalysisError(f"{table.source}: dataset {name!r}: {e}") from e
+            results[name].summary["selected"]["best_avg_ineligible"] = avg_ineligible
     _apply_holm(results, s.core)
     return results
 

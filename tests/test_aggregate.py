@@ -37,6 +37,35 @@ def test_folds_never_split_a_cluster(table):
         cluster_folds(np.array([0, 1, 0, 1]), np.array(["a", "a", "b", "b"]), 5)
 
 
+FOLD_SHAPES = [  # (clusters, largest cluster, classes, n_splits, seed, paired gold)
+    (12, 1, 2, 5, 0, False), (40, 3, 2, 5, 1, False), (300, 2, 2, 5, 0, True), (1000, 2, 2, 5, 3, True),
+    (250, 4, 2, 3, 11, False), (120, 5, 3, 7, 2, False), (80, 1, 2, 10, 5, False), (500, 3, 2, 2, 42, False),
+]
+
+
+@pytest.mark.parametrize("n_clusters,largest,classes,n_splits,seed,paired", FOLD_SHAPES)
+def test_folds_equal_sklearn_stratified_group_kfold(n_clusters, largest, classes, n_splits, seed, paired):
+    rng = np.random.default_rng(n_clusters + seed)
+    groups = np.repeat(rng.permutation(n_clusters) * 3 + 1, rng.integers(1, largest + 1, n_clusters))
+    y = np.resize([0, 1], len(groups)) if paired else rng.integers(0, classes, len(groups))
+    cv = StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # sklearn: a class smaller than n_splits
+        ref = list(cv.split(np.zeros(len(y)), y, groups))
+    got = cluster_folds(y, groups, n_splits, seed)
+    assert len(got) == len(ref)
+    for (tr, te), (rtr, rte) in zip(got, ref):
+        assert np.array_equal(tr, rtr) and np.array_equal(te, rte)
+
+
+def test_folds_refuse_classes_smaller_than_the_splits_as_sklearn_does():
+    y, groups = np.array([0, 1, 0, 1, 0, 1]), np.arange(6)
+    with pytest.raises(ValueError, match="n_splits=5 cannot be greater than the number of members in each class"):
+        list(StratifiedGroupKFold(5, shuffle=True, random_state=0).split(y, y, groups))
+    with pytest.raises(ValueError, match="n_splits=5 cannot be greater than the number of members in each class"):
+        cluster_folds(y, groups, 5, 0)
+
+
 def test_crossfit_equals_cross_val_predict(table):
     X, y, g = table.votes, table.gold, table.clusters
     cv = StratifiedGroupKFold(5, shuffle=True, random_state=0)

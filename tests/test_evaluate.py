@@ -77,12 +77,42 @@ def test_from_counts_vectorises_over_leading_axes():
     assert out["kappa"][1, 2] == pytest.approx(from_counts(c[1, 2])["kappa"])
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_holm_matches_statsmodels(seed):
-    p = list(np.random.default_rng(seed).uniform(0, 0.2, 5))
-    assert holm(p) == pytest.approx(list(multipletests(p, method="holm")[1]))
-    # Holm is monotone in the sorted p-values and never below the raw p
-    assert all(a >= b for a, b in zip(holm(p), p))
+HOLM_CASES = {
+    "uniform": list(np.random.default_rng(0).uniform(0, 0.2, 5)),
+    "wide": list(np.random.default_rng(1).uniform(0, 1, 9)),
+    "ties": [0.01, 0.04, 0.04, 0.2, 0.01, 0.04],
+    "all equal": [0.03] * 4,
+    "caps at 1": [0.4, 0.6, 0.9, 1.0, 0.35],
+    "p = 1": [1.0, 1.0, 0.001],
+    "one": [0.3],
+    "tiny": [1e-300, 5e-4, 2.5e-4],
+}
+
+
+@pytest.mark.parametrize("p", HOLM_CASES.values(), ids=HOLM_CASES.keys())
+def test_holm_equals_statsmodels(p):
+    got = holm(p)
+    assert got == list(multipletests(p, method="holm")[1])  # the same floats, not just close
+    assert all(a >= b for a, b in zip(got, p)) and max(got) <= 1.0
+    assert holm([]) == []
+
+
+def test_bootstrap_draws_in_chunks_and_heads_are_the_same_draws():
+    rng = np.random.default_rng(4)
+    clusters = np.repeat(np.arange(37), rng.integers(1, 4, 37))
+    gold = rng.integers(0, 2, len(clusters))
+    preds = np.column_stack([random_pred(rng, gold), random_pred(rng, gold, 0.6, 0.2)])
+    kept = ClusterBootstrap(clusters, n_boot=250, seed=7)
+    chunked = ClusterBootstrap(clusters, n_boot=250, seed=7, chunk=16)
+    assert kept._weights is not None and chunked._weights is None
+    assert np.array_equal(kept.weights, chunked.weights)
+    assert np.array_equal(kept.counts(gold, preds), chunked.counts(gold, preds))
+    for b in (1, 100, 250):
+        fresh = ClusterBootstrap(clusters, n_boot=b, seed=7)
+        assert np.array_equal(kept.head(b).weights, fresh.weights)
+        assert np.array_equal(chunked.head(b).counts(gold, preds), fresh.counts(gold, preds))
+    with pytest.raises(ValueError):
+        kept.head(251)
 
 
 def test_paired_delta_calls():
