@@ -63,3 +63,17 @@ def test_the_analysis_runs_on_it_and_decides(added):
     assert s["decision"]["action"] in ("panel", "single", "none") and s["decision"]["reason"]
     lines = added["ran"].stdout.splitlines()
     assert any(ln.startswith("newbench: stacked κ ") for ln in lines)
+
+
+def test_run_with_judge_compute_scores_the_misses_with_a_progress_bar(added, tmp_path):
+    """`src.run judge.compute=true` judges what the cache lacks, showing progress as `src.judges` does."""
+    tmp = added["tmp"]
+    shutil.copytree(tmp / "cache", tmp_path / "cache")
+    shutil.rmtree(tmp_path / "cache" / "lexical")  # one member's verdicts to compute again
+    env = child_env(RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
+    ran = sh([sys.executable, "-m", "src.run", "dataset=newbench", "roster=tiny", f"hydra.searchpath=[file://{tmp / 'conf'}]",
+              f"paths.datasets_dir={tmp / 'datasets'}", f"paths.cache_dir={tmp_path / 'cache'}", "judge.per_dataset=null",
+              "judge.compute=true", "analysis=fast", "tracking.enabled=false"], ROOT, env)
+    assert "lexical: 100%" in ran.stderr and "40/40" in ran.stderr  # the tqdm bar of the one member computed
+    assert "smollm135m:" not in ran.stderr  # fully cached: nothing to compute, no bar
+    assert len((tmp_path / "cache" / "lexical").glob("*.jsonl").__next__().read_text().splitlines()) == 40

@@ -209,7 +209,7 @@ def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
     out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast",
                cwd=repo, env=env).stdout
     assert all(f"Running stage '{s}'" in out for s in ("stacking", "suite", "report")), out
-    assert "Running stage 'balance'" not in out and "Running stage 'verdicts'" not in out
+    assert "Running stage 'balance@" not in out and "Running stage 'verdicts@" not in out
     params = yaml.safe_load((repo / "params.yaml").read_text())
     assert params["stacker"]["C"] == 0.5 and params["analysis"]["n_boot"] == 200
     assert json.loads((repo / "results" / "results.json").read_text())["settings"]["n_boot"] == 200

@@ -199,7 +199,9 @@ def test_hydra_run_folder_holds_no_secret(tmp_path, small_verdicts, mode):
     p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     files = [f for f in tmp_path.rglob("*") if f.is_file()]
-    assert (tmp_path / "r.json").is_file() and any(f.name.endswith(".log") for f in files)
+    # a single run writes the named output (and its run folder); a sweep job only its own folder
+    results = tmp_path / "r.json" if mode == "run" else next((tmp_path / "hydra" / "multirun").glob("*/0/results.json"))
+    assert results.is_file() and any(f.name.endswith(".log") for f in files)
     assert [str(f) for f in files if FAKE_ANTHROPIC.encode() in f.read_bytes()] == []
     saved = list((tmp_path / "hydra").rglob(".hydra/config.yaml"))  # the record of the run stays, scrubbed
     assert len(saved) == 1 and "api_key: '***'" in saved[0].read_text()
