@@ -821,21 +821,6 @@ def write_stage_files(doc: dict, metrics: str | Path | None = None, betas: str |
             atomic_write_text(path, text())
 
 
-def judge_cli_args(params_path: str | Path = "params.yaml") -> str:
-    """``--datasets … [--per-dataset N] [--compute]`` for ``python -m src.judges`` from params.yaml (DVC cannot
-    interpolate a list into a command). ``--compute`` only with ``judge.compute: true``: by default the
-    pipeline reads the verdict cache and never loads a judge model."""
-    cfg = OmegaConf.load(params_path)
-    ds = list(cfg.dataset.datasets) if cfg.dataset.name == "all" else [cfg.dataset.name]
-    args = ["--datasets", *ds]
-    per = OmegaConf.select(cfg, "judge.per_dataset", default=None)
-    if per:
-        args += ["--per-dataset", str(int(per))]
-    if OmegaConf.select(cfg, "judge.compute", default=False):
-        args.append("--compute")
-    return " ".join(args)
-
-
 ENV_DEPENDENT = ("MLFLOW_TRACKING_URI", "RAIM_RAW_DIR")  # conf/ interpolations whose env values must not be baked
 
 
@@ -869,7 +854,7 @@ def main(argv: list[str] | None = None) -> int:
 
 __all__ = ["tracking_uri", "start_run", "log_figures", "log_analysis", "log_json", "scrub", "scrub_text",
            "input_hashes", "summary_metrics", "setup", "metric_name", "sha256_tree", "compact_metrics",
-           "write_stage_files", "judge_cli_args", "write_params"]
+           "write_stage_files", "write_params"]
 
 
 if __name__ == "__main__":

@@ -59,16 +59,21 @@ class MessagesAPI(BaseHTTPRequestHandler):
             text = "I would rather not say."
         else:
             text = "Yes."
-        payload = json.dumps({
+        reply_json(self, {
             "id": "msg_test", "type": "message", "role": "assistant", "model": body["model"],
             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
             "usage": {"input_tokens": 120, "output_tokens": 2},
-        }).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        })
+
+
+def reply_json(handler: BaseHTTPRequestHandler, doc: dict, status: int = 200) -> None:
+    """Send ``doc`` as a JSON response from a stand-in server's handler."""
+    payload = json.dumps(doc).encode()
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)
 
 
 @pytest.fixture()

@@ -16,7 +16,7 @@ import pytest
 from src.judges.frames import load_frame
 from src.judges.runner import build_backend, roster_judges, verdict_table
 
-from test_judges_servers import llama_server  # noqa: F401  (a module fixture: a real llama-cpp-python server)
+from test_judges_servers import llama_server, reply_json  # noqa: F401  (llama_server: a real llama-cpp-python server)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = ("RAIM_OPENAI_BASE_URL", "RAIM_OPENAI_MODEL", "RAIM_OPENAI_API_KEY", "RAIM_OPENAI_REVISION", "OPENAI_API_KEY")
@@ -54,17 +54,12 @@ class ChatAPI(BaseHTTPRequestHandler):
         type(self).seen.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
         no = "Lyon" in body["messages"][-1]["content"]
         top = [{"token": "No", "logprob": -0.1 if no else -3.0}, {"token": "Yes", "logprob": -3.0 if no else -0.1}]
-        payload = json.dumps({
+        reply_json(self, {
             "id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": top[0]["token"]},
                          "logprobs": {"content": [{**top[0], "top_logprobs": top}]}, "finish_reason": "length"}],
             "usage": {"prompt_tokens": 50, "completion_tokens": 1},
-        }).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        })
 
 
 @pytest.fixture()

@@ -324,11 +324,6 @@ def test_stage_files_and_judge_args(logged, tmp_path):
         "estimate"]
     b = pd.read_csv(tmp_path / "b.csv")
     assert set(b["dataset"]) == {"good", "bad"} and len(b) == 2 * 9
-    p = tmp_path / "params.yaml"
-    p.write_text("dataset: {name: all, datasets: [wice, medhallu]}\njudge: {per_dataset: 200, compute: true}\n")
-    assert track.judge_cli_args(p) == "--datasets wice medhallu --per-dataset 200 --compute"
-    p.write_text("dataset: {name: wice}\njudge: {per_dataset: null}\n")
-    assert track.judge_cli_args(p) == "--datasets wice"
 
 
 def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
