@@ -29,13 +29,15 @@ MAX_WEIGHT_BYTES = 64 * 2**20
 
 
 def indicators(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """Per-item one-hot of the six confusion cells (n × 6)."""
+    """Per-item one-hot of the six confusion cells: n × 6 for one prediction vector, n × P × 6 for P (n × P)."""
     gold = np.asarray(gold)
     pred = np.asarray(pred, dtype=float)
+    if pred.ndim == 2:
+        gold = gold[:, None]
     ab = pred == ABSTAIN
     g1, g0 = gold == 1, gold == 0
     p1, p0 = (pred == 1) & ~ab, (pred == 0) & ~ab
-    return np.column_stack([g1 & p1, g1 & p0, g1 & ab, g0 & p1, g0 & p0, g0 & ab]).astype(float)
+    return np.stack([g1 & p1, g1 & p0, g1 & ab, g0 & p1, g0 & p0, g0 & ab], axis=-1).astype(float)
 
 
 def from_counts(c: np.ndarray) -> dict[str, np.ndarray]:
@@ -126,9 +128,13 @@ class ClusterBootstrap:
         return self.weights[:, self.item_cluster]
 
     def per_cluster(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
-        """Confusion counts of each cluster for P prediction vectors (preds: n × P) → n_clusters × 6P."""
+        """Confusion counts of each cluster for P prediction vectors (preds: n × P) → n_clusters × 6P, built a
+        block of predictions at a time (the per-item indicators of a block stay under :data:`MAX_WEIGHT_BYTES`)."""
         preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
-        return np.hstack([self._agg @ indicators(gold, preds[:, p]) for p in range(preds.shape[1])])
+        n, P = preds.shape
+        step = max(1, MAX_WEIGHT_BYTES // (8 * _N_COUNTS * max(n, 1)))
+        return np.hstack([self._agg @ indicators(gold, preds[:, a:a + step]).reshape(n, -1)
+                          for a in range(0, P, step)])
 
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""

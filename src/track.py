@@ -472,18 +472,29 @@ def _experiment_id(name: str, uri: str) -> str:
     return exp.experiment_id
 
 
+_SET_UP: dict[tuple[str, str], str] = {}  # (store URI, experiment) → id, while a run set up there is active
+
+
 def setup(cfg: DictConfig | None = None) -> str:
     """Point MLflow at the configured store and experiment; returns the experiment id. Safe when several
-    processes start on a new sqlite store at once (:func:`store_lock`)."""
+    processes start on a new sqlite store at once (:func:`store_lock`). Done once per run: while a run set up on
+    the same store and experiment is active (its nested dataset runs), the id is reused without asking the
+    store again."""
     import mlflow
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(cfg)
-    mlflow.set_tracking_uri(uri)
     name = (OmegaConf.select(cfg, "tracking.experiment", default=None) if cfg is not None else None) or "raim"
+    active = mlflow.active_run()
+    if active is not None and _SET_UP.get((uri, name)) == active.info.experiment_id \
+            and mlflow.get_tracking_uri() == uri:
+        return active.info.experiment_id
+    mlflow.set_tracking_uri(uri)
     with store_lock(uri):
         exp_id = _experiment_id(name, uri)
     mlflow.set_experiment(experiment_id=exp_id)
+    _SET_UP.clear()
+    _SET_UP[(uri, name)] = exp_id
     return exp_id
 
 
@@ -599,6 +610,20 @@ def log_figures(paths: Iterable[str | Path], artifact_path: str = "figures") -> 
     return logged
 
 
+def log_metrics(metrics: Mapping[str, float], series: Mapping[str, Iterable[float]] | None = None) -> None:
+    """The active run's metrics in one batch (one store transaction, not one per metric): ``metrics`` at step 0,
+    each of ``series`` as one value per step (e.g. β per fold, step = fold)."""
+    import time
+
+    import mlflow
+    from mlflow.entities import Metric
+
+    ts = int(time.time() * 1000)
+    rows = [Metric(k, float(v), ts, 0) for k, v in metrics.items()]
+    rows += [Metric(k, float(v), ts, i) for k, vals in (series or {}).items() for i, v in enumerate(vals)]
+    mlflow.MlflowClient().log_batch(mlflow.active_run().info.run_id, metrics=rows)
+
+
 def log_json(obj: Any, name: str) -> None:
     """A JSON artifact of the active run (secrets scrubbed)."""
     import mlflow
@@ -694,10 +719,8 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
     s = summary or result.summary
     metrics, tags = summary_metrics(s)
     mlflow.log_params(distinguishing_params(cfg))
-    mlflow.log_metrics(metrics)
-    for i, fold in enumerate(s["stacker"]["beta_folds"]):  # β per fold as a series (step = fold)
-        for k, v in fold.items():
-            mlflow.log_metric(metric_name("beta_fold", k), float(v), step=i)
+    folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
+    log_metrics(metrics, {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})})
     mlflow.set_tags({**tags, **input_hashes(cfg, table, name)})
     mlflow.log_text(beta_table(s).to_csv(index=False), "beta.csv")
     log_json(s, "summary.json")
@@ -763,15 +786,15 @@ def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -
                          "decisions": "; ".join(f"{n}: {d}" for n, d in decisions.items())})
         log_json(doc, "results.json")
         prov = table.provenance or {}
+        metrics = {}
         if "cache" in prov:
-            mlflow.log_metric("cache/bad_lines", float(prov.get("bad_cache_lines", 0)))
-            mlflow.log_metric("cache/judged_only_dropped",
-                              float(sum(d["dropped"] for d in prov.get("judged_only", {}).values())))
+            metrics["cache/bad_lines"] = prov.get("bad_cache_lines", 0)
+            metrics["cache/judged_only_dropped"] = sum(d["dropped"] for d in prov.get("judged_only", {}).values())
             log_json(prov, "verdict_cache_report.json")
         kappas = [r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]
-        mlflow.log_metric("stacked/kappa_mean", float(np.mean(kappas)))
-        mlflow.log_metric("admissible_count", float(sum(r.summary["admissibility"]["admissible"]
-                                                        for r in results.values())))
+        metrics["stacked/kappa_mean"] = np.mean(kappas)
+        metrics["admissible_count"] = sum(r.summary["admissibility"]["admissible"] for r in results.values())
+        log_metrics(metrics)
         for name, result in results.items():
             with start_run(cfg, kind, tags={"dataset": name}, nested=True, run_name=name):
                 log_dataset(cfg, by[name], name, result, doc["datasets"].get(name))

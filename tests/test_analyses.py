@@ -1,4 +1,4 @@
-"""The analysis suite (issue 5) on panels whose answer is known, and the vectorised code against the loops."""
+"""The analysis suite on panels whose answer is known, and the vectorised code against the loops."""
 
 from __future__ import annotations
 
@@ -114,6 +114,39 @@ def test_draw_clusters_whole_and_within_pool():
     rng = np.random.default_rng(0)
     sel = common.draw_clusters(30, 7, 50, rng, pool=np.arange(10, 30))
     assert np.all(sel.sum(1) == 7) and np.all(sel[:, :10] == 0)
+
+
+def test_smallest_is_the_argsort_set_ties_included():
+    rng = np.random.default_rng(5)
+    r = rng.random((40, 30))
+    r[3, [4, 9]] = r[3, np.argsort(r[3])[6]]  # a tie across the boundary of size 7 in row 3
+    for size in (0, 1, 7, 29, 30):
+        want = np.sort(np.argsort(r, axis=1)[:, :size], axis=1)
+        assert np.array_equal(np.sort(common.smallest(r, size), axis=1), want)
+
+
+def test_identical_problems_are_fitted_once_with_the_same_coefficients(small):
+    d = small.design
+    rng = np.random.default_rng(2)
+    W = (rng.random((6, len(d.y))) < 0.5).astype(float)
+    mask = np.ones((6, d.F.shape[1]), bool)
+    mask[5, 0] = False
+    B = common.fit_logit_many(d.F, d.y, W, mask)
+    dup = [0, 1, 0, 2, 5, 1, 3, 4, 5, 0]
+    first, back = common.unique_rows(W[dup], mask[dup])
+    assert first.tolist() == [0, 1, 3, 4, 6, 7] and np.array_equal(np.asarray(dup)[first][back], dup)
+    assert np.array_equal(common.fit_logit_many(d.F, d.y, W[dup], mask[dup]), B[dup])  # bit for bit
+
+
+def test_each_dataset_bootstrap_is_drawn_once_and_shared(small):
+    from src.evaluate import ClusterBootstrap
+
+    small.boots.clear()
+    long = small.bootstrap(300, 0)
+    assert small.bootstrap(120, 0).weights.base is long.weights.base  # a view of the same draws
+    assert np.array_equal(small.bootstrap(120, 0).weights, ClusterBootstrap(small.table.clusters, 120, 0).weights)
+    assert small.bootstrap(500, 0).n_boot == 500 and small.boots[0].n_boot == 500
+    small.boots.clear()
 
 
 # ------------------------------------------------------------------------------- vectorised == the loops

@@ -294,6 +294,35 @@ def test_start_run_nests_under_active_run_and_logs_figures(tmp_path):
             "figures/fig.png"]
 
 
+def test_beta_folds_are_one_series_per_feature_logged_in_one_batch(logged):
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    for name, child in children(logged["run_id"]).items():
+        folds = logged["doc"]["datasets"][name]["stacker"]["beta_folds"]
+        for k in folds[0]:
+            hist = sorted(client.get_metric_history(child.info.run_id, f"beta_fold/{k}"), key=lambda m: m.step)
+            assert [m.step for m in hist] == list(range(len(folds)))
+            assert [m.value for m in hist] == pytest.approx([f[k] for f in folds])
+            assert len({m.timestamp for m in hist}) == 1  # one batch
+
+
+def test_the_store_is_set_up_once_per_run(tmp_path, monkeypatch):
+    calls = []
+    real = track._experiment_id
+    monkeypatch.setattr(track, "_experiment_id", lambda *a: calls.append(a) or real(*a))
+    with tracking_store(tmp_path):
+        cfg = compose_cfg()
+        with track.start_run(cfg, "stacking"):
+            for name in ("a", "b", "c"):
+                with track.start_run(cfg, "stacking", tags={"dataset": name}, run_name=name):
+                    track.log_metrics({"x": 1.0}, {"y": [1.0, 2.0]})
+        assert len(calls) == 1
+        with track.start_run(cfg, "stacking"):  # a new run sets up again
+            pass
+        assert len(calls) == 2
+
+
 def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage():
     """`python -m src.run` has Hydra's group choices; the DVC stage (`--config-name params`) has none: the tags
     must not differ between the two for the same values (they read `logreg`/`StackedLogit` before)."""

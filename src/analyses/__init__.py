@@ -42,12 +42,33 @@ def _timed(timings: dict, key: str):
 
 
 def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg: Mapping,
-              measured: Mapping | None = None) -> dict:
-    """Every analysis of the suite; ``cfg`` is the ``suite`` config node (plain mapping)."""
+              measured: Mapping | None = None, folds: Mapping[str, list] | None = None) -> dict:
+    """Every analysis of the suite; ``cfg`` is the ``suite`` config node (plain mapping); ``folds``: each
+    dataset's cluster folds when the caller has them (:func:`src.ladder.dataset_folds`). BLAS runs on one
+    thread (small products; threads contending for shared cores multiply the time)."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        return _run_suite(table, stacker, s, cfg, measured, folds)
+
+
+def bootstrap_lengths(cfg: Mapping, s: LadderSettings) -> dict[int, int]:
+    """Per seed, the most paired-bootstrap draws any analysis of the suite takes (each dataset's bootstrap is
+    drawn once at that length; shorter ones are its first draws)."""
+    seed = int(cfg.get("seed", 0))
+    out = {seed: max(int(cfg["panel"]["n_boot"]), int(cfg["mechanism"]["subpanel_boot"]))}
+    out[s.seed] = max(out.get(s.seed, 0), s.n_boot)
+    return out
+
+
+def _run_suite(table, stacker, s, cfg, measured, folds) -> dict:
     seed = int(cfg.get("seed", 0))
     tm: dict[str, float] = {}
     with _timed(tm, "references"):
-        refs = references(table, stacker, s)
+        refs = references(table, stacker, s, None if folds is None else dict(folds))
+        for ref in refs.values():
+            for sd, n_boot in bootstrap_lengths(cfg, s).items():
+                ref.bootstrap(n_boot, sd)
     b, p, m = cfg["budget"], cfg["panel"], cfg["mechanism"]
     per: dict[str, dict] = {}
     sps: dict[str, dict] = {}

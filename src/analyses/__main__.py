@@ -82,13 +82,10 @@ def main(cfg: DictConfig) -> None:
     log.info("suite written to %s; %d figures under %s; timings %s", out, len(figs), cfg.suite.figures_dir,
              {k: round(v, 1) for k, v in timings.items()})
     if cfg.tracking.enabled:
-        import mlflow
-
         from .. import track
 
         with track.start_run(cfg, "suite", tags={"datasets": ",".join(doc["datasets"])}):
-            mlflow.log_metrics(flat_metrics(doc))
-            mlflow.log_metrics({f"timing/{k}_s": float(v) for k, v in timings.items()})
+            track.log_metrics({**flat_metrics(doc), **{f"timing/{k}_s": v for k, v in timings.items()}})
             track.log_json(doc, "suite.json")
             track.log_figures(figs)
 

@@ -43,8 +43,9 @@ class Design:
 
 
 def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
-           features: list[str] = ()) -> Design:
-    """The reported stacker's features (votes, abstention encoding, extras) and its cluster folds (§2)."""
+           features: list[str] = (), folds: list[tuple] | None = None) -> Design:
+    """The reported stacker's features (votes, abstention encoding, extras) and its cluster folds (§2; ``folds``
+    when already computed)."""
     from ..ladder import design_matrix
 
     X, extra_names = design_matrix(table, list(features))
@@ -53,7 +54,7 @@ def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
     F = st.features(X)
     names = st.feature_names(table.members, extra_names)
     col_member = np.array([_member_of(n, table.members) for n in names])
-    folds = cluster_folds(table.gold, table.clusters, n_splits, seed)
+    folds = cluster_folds(table.gold, table.clusters, n_splits, seed) if folds is None else folds
     return Design(F, col_member, table.gold, table.clusters, folds, float(stacker.C), float(stacker.threshold))
 
 
@@ -81,13 +82,17 @@ def fit_logit_many(F: np.ndarray, y: np.ndarray, W: np.ndarray, mask: np.ndarray
     ``W`` (M × n) weights the items of each problem (0 = left out); ``mask`` (M × d) switches features on.
     The objective is scikit-learn's ``LogisticRegression(C)``: C·Σ wᵢ·logloss + ½‖β‖², intercept free.
     A problem whose weighted items hold one class only gets β = 0 and an intercept of ±30 (it predicts that
-    class; scikit-learn would refuse to fit it). Masked coefficients are exactly 0.
+    class; scikit-learn would refuse to fit it). Masked coefficients are exactly 0. Identical problems (same
+    weights and mask, e.g. every draw of a budget that takes all training clusters) are fitted once.
     """
     F = np.asarray(F, float)
-    y = np.asarray(y, float)
     W = np.atleast_2d(np.asarray(W, float))
     M, d = len(W), F.shape[1]
     mask = np.ones((M, d), bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), (M, d))
+    first, back = unique_rows(W, mask)
+    if len(first) < M:
+        return fit_logit_many(F, y, W[first], mask[first], C, max_iter, tol)[back]
+    y = np.asarray(y, float)
     # collapse items to distinct (features, gold) patterns
     pat, inv = np.unique(np.column_stack([F, y]), axis=0, return_inverse=True)
     inv = inv.ravel()
@@ -106,6 +111,15 @@ def fit_logit_many(F: np.ndarray, y: np.ndarray, W: np.ndarray, mask: np.ndarray
     return B
 
 
+def unique_rows(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows that are identical across ``arrays`` (each M × …): (index of each distinct row's first occurrence,
+    for every row the position of its distinct row in that list)."""
+    seen: dict[bytes, int] = {}
+    back = np.array([seen.setdefault(b"".join(np.ascontiguousarray(a[i]).tobytes() for a in arrays), len(seen))
+                     for i in range(len(arrays[0]))], dtype=int)
+    return np.unique(back, return_index=True)[1], back
+
+
 def _softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """log(1 + eᶯ) and σ(η), sharing one exponential."""
     e = np.exp(-np.abs(eta))
@@ -120,7 +134,8 @@ def _newton(Z, y, W, on, lam, max_iter, tol):
     r, c = np.nonzero(W)
     w, yy, Zc = W[r, c], y[c], Z[c]
     indptr = np.searchsorted(r, np.arange(M + 1))
-    outer = (Z[:, :, None] * Z[:, None, :]).reshape(U, p * p)
+    iu = np.triu_indices(p)  # H is symmetric: its upper triangle is summed, then mirrored
+    outer = Z[:, iu[0]] * Z[:, iu[1]]
 
     def by_problem(vals: np.ndarray, dense: np.ndarray) -> np.ndarray:
         """Σ over each problem's (pattern) entries of vals · dense[pattern] → M × dense.shape[1]."""
@@ -138,7 +153,9 @@ def _newton(Z, y, W, on, lam, max_iter, tol):
     f = by_problem(w * (sp - yy * eta), ones)[:, 0]
     for _ in range(max_iter):
         g = (by_problem(w * (sg - yy), Z) + B * pen) * onf
-        H = by_problem(w * sg * (1 - sg), outer).reshape(M, p, p) * pair_on + fix
+        H = np.empty((M, p, p))
+        H[:, iu[0], iu[1]] = H[:, iu[1], iu[0]] = by_problem(w * sg * (1 - sg), outer)
+        H = H * pair_on + fix
         step = np.linalg.solve(H, g[..., None])[..., 0]
         d_eta = np.einsum("ij,ij->i", Zc, step[r])
         t = np.ones(M)
@@ -210,7 +227,7 @@ def kappas(gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
 
 def member_counts(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
     """Per-item confusion indicators of every member: n × K × 6."""
-    return np.stack([indicators(gold, votes[:, j]) for j in range(votes.shape[1])], axis=1)
+    return indicators(gold, votes)
 
 
 def cluster_sums(clusters: np.ndarray, per_item: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,10 +249,21 @@ def draw_clusters(n_clusters: int, size: int, n_draws: int, rng: np.random.Gener
     """0/1 selection matrix (n_draws × n_clusters): ``size`` whole clusters without replacement per draw,
     from ``pool`` (cluster indices; default all)."""
     pool = np.arange(n_clusters) if pool is None else np.asarray(pool)
-    pick = np.argsort(rng.random((n_draws, len(pool))), axis=1)[:, :size]
+    pick = smallest(rng.random((n_draws, len(pool))), size)
     sel = np.zeros((n_draws, n_clusters))
     np.put_along_axis(sel, pool[pick], 1.0, axis=1)
     return sel
+
+
+def smallest(r: np.ndarray, size: int) -> np.ndarray:
+    """Per row, the columns of the ``size`` smallest values of ``r``: the set ``np.argsort(r, axis=1)[:, :size]``
+    picks, in any order (a partition; argsort itself when some row ties across the boundary)."""
+    if 0 < size < r.shape[1]:
+        part = np.argpartition(r, size, axis=1)
+        inside = np.take_along_axis(r, part[:, :size], axis=1).max(axis=1)
+        if not (inside == np.take_along_axis(r, part[:, size:size + 1], axis=1)[:, 0]).any():
+            return part[:, :size]
+    return np.argsort(r, axis=1)[:, :size]
 
 
 def cluster_index(clusters: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

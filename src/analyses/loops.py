@@ -1,7 +1,8 @@
 """Straightforward loop implementations of the suite's heavy analyses (the yardstick of the vectorised ones).
 
 One scikit-learn stacker fit per (draw, budget, fold) or per (sub-)panel and fold, one
-:func:`src.admissibility.test` per calibration sample, one bootstrap call per sub-panel: the obvious code.
+:func:`src.admissibility.test` per calibration sample, one bootstrap scoring per sub-panel on draws made once:
+the obvious code.
 Given the same generator they draw exactly what the vectorised functions draw, so tests compare the two
 result for result, and ``bench/bench_suite.py`` times them against each other.
 """
@@ -78,12 +79,13 @@ def leave_one_out(ref: Reference, stacker: StackedLogit) -> dict:
 def subpanels(ref: Reference, stacker: StackedLogit, subsets: np.ndarray, n_boot: int, seed: int,
               level: float) -> dict:
     y, votes = ref.gold, ref.table.votes
+    boot = ClusterBootstrap(ref.table.clusters, n_boot, seed)
     ks, kb, lo = [], [], []
     for s in subsets:
         cols = list(np.flatnonzero(s))
         k, pred = stacked_kappa(ref, stacker, cols)
         best = crossfit(BestSingle(), votes[:, cols], y, ref.design.folds).pred
-        draws = ClusterBootstrap(ref.table.clusters, n_boot, seed).metrics(y, np.column_stack([pred, best]))
+        draws = boot.metrics(y, np.column_stack([pred, best]))
         ks.append(k)
         kb.append(kappa(y, best))
         lo.append(interval(draws["kappa"][:, 0] - draws["kappa"][:, 1], level)[0])

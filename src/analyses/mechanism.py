@@ -25,7 +25,7 @@ from scipy import stats
 
 from .. import admissibility
 from ..aggregate import eligible
-from ..evaluate import ClusterBootstrap, from_counts, interval, kappa
+from ..evaluate import from_counts, interval, kappa
 from ..verdicts import ABSTAIN
 from . import common
 from .reference import Reference
@@ -180,7 +180,7 @@ def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level
         j = np.argmax(np.where(subsets, mk_tr[None, :], -np.inf), axis=1)
         best[:, te] = votes[te][:, j].T
     ks, kb = common.kappas(y, stacked), common.kappas(y, best)
-    draws = ClusterBootstrap(d.clusters, n_boot, seed).metrics(y, np.vstack([stacked, best]).T)["kappa"]
+    draws = ref.bootstrap(n_boot, seed).metrics(y, np.vstack([stacked, best]).T)["kappa"]
     ci = np.array([interval(draws[:, s] - draws[:, S + s], level) for s in range(S)])
     iu = admissibility.pair_index(len(t.members))
     pairs_on = subsets[:, iu[0]] & subsets[:, iu[1]]

@@ -20,7 +20,7 @@ from sklearn.base import clone
 
 from .. import admissibility
 from ..aggregate import DawidSkene, StackedLogit
-from ..evaluate import ClusterBootstrap, kappa, paired_delta
+from ..evaluate import kappa, paired_delta
 from ..fsutil import jsonable
 from ..ladder import LadderSettings, design_matrix
 from . import common
@@ -65,7 +65,7 @@ def leave_one_out(ref: Reference, n_boot: int, seed: int, level: float) -> dict:
     subsets[np.arange(1, K + 1), np.arange(K)] = False  # row 0: full panel; row j+1: without member j
     preds = common.oof_many(d, mask=common.member_masks(d, subsets))
     full_k = common.kappas(d.y, preds)
-    draws = ClusterBootstrap(d.clusters, n_boot, seed).metrics(d.y, preds.T)["kappa"]
+    draws = ref.bootstrap(n_boot, seed).metrics(d.y, preds.T)["kappa"]
     out = {}
     for j, m in enumerate(t.members):
         delta = paired_delta(full_k[j + 1] - full_k[0], draws[:, j + 1] - draws[:, 0], level)
@@ -94,7 +94,7 @@ def transfer(refs: dict[str, Reference], stacker: StackedLogit, s: LadderSetting
         X, _ = design_matrix(ref.table, list(s.features))
         lodo = est.predict(X).astype(float)
         y = ref.gold
-        draws = ClusterBootstrap(ref.table.clusters, n_boot, seed).metrics(y, np.column_stack([lodo, ref.stacked]))
+        draws = ref.bootstrap(n_boot, seed).metrics(y, np.column_stack([lodo, ref.stacked]))
         k_lodo, k_in = kappa(y, lodo), kappa(y, ref.stacked)
         d = paired_delta(k_lodo - k_in, draws["kappa"][:, 0] - draws["kappa"][:, 1])
         out[target] = {"in_domain": k_in, "lodo": k_lodo, "best_cv": kappa(y, ref.best_cv),
@@ -108,7 +108,7 @@ def label_free(ref: Reference, n_boot: int, seed: int, level: float) -> dict:
     y, votes = ref.gold, ref.table.votes
     ds = DawidSkene().fit(votes).predict(votes).astype(float)
     P = np.column_stack([ref.majority, ds, ref.best_cv])
-    k = ClusterBootstrap(ref.table.clusters, n_boot, seed).metrics(y, P)["kappa"]
+    k = ref.bootstrap(n_boot, seed).metrics(y, P)["kappa"]
     full = [kappa(y, P[:, i]) for i in range(3)]
     return {"majority_minus_best_cv": paired_delta(full[0] - full[2], k[:, 0] - k[:, 2], level).as_dict(),
             "dawid_skene_minus_best_cv": paired_delta(full[1] - full[2], k[:, 1] - k[:, 2], level).as_dict()}

@@ -1,21 +1,24 @@
 """Per-dataset reference quantities every analysis of the suite reads (computed once, engine functions only).
 
 The reported stacker's out-of-fold predictions and the CV-best single judge come from
-:func:`src.aggregate.crossfit` on :func:`src.aggregate.cluster_folds` with the ladder's settings, so they are
-the very predictions behind results.json (Table 1); the admissibility coordinates come from
-:mod:`src.admissibility` (§3.3).
+:func:`src.aggregate.crossfit` on :func:`src.aggregate.cluster_folds` with the ladder's settings (or the folds
+the ladder already used, :func:`src.ladder.dataset_folds`), so they are the very predictions behind results.json
+(Table 1); the admissibility coordinates come from :mod:`src.admissibility` (§3.3). Each dataset's paired cluster
+bootstrap (§2) is drawn once per seed, at the most draws any analysis asks, and every analysis takes the first
+draws it needs (:meth:`Reference.bootstrap`).
 """
 
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from sklearn.base import clone
 
 from .. import admissibility
 from ..aggregate import BestSingle, MajorityVote, StackedLogit, crossfit
+from ..evaluate import ClusterBootstrap
 from ..ladder import LadderSettings, design_matrix
 from ..verdicts import VerdictTable
 from . import common
@@ -35,15 +38,26 @@ class Reference:
     member_kappa: np.ndarray  # (K,)
     phi: np.ndarray  # K × K pairwise error correlation
     admissibility: admissibility.Admissibility
+    boots: dict[int, ClusterBootstrap] = field(default_factory=dict, repr=False)  # per seed, the longest drawn
 
     @property
     def gold(self) -> np.ndarray:
         return self.table.gold
 
+    def bootstrap(self, n_boot: int, seed: int) -> ClusterBootstrap:
+        """The dataset's ``n_boot``-draw paired cluster bootstrap: the first draws of the longest one drawn for
+        ``seed`` (drawn here only when none is long enough)."""
+        have = self.boots.get(seed)
+        if have is None or have.n_boot < n_boot:
+            have = self.boots[seed] = ClusterBootstrap(self.table.clusters, n_boot, seed)
+        return have.head(n_boot)
 
-def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSettings) -> Reference:
+
+def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
+              folds: list[tuple] | None = None) -> Reference:
+    """``folds``: the dataset's cluster folds when already computed (else :func:`src.aggregate.cluster_folds`)."""
     y, votes = table.gold, table.votes
-    d = common.design(table, stacker, s.n_splits, s.seed, s.features)
+    d = common.design(table, stacker, s.n_splits, s.seed, s.features, folds)
     X, _ = design_matrix(table, list(s.features))
     stk = crossfit(clone(stacker).set_params(n_votes=votes.shape[1]), X, y, d.folds)
     cv = crossfit(BestSingle(min_coverage=s.min_coverage), votes, y, d.folds)
@@ -59,8 +73,10 @@ def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSe
     )
 
 
-def references(table: VerdictTable, stacker: StackedLogit, s: LadderSettings) -> dict[str, Reference]:
-    return {name: reference(name, t, stacker, s) for name, t in table.by_dataset().items()}
+def references(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
+               folds: dict[str, list[tuple]] | None = None) -> dict[str, Reference]:
+    return {name: reference(name, t, stacker, s, None if folds is None else folds[name])
+            for name, t in table.by_dataset().items()}
 
 
 def rng_for(seed: int, *keys: str | int) -> np.random.Generator:
