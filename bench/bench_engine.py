@@ -1,43 +1,170 @@
-"""Benchmark: the whole ladder analysis on 8 datasets × 2000 items × 10 judges (simulated verdicts).
+"""Benchmark: the ladder engine against the straightforward implementation, and ``python -m src.run`` end to end.
 
-Prints the wall time of ``ladder.analyze`` (target < 60 s on two cores) and the speed-up of the vectorised
-paired cluster bootstrap against a straightforward loop (resample item indices per draw, call scikit-learn
-metrics per comparator), both measured in this run. The loop is timed on ``--loop-draws`` draws and scaled
-linearly to B (its cost is linear in the draws); the vectorised side runs the full B.
+    python bench/bench_engine.py [--datasets 8 --items 2000 --members 10 --boot 2000 --repeats 3 --load 1]
 
-    python bench/bench_engine.py [--datasets 8 --items 2000 --members 10 --boot 2000 --loop-draws 40]
+Three parts, each side of a comparison interleaved with the other and repeated (min and median printed), the
+machine's load and thread settings printed before and after:
+
+1. **Paired cluster bootstrap** (the ladder's predictions and members of every dataset, B draws): the engine's
+   one matrix product per chunk of draws against a per-draw numpy loop (each draw's item multiplicities times the
+   per-item confusion indicators, built once) on the *same* draws, built once outside both clocks. The two must
+   give the same counts before the ratio is printed.
+2. **Whole analysis** (``ladder.analyze``): the engine against the same ladder run the straightforward way —
+   scikit-learn's ``StratifiedGroupKFold``, statsmodels' Holm and the per-draw bootstrap of part 1 (same draws).
+   The two results.json documents must be identical before the ratio is printed. Then the engine again under a
+   competing CPU load (``--load`` busy numpy processes) against its quiet time.
+3. **``python -m src.run``** on the committed verdict caches (a fresh process each time: imports counted), without
+   tracking, with MLflow tracking into an existing store and into a new one; then the same under the load.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score, f1_score
+from sklearn.model_selection import StratifiedGroupKFold
+from statsmodels.stats.multitest import multipletests
 
-from src import ladder, simulate, verdicts
-from src.aggregate import StackedLogit
-from src.evaluate import ClusterBootstrap
-from src.verdicts import ABSTAIN
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import competing_load, interleaved, machine, ratio, summary  # noqa: E402
+from src import ladder, simulate, verdicts  # noqa: E402
+from src.aggregate import StackedLogit  # noqa: E402
+from src.evaluate import ClusterBootstrap, indicators  # noqa: E402
 
 
-def loop_bootstrap(gold: np.ndarray, clusters: np.ndarray, preds: np.ndarray, n_draws: int, seed: int = 0):
-    """The obvious implementation: per draw, gather the items of the drawn clusters, score each comparator."""
-    rng = np.random.default_rng(seed)
-    ids = np.unique(clusters)
-    members_of = {c: np.flatnonzero(clusters == c) for c in ids}
-    out = np.empty((n_draws, preds.shape[1], 3))
-    for b in range(n_draws):
-        idx = np.concatenate([members_of[c] for c in rng.choice(ids, len(ids), replace=True)])
-        g = gold[idx]
-        for p in range(preds.shape[1]):
-            v = preds[idx, p]
-            voted = v != ABSTAIN
-            out[b, p, 0] = cohen_kappa_score(g[voted], v[voted].astype(int)) if voted.any() else 0.0
-            out[b, p, 1] = balanced_accuracy_score(g, np.where(voted, v, 1 - g).astype(int))
-            out[b, p, 2] = f1_score(g, (v == 1).astype(int), zero_division=0.0)
+# ------------------------------------------------------------------------------- the straightforward side
+
+
+def loop_counts(boot: ClusterBootstrap, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
+    """Per draw: the items' multiplicities, then one weighted sum of the per-item indicators (B × P × 6)."""
+    preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
+    ind = indicators(gold, preds).reshape(len(gold), -1)
+    W = boot.weights
+    out = np.empty((len(W), ind.shape[1]))
+    for b in range(len(W)):
+        out[b] = W[b, boot.item_cluster] @ ind
+    return out.reshape(len(W), preds.shape[1], 6)
+
+
+def sklearn_folds(y, clusters, n_splits=5, seed=0):
+    n_clusters = len(np.unique(clusters))
+    if n_clusters < n_splits:
+        raise ValueError(f"cross-fitting needs at least {n_splits} clusters, got {n_clusters}")
+    cv = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+    return list(cv.split(np.zeros(len(y)), y, groups=clusters))
+
+
+def statsmodels_holm(pvalues):
+    return [float(p) for p in multipletests(pvalues, method="holm")[1]] if pvalues else []
+
+
+@contextlib.contextmanager
+def straightforward():
+    """The ladder with library folds and Holm and the per-draw bootstrap (the engine's code otherwise)."""
+    saved = ladder.cluster_folds, ladder.holm, ClusterBootstrap.counts
+    ladder.cluster_folds, ladder.holm = sklearn_folds, statsmodels_holm
+    ClusterBootstrap.counts = lambda self, gold, preds: loop_counts(self, gold, preds)
+    try:
+        yield
+    finally:
+        ladder.cluster_folds, ladder.holm, ClusterBootstrap.counts = saved
+
+
+# ----------------------------------------------------------------------------------------------- parts
+
+
+def ladder_predictions(table, s: ladder.LadderSettings) -> list[tuple]:
+    """Per dataset: (bootstrap, gold, every prediction vector the ladder scores)."""
+    out = []
+    for name, res in ladder.analyze(table, StackedLogit(), s).items():
+        t = table.by_dataset()[name]
+        P = np.column_stack(list(res.predictions.values()) + [t.votes])
+        out.append((ClusterBootstrap(t.clusters, s.n_boot, s.seed), t.gold, P))
     return out
+
+
+def bootstrap_part(table, s, repeats: int) -> None:
+    from threadpoolctl import threadpool_limits
+
+    work = ladder_predictions(table, s)
+    with threadpool_limits(1):  # as inside the analysis; both sides alike
+        times, last = interleaved({
+            "engine": lambda: [b.counts(g, P) for b, g, P in work],
+            "loop": lambda: [loop_counts(b, g, P) for b, g, P in work]}, repeats)
+    assert all(np.array_equal(a, b) for a, b in zip(last["engine"], last["loop"])), "bootstrap counts differ"
+    print(f"1. paired cluster bootstrap, {len(work)} datasets × {work[0][2].shape[1]} prediction vectors, "
+          f"B={s.n_boot} (same draws on both sides; counts equal)")
+    print(f"   engine (one product per chunk of draws): {summary(times['engine'])}")
+    print(f"   per-draw numpy loop:                     {summary(times['loop'])}")
+    print(f"   speed-up: {ratio(times['loop'], times['engine'])}")
+
+
+def analysis_part(table, s, repeats: int, load: int) -> None:
+    def engine():
+        return json.dumps(ladder.to_json(ladder.analyze(table, StackedLogit(), s), s))
+
+    def baseline():
+        with straightforward():
+            return engine()
+
+    times, last = interleaved({"engine": engine, "baseline": baseline}, repeats)
+    assert last["engine"] == last["baseline"], "the two analyses disagree"
+    print(f"2. whole analysis (ladder.analyze; results.json identical on both sides)")
+    print(f"   engine:                   {summary(times['engine'])}")
+    print(f"   straightforward baseline: {summary(times['baseline'])}")
+    print(f"   speed-up: {ratio(times['baseline'], times['engine'])}")
+    if load:
+        with competing_load(load):
+            print(f"   under {load} busy process(es): {machine()}")
+            busy, _ = interleaved({"engine": engine}, repeats)
+        print(f"   engine under load:        {summary(busy['engine'])}; "
+              f"{min(busy['engine']) / min(times['engine']):.2f}x its quiet minimum")
+
+
+def cli(env: dict, out: Path) -> None:
+    cmd = [sys.executable, "-m", "src.run", "--config-dir", ".", "--config-name", "params", "judge.compute=false",
+           "judge.missing=skip", f"output={out / 'r.json'}", f"hydra.run.dir={out / 'hydra'}"]
+    if "MLFLOW_TRACKING_URI" not in env:
+        cmd.append("tracking.enabled=false")
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+
+
+def cli_part(repeats: int, load: int) -> None:
+    base = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    base.pop("MLFLOW_TRACKING_URI", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        existing = {**base, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/existing/m.db"}
+        (tmp / "existing").mkdir()
+        cli(existing, tmp)  # the existing store: created once, before the clocks
+        fresh = iter(range(10**6))
+
+        def new_store():
+            d = tmp / f"new{next(fresh)}"
+            d.mkdir()
+            cli({**base, "MLFLOW_TRACKING_URI": f"sqlite:///{d}/m.db"}, tmp)
+
+        sides = {"no tracking": lambda: cli(base, tmp), "existing store": lambda: cli(existing, tmp),
+                 "new store": new_store}
+        print("3. python -m src.run on the committed verdict caches, end to end (a new process: imports counted)")
+        times, _ = interleaved(sides, repeats)
+        for k, v in times.items():
+            print(f"   {k:15s} {summary(v)}")
+        if load:
+            with competing_load(load):
+                print(f"   under {load} busy process(es): {machine()}")
+                busy, _ = interleaved(sides, repeats)
+            for k, v in busy.items():
+                print(f"   {k:15s} under load: {summary(v)}; {min(v) / min(times[k]):.2f}x its quiet minimum")
 
 
 def main() -> None:
@@ -46,32 +173,22 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=2000)
     ap.add_argument("--members", type=int, default=10)
     ap.add_argument("--boot", type=int, default=2000)
-    ap.add_argument("--loop-draws", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--load", type=int, default=1, help="busy processes for the loaded measurements (0: none)")
+    ap.add_argument("--parts", default="bootstrap,analysis,cli")
     a = ap.parse_args()
 
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
-    settings = ladder.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(4)])
-    t0 = time.perf_counter()
-    ladder.analyze(table, StackedLogit(), settings)
-    full = time.perf_counter() - t0
-    print(f"whole analysis: {a.datasets} datasets × {a.items} items × {a.members} judges, B={a.boot}: "
-          f"{full:.1f} s (target < 60 s)")
-
-    # Like for like: bootstrap every ladder prediction + every member (what the ladder scores) per dataset.
-    vec = loop = 0.0
-    for t in table.by_dataset().values():
-        preds = np.column_stack([t.votes] + [t.votes.mean(1) >= 0.5] * 7 + [t.frontier]).astype(float)
-        t0 = time.perf_counter()
-        boot = ClusterBootstrap(t.clusters, a.boot, 0)
-        boot.metrics(t.gold, preds)
-        vec += time.perf_counter() - t0
-        t0 = time.perf_counter()
-        loop_bootstrap(t.gold, t.clusters, preds, a.loop_draws)
-        loop += (time.perf_counter() - t0) * a.boot / a.loop_draws
-    print(f"paired cluster bootstrap, {preds.shape[1]} prediction vectors per dataset, B={a.boot}:")
-    print(f"  vectorised (index matrices over clusters): {vec:.2f} s")
-    print(f"  straightforward loop (timed on {a.loop_draws} draws, scaled to B): {loop:.1f} s")
-    print(f"  speed-up: {loop / vec:.0f}x (target >= 20x)")
+    s = ladder.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
+    print(f"{a.datasets} datasets × {a.items} items × {a.members} judges, B={a.boot}; {machine()}")
+    parts = a.parts.split(",")
+    if "bootstrap" in parts:
+        bootstrap_part(table, s, a.repeats)
+    if "analysis" in parts:
+        analysis_part(table, s, a.repeats, a.load)
+    if "cli" in parts:
+        cli_part(a.repeats, a.load)
+    print(f"after: {machine()}")
 
 
 if __name__ == "__main__":

@@ -53,6 +53,17 @@ def pair_stats(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
     return np.stack([both, err[:, i] * voted[:, j], err[:, j] * voted[:, i], err[:, i] * err[:, j]], axis=-1)
 
 
+def pair_sums(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
+    """:func:`pair_stats` summed over the items (P × 4), from four K × K products of the voted and error
+    indicators instead of the n × P × 4 array (sums of 0/1 terms: the same numbers in any order)."""
+    gold = np.asarray(gold)
+    voted = (votes != ABSTAIN).astype(float)
+    err = (votes != gold[:, None]).astype(float) * voted
+    i, j = pair_index(votes.shape[1])
+    both, ev, ee = voted.T @ voted, err.T @ voted, err.T @ err
+    return np.stack([both[i, j], ev[i, j], ev[j, i], ee[i, j]], axis=-1)
+
+
 def phi_from_stats(s: np.ndarray) -> np.ndarray:
     """φ per pair (the Pearson correlation of the two error indicators) from summed :func:`pair_stats`
     (… × P × 4) → … × P; NaN where undefined: fewer than two common items, or a constant error indicator."""
@@ -85,7 +96,7 @@ def phi_matrix(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
 
     Undefined pairs (fewer than two common items, or a constant error indicator) are NaN; the diagonal is 1.
     """
-    return as_matrix(phi_from_stats(pair_stats(gold, votes).sum(axis=0)), votes.shape[1])
+    return as_matrix(phi_from_stats(pair_sums(gold, votes)), votes.shape[1])
 
 
 def _upper(m: np.ndarray) -> np.ndarray:

@@ -190,7 +190,7 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     named = list(preds)
     K = votes.shape[1]
     P = np.column_stack([preds[k] for k in named] + [votes] + ([] if alt is None else [alt]))
-    full = from_counts(indicators(y, P).sum(0))
+    full = from_counts(np.stack([indicators(y, P[:, p]).sum(0) for p in range(P.shape[1])]))
     draws = ClusterBootstrap(clusters, s.n_boot, s.seed).metrics(y, P)  # one pass over the draws
     full_m = {k: v[len(named):len(named) + K] for k, v in full.items()}
     draw_m = {k: v[:, len(named):len(named) + K] for k, v in draws.items()}

@@ -95,6 +95,7 @@ def test_pair_stats_give_admissibility_phi(small):
     t = small.table
     phi = admissibility.as_matrix(admissibility.phi_from_stats(admissibility.pair_stats(t.gold, t.votes).sum(0)), len(t.members))
     np.testing.assert_allclose(phi, admissibility.phi_matrix(t.gold, t.votes), atol=1e-12)
+    assert np.array_equal(admissibility.pair_sums(t.gold, t.votes), admissibility.pair_stats(t.gold, t.votes).sum(0))
     # integer weights = repeated rows
     w = np.random.default_rng(1).integers(0, 3, len(t.gold))
     rep = np.repeat(np.arange(len(t.gold)), w)
@@ -161,8 +162,9 @@ def test_vectorised_equals_loops(small):
     for k, v in b.items():
         assert a["budgets"][k]["mean"] == pytest.approx(v, abs=1e-12)
     a = panel.leave_one_out(small, 50, 0, .95)
-    for m, v in loops.leave_one_out(small, StackedLogit()).items():
-        assert a["members"][m]["estimate"] == pytest.approx(v, abs=1e-12)
+    for m, v in loops.leave_one_out(small, StackedLogit(), 50, 0, .95).items():
+        assert a["members"][m]["estimate"] == pytest.approx(v["estimate"], abs=1e-12)
+        assert a["members"][m]["ci"] == pytest.approx(v["ci"], abs=1e-12)
     subs = mechanism.draw_subpanels(6, 8, 3, np.random.default_rng(0))
     a = mechanism.subpanels(small, subs, 50, 0, .95)
     b = loops.subpanels(small, StackedLogit(), subs, 50, 0, .95)

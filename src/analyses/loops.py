@@ -14,7 +14,7 @@ from sklearn.base import clone
 
 from .. import admissibility
 from ..aggregate import BestSingle, StackedLogit, crossfit
-from ..evaluate import ClusterBootstrap, interval, kappa
+from ..evaluate import ClusterBootstrap, interval, kappa, paired_delta
 from ..ladder import design_matrix
 from . import common
 from .reference import Reference
@@ -69,11 +69,17 @@ def stacked_kappa(ref: Reference, stacker: StackedLogit, members: list[int]) -> 
     return kappa(ref.gold, cf.pred), cf.pred
 
 
-def leave_one_out(ref: Reference, stacker: StackedLogit) -> dict:
+def leave_one_out(ref: Reference, stacker: StackedLogit, n_boot: int, seed: int, level: float) -> dict:
+    """Δκ (without the member − full panel) per member with its paired interval, draws made once."""
     K = len(ref.table.members)
-    full, _ = stacked_kappa(ref, stacker, list(range(K)))
-    return {m: stacked_kappa(ref, stacker, [i for i in range(K) if i != j])[0] - full
-            for j, m in enumerate(ref.table.members)}
+    boot = ClusterBootstrap(ref.table.clusters, n_boot, seed)
+    full, full_pred = stacked_kappa(ref, stacker, list(range(K)))
+    out = {}
+    for j, m in enumerate(ref.table.members):
+        k, pred = stacked_kappa(ref, stacker, [i for i in range(K) if i != j])
+        draws = boot.metrics(ref.gold, np.column_stack([pred, full_pred]))["kappa"]
+        out[m] = paired_delta(k - full, draws[:, 0] - draws[:, 1], level).as_dict()
+    return out
 
 
 def subpanels(ref: Reference, stacker: StackedLogit, subsets: np.ndarray, n_boot: int, seed: int,

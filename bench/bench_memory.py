@@ -1,0 +1,78 @@
+"""Benchmark: the ladder on a 1M-row verdict table (4 datasets × 250,000 items × 8 judges, B=2000) in bounded
+memory.
+
+    python bench/bench_memory.py [--datasets 4 --items 250000 --members 8 --boot 2000 --max-weight-mb 64]
+
+Kept whole, each dataset's bootstrap weights would be B × clusters float64 (2000 × 125,000 × 8 B = 2 GB, plus the
+generator's int64 copy while drawing). The engine keeps them only under ``--max-weight-mb``
+(:data:`src.evaluate.MAX_WEIGHT_BYTES`) and otherwise draws them again, chunk by chunk of draws, on its single
+pass over the draws (the same draws: one generator, consumed in draw order). Prints the resident memory after
+building the table, the peak over the analysis, and the wall time; ``--max-weight-mb 4096`` keeps the weights
+whole, for comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import machine  # noqa: E402
+from src import evaluate, ladder, simulate, verdicts  # noqa: E402
+from src.aggregate import StackedLogit  # noqa: E402
+
+
+def rss_mb() -> float:
+    """Current resident set size (MB)."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_mb() -> float:
+    """Peak resident set size of this process so far (MB; Linux reports kB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", type=int, default=4)
+    ap.add_argument("--items", type=int, default=250_000)
+    ap.add_argument("--members", type=int, default=8)
+    ap.add_argument("--boot", type=int, default=2000)
+    ap.add_argument("--max-weight-mb", type=float, default=evaluate.MAX_WEIGHT_BYTES / 2**20)
+    a = ap.parse_args()
+    evaluate.MAX_WEIGHT_BYTES = int(a.max_weight_mb * 2**20)
+
+    print(machine())
+    t0 = time.perf_counter()
+    table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
+    clusters = {n: len(set(t.clusters)) for n, t in table.by_dataset().items()}
+    print(f"table: {len(table.gold):,} rows ({a.datasets} datasets × {a.items:,} items, {a.members} judges), built in "
+          f"{time.perf_counter() - t0:.1f} s; RSS {rss_mb():.0f} MB, peak so far {peak_mb():.0f} MB")
+    nc = max(clusters.values())
+    whole = a.boot * nc * 8 / 2**20
+    chunk = max(1, evaluate.MAX_WEIGHT_BYTES // (8 * nc))
+    print(f"bootstrap weights per dataset: {a.boot} × {nc:,} clusters = {whole:,.0f} MB whole; "
+          + ("kept whole" if a.boot <= chunk else f"drawn in chunks of {chunk} draws ({chunk * nc * 8 / 2**20:.0f} MB)"))
+    s = ladder.LadderSettings(n_boot=a.boot, core=list(clusters))
+    before = rss_mb()
+    t0 = time.perf_counter()
+    doc = ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)
+    dt = time.perf_counter() - t0
+    print(f"analysis (ladder.analyze, B={a.boot}): {dt:.1f} s; RSS before {before:.0f} MB, peak {peak_mb():.0f} MB "
+          f"(+{peak_mb() - before:.0f} MB over the table)")
+    for name, d in doc["datasets"].items():
+        k = d["comparators"]["stacked"]["kappa"]
+        print(f"  {name}: stacked κ {k['estimate']:.3f} [{k['ci'][0]:.3f}, {k['ci'][1]:.3f}]")
+    print(f"after: {machine()}")
+
+
+if __name__ == "__main__":
+    main()

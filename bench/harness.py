@@ -1,0 +1,72 @@
+"""What every benchmark of ``bench/`` shares: the machine's state, interleaved repeated timing, a competing load.
+
+* :func:`machine` — load average, cores and BLAS/OpenMP thread settings, printed before and after each benchmark
+  (a figure measured at load 3 on two cores is not a quiet figure);
+* :func:`interleaved` — both sides of a comparison run in turn, ``repeats`` times (A B A B …, never all of A then
+  all of B), each side's times kept; :func:`summary` prints their min and median;
+* :func:`competing_load` — ``n`` busy processes (numpy matrix products on their default BLAS threads, like another
+  numeric job) started for the duration of a block and stopped after it (by their own process ids).
+
+Benchmarks are not tests: nothing here asserts a speed; each benchmark asserts that its two sides agree before
+it prints their ratio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+BUSY = "import numpy as np\na = np.random.default_rng(0).random((400, 400))\nwhile True:\n    a @ a\n"
+
+
+def machine() -> str:
+    """One line: 1/5/15-min load, cores, BLAS pools and their threads, thread environment variables."""
+    from threadpoolctl import threadpool_info
+
+    load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
+    pools = ", ".join(f"{p['internal_api']} {p['num_threads']} threads" for p in threadpool_info()) or "none loaded"
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+                   if k in os.environ) or "no thread variables set"
+    return f"load {'/'.join(load)} (1/5/15 min), {os.cpu_count()} cores; BLAS: {pools}; {env}"
+
+
+def interleaved(sides: dict[str, Callable[[], object]], repeats: int = 3) -> tuple[dict[str, list[float]], dict]:
+    """Each side's wall times over ``repeats`` rounds (every round runs every side once, in turn), and each
+    side's last result (for the agreement check)."""
+    times: dict[str, list[float]] = {k: [] for k in sides}
+    last: dict[str, object] = {}
+    for _ in range(repeats):
+        for name, fn in sides.items():
+            t0 = time.perf_counter()
+            last[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    return times, last
+
+
+def summary(times: list[float]) -> str:
+    return f"min {min(times):.3f} s, median {statistics.median(times):.3f} s over {len(times)}"
+
+
+def ratio(slow: list[float], fast: list[float]) -> str:
+    """Speed-up of the medians and of the minima."""
+    return (f"{statistics.median(slow) / statistics.median(fast):.1f}x (medians), "
+            f"{min(slow) / min(fast):.1f}x (minima)")
+
+
+@contextlib.contextmanager
+def competing_load(n: int) -> Iterator[None]:
+    """``n`` busy numpy processes for the duration of the block (none when ``n`` is 0)."""
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
+    try:
+        if procs:
+            time.sleep(2.0)  # let them reach their loop
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
