@@ -61,6 +61,7 @@ def tracking_store(path: Path):
     uri = f"sqlite:///{path / 'mlflow.db'}"
     os.environ.update({"MLFLOW_TRACKING_URI": uri, **QUIET})
     mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("Default")  # not the experiment an earlier test made active in another store
     try:
         yield uri
     finally:
