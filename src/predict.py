@@ -36,9 +36,9 @@ from typing import Any, Mapping
 import pandas as pd
 
 from .errors import RaimError, one_line
+from .serve import SCORED_CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
-SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
 TEXT_FIELDS = ("question", "evidence")
 ITEM_FIELDS = ("candidate", *TEXT_FIELDS, "item_id", "frame")
 PASSED_THROUGH = ("gold",)  # copied to the output beside the verdicts (e.g. the items of src.data)

@@ -24,6 +24,7 @@ import pandas as pd
 from .errors import RaimError, one_line
 
 ROOT = Path(__file__).resolve().parents[1]
+SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
 OUTPUT_COLUMNS = ("p_hallucinated", "verdict", "label")
 ITEM_INPUT = ("item_id", "question", "evidence", "candidate")
 PANEL_OPTIONAL = ("question", "evidence", "item_id", "frame", "dataset")
@@ -188,7 +189,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
             items = self.items(model_input)
         except InputError as e:
             raise _invalid(e) from None
-        table = verdict_table(self.roster, items, self.frames, Path(cfg.get("cache_dir", ROOT / "verdicts/cache")),
+        table = verdict_table(self.roster, items, self.frames, Path(cfg.get("cache_dir", SCORED_CACHE)),
                               compute=bool(cfg.get("compute", True)), progress=False)
         self.last_report = table.attrs.get("report", {})
         votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
@@ -246,7 +247,7 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
                             "candidate": ["The capital of France is Paris."]})
     return _log_pyfunc(name, PanelModel(roster, frames, default_frame, stacker, columns),
                        panel_signature(list(columns), stacker.n_votes or len(columns)), example,
-                       model_config={"cache_dir": str(Path(cache_dir or ROOT / "verdicts/cache").resolve()),
+                       model_config={"cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
                                      "compute": bool(compute)},
                        metadata={"roster": roster.get("name"), "members": members, "default_frame": default_frame})
 

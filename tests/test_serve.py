@@ -104,6 +104,9 @@ def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
         assert run.data.tags["stacker_uri"] == uri and run.data.tags["roster"] == "tiny"
         inner = mlflow.pyfunc.load_model(run.data.tags["panel_model_uri"]).unwrap_python_model()
         assert type(inner).__name__ == "PanelModel" and inner.columns == names
+        # new items' verdicts go to their own cache, never to the committed benchmark cache (a DVC dependency)
+        assert inner.config["cache_dir"] == str(serve.SCORED_CACHE.resolve())
+        assert serve.SCORED_CACHE != ROOT / "verdicts" / "cache"
 
 
 # ------------------------------------------------------------------------------ RAIM's strict server
