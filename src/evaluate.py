@@ -7,8 +7,10 @@ Predictions are float vectors in {0, 1, 0.5}; 0.5 is an abstention. Following §
 * hallucinated-class F1 counts an abstention as a missed detection.
 
 Every metric is computed from six confusion counts per item (gold × {1, 0, abstain}), so a bootstrap is one
-matrix product: cluster resampling weights (B × clusters) times per-cluster counts (clusters × 6·P), taken in
-chunks of draws when B × clusters weights would not fit in :data:`MAX_WEIGHT_BYTES`.
+matrix product: cluster resampling weights (B × clusters) times per-cluster counts (clusters × (2 + 4·P): each
+gold class's items, then four of the six cells per prediction, the other two following by subtraction), taken in
+chunks of draws when B × clusters weights would not fit in :data:`MAX_WEIGHT_BYTES`. Every term is a whole number,
+so the product is exact in any summation order (in float32 while the largest count stays under 2²⁴).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from .verdicts import ABSTAIN
 METRICS = ("kappa", "bacc", "f1")
 # count columns: gold=1 & pred=1, gold=1 & pred=0, gold=1 & abstain, gold=0 & pred=1, gold=0 & pred=0, gold=0 & abstain
 _N_COUNTS = 6
-# B × clusters bootstrap weights (float64) up to this size are drawn once and kept; larger ones are drawn again,
-# chunk by chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
+# B × clusters bootstrap weights up to this size are drawn once and kept; larger ones are drawn again, chunk by
+# chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
 MAX_WEIGHT_BYTES = 64 * 2**20
+_KEPT = [0, 2, 3, 5]  # the cells a bootstrap sums per prediction; (1, 0) and (0, 0) follow from the class totals
 
 
 def indicators(gold: np.ndarray, pred: np.ndarray) -> np.ndarray:
@@ -90,7 +93,10 @@ class ClusterBootstrap:
         self.item_cluster = inv.ravel()
         self.n_boot, self.seed = int(n_boot), seed
         nc, n = len(self.cluster_ids), len(self.item_cluster)
-        self.chunk = int(chunk or max(1, MAX_WEIGHT_BYTES // (8 * max(nc, 1))))
+        # a count is at most n_clusters draws × the largest cluster: whole numbers up to 2²⁴ are exact in float32
+        largest = int(np.bincount(self.item_cluster).max()) if n else 0
+        self.dtype = np.float32 if nc * largest < 2**24 else np.float64
+        self.chunk = int(chunk or max(1, MAX_WEIGHT_BYTES // (np.dtype(self.dtype).itemsize * max(nc, 1))))
         self._agg = sparse.csr_matrix((np.ones(n), (self.item_cluster, np.arange(n))), shape=(nc, n))
         self._weights = next(self._draws(self.n_boot)) if self.n_boot <= self.chunk else None
 
@@ -99,7 +105,7 @@ class ClusterBootstrap:
         nc = len(self.cluster_ids)
         rng, p = np.random.default_rng(self.seed), np.full(nc, 1.0 / nc)
         for start in range(0, self.n_boot, chunk):
-            yield rng.multinomial(nc, p, size=min(chunk, self.n_boot - start)).astype(float)
+            yield rng.multinomial(nc, p, size=min(chunk, self.n_boot - start)).astype(self.dtype)
 
     def chunks(self):
         """The B × n_clusters weights, as one kept matrix or chunk by chunk of draws."""
@@ -128,19 +134,26 @@ class ClusterBootstrap:
         return self.weights[:, self.item_cluster]
 
     def per_cluster(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
-        """Confusion counts of each cluster for P prediction vectors (preds: n × P) → n_clusters × 6P, built a
-        block of predictions at a time (the per-item indicators of a block stay under :data:`MAX_WEIGHT_BYTES`)."""
+        """Counts of each cluster for P prediction vectors (preds: n × P) → n_clusters × (2 + 4P): its items of
+        gold 1 and of gold 0, then per prediction the cells (1, 1), (1, abstain), (0, 1), (0, abstain) of
+        :func:`indicators`; built a block of predictions at a time (a block's per-item indicators stay under
+        :data:`MAX_WEIGHT_BYTES`)."""
         preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
         n, P = preds.shape
+        gold = np.asarray(gold)
         step = max(1, MAX_WEIGHT_BYTES // (8 * _N_COUNTS * max(n, 1)))
-        return np.hstack([self._agg @ indicators(gold, preds[:, a:a + step]).reshape(n, -1)
-                          for a in range(0, P, step)])
+        blocks = [self._agg @ np.column_stack([gold == 1, gold == 0]).astype(float)]
+        blocks += [self._agg @ indicators(gold, preds[:, a:a + step])[..., _KEPT].reshape(n, -1)
+                   for a in range(0, P, step)]
+        return np.hstack(blocks).astype(self.dtype)
 
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""
         per_cluster = self.per_cluster(gold, preds)
-        out = np.vstack([w @ per_cluster for w in self.chunks()])
-        return out.reshape(self.n_boot, -1, _N_COUNTS)
+        raw = np.vstack([w @ per_cluster for w in self.chunks()]).astype(float)
+        n1, n0 = raw[:, :1], raw[:, 1:2]
+        a11, a1a, a01, a0a = np.moveaxis(raw[:, 2:].reshape(len(raw), -1, 4), -1, 0)
+        return np.stack([a11, n1 - a11 - a1a, a1a, a01, n0 - a01 - a0a, a0a], axis=-1)
 
     def metrics(self, gold: np.ndarray, preds: np.ndarray) -> dict[str, np.ndarray]:
         """B × P arrays of κ, bacc, F1."""

@@ -135,8 +135,33 @@ def test_identical_problems_are_fitted_once_with_the_same_coefficients(small):
     B = common.fit_logit_many(d.F, d.y, W, mask)
     dup = [0, 1, 0, 2, 5, 1, 3, 4, 5, 0]
     first, back = common.unique_rows(W[dup], mask[dup])
-    assert first.tolist() == [0, 1, 3, 4, 6, 7] and np.array_equal(np.asarray(dup)[first][back], dup)
+    assert sorted(first.tolist()) == [0, 1, 3, 4, 6, 7] and np.array_equal(np.asarray(dup)[first][back], dup)
     assert np.array_equal(common.fit_logit_many(d.F, d.y, W[dup], mask[dup]), B[dup])  # bit for bit
+
+
+def test_masked_fits_merge_patterns_to_the_same_optimum(small):
+    d = small.design
+    rng = np.random.default_rng(3)
+    W = (rng.random((8, len(d.y))) < 0.7).astype(float)
+    mask = rng.random((8, d.F.shape[1])) < 0.5
+    mask[0] = True  # an unmasked problem: its entries are left as they are
+    merged = common.fit_logit_many(d.F, d.y, W, mask, patterns=d.patterns)
+    plain = common.fit_logit_many(d.F, d.y, W, mask, merge=False)
+    assert np.array_equal(merged[0], plain[0]) and np.all(merged[:, 1:][~mask] == 0)
+    np.testing.assert_allclose(merged, plain, rtol=0, atol=1e-10)
+
+
+def test_a_fold_near_the_threshold_is_refitted_unmerged(small, monkeypatch):
+    d = small.design
+    subsets = mechanism.draw_subpanels(len(small.table.members), 6, 3, np.random.default_rng(0))
+    masks = common.member_masks(d, subsets)
+    fast = common.oof_many(d, mask=masks)
+    merges = []
+    real = common.fit_logit_many
+    monkeypatch.setattr(common, "fit_logit_many", lambda *a, **k: merges.append(k.get("merge", True)) or real(*a, **k))
+    monkeypatch.setattr(common, "NEAR_THRESHOLD", 1.0)  # every fold counts as near: all refitted unmerged
+    assert np.array_equal(common.oof_many(d, mask=masks), fast)
+    assert merges == [True, False] * len(d.folds)
 
 
 def test_each_dataset_bootstrap_is_drawn_once_and_shared(small):

@@ -107,6 +107,8 @@ def test_bootstrap_draws_in_chunks_and_heads_are_the_same_draws():
     assert kept._weights is not None and chunked._weights is None
     assert np.array_equal(kept.weights, chunked.weights)
     assert np.array_equal(kept.counts(gold, preds), chunked.counts(gold, preds))
+    brute = np.einsum("bn,npc->bpc", kept.item_weights().astype(float), indicators(gold, preds))
+    assert kept.dtype == np.float32 and np.array_equal(kept.counts(gold, preds), brute)  # whole numbers: exact
     for b in (1, 100, 250):
         fresh = ClusterBootstrap(clusters, n_boot=b, seed=7)
         assert np.array_equal(kept.head(b).weights, fresh.weights)

@@ -10,7 +10,8 @@
 
 A "labelled record" is a cluster (§2: the clustering unit; one source record on the paired sets). All draws
 are vectorised: κ and φ of every draw come from one matrix product of the draw-selection matrix with
-per-cluster counts, and the R × budgets stacker fits of a fold run as one batched Newton solve.
+per-cluster counts, and the R × budgets stacker fits of a fold run as one batched Newton solve (identical draws,
+e.g. those of a budget that takes every training cluster, fitted once).
 """
 
 from __future__ import annotations

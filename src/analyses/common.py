@@ -5,7 +5,8 @@ fitted and scored for many weightings and panels at once.
   σ(β₀ + Σ βᵢ vᵢ), penalty 1/(2C)·‖β‖², intercept unpenalised: scikit-learn's objective) by a batched damped
   Newton method. Each problem has its own item weights (a label-budget draw, a fold's training part) and its
   own feature mask (a sub-panel, a left-out member). Rows are first collapsed to the distinct (features, gold)
-  patterns, so the work scales with the patterns, not the items.
+  patterns (:class:`Patterns`, once per design), so the work scales with the patterns, not the items; a masked
+  problem's patterns that differ only in switched-off features are one; identical problems are fitted once.
 * :func:`oof_many` cross-fits such problems on the reported stacker's folds and pools the out-of-fold
   predictions (Table 7, Fig. 5, Fig. 6, Appendix C sub-panels).
 * the members' pairwise error correlation φ (§3.3) for many weightings of the items at once (Table 6 draws)
@@ -40,6 +41,14 @@ class Design:
     folds: list
     C: float
     threshold: float
+    _patterns: "Patterns | None" = None
+
+    @property
+    def patterns(self) -> "Patterns":
+        """The design's distinct (features, gold) rows, found once."""
+        if self._patterns is None:
+            self._patterns = Patterns.of(self.F, self.y)
+        return self._patterns
 
 
 def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
@@ -71,19 +80,43 @@ def member_masks(d: Design, subsets: np.ndarray) -> np.ndarray:
     return np.asarray(subsets, bool)[:, d.col_member]
 
 
+NEAR_THRESHOLD = 1e-9
+
+
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
+@dataclass
+class Patterns:
+    """A design's distinct (features, gold) rows: Z (U × (1+d), intercept first), their gold, and the item →
+    pattern map S (n × U, sparse). Problems are fitted on patterns, so the work scales with them, not the items."""
+
+    Z: np.ndarray
+    y: np.ndarray
+    S: sparse.csr_matrix
+
+    @classmethod
+    def of(cls, F: np.ndarray, y: np.ndarray) -> "Patterns":
+        pat, inv = np.unique(np.column_stack([F, y]), axis=0, return_inverse=True)
+        n = len(y)
+        S = sparse.csr_matrix((np.ones(n), (np.arange(n), inv.ravel())), shape=(n, len(pat)))
+        return cls(np.column_stack([np.ones(len(pat)), pat[:, :-1]]), pat[:, -1], S)
+
+
 def fit_logit_many(F: np.ndarray, y: np.ndarray, W: np.ndarray, mask: np.ndarray | None = None,
-                   C: float = 1.0, max_iter: int = 100, tol: float = 1e-9) -> np.ndarray:
+                   C: float = 1.0, max_iter: int = 100, tol: float = 1e-9, merge: bool = True,
+                   patterns: Patterns | None = None) -> np.ndarray:
     """M weighted L2 logistic regressions on one design; returns B (M × (1+d)), intercept first.
 
     ``W`` (M × n) weights the items of each problem (0 = left out); ``mask`` (M × d) switches features on.
     The objective is scikit-learn's ``LogisticRegression(C)``: C·Σ wᵢ·logloss + ½‖β‖², intercept free.
     A problem whose weighted items hold one class only gets β = 0 and an intercept of ±30 (it predicts that
     class; scikit-learn would refuse to fit it). Masked coefficients are exactly 0. Identical problems (same
-    weights and mask, e.g. every draw of a budget that takes all training clusters) are fitted once.
+    weights and mask, e.g. every draw of a budget that takes all training clusters) are fitted once. With
+    ``merge``, a masked problem's patterns that differ only in switched-off features are one pattern (the same
+    optimum, summed in another order: coefficients equal to rounding, see :func:`oof_many`). ``patterns``: those
+    of (F, y) when the caller has them.
     """
     F = np.asarray(F, float)
     W = np.atleast_2d(np.asarray(W, float))
@@ -91,15 +124,10 @@ def fit_logit_many(F: np.ndarray, y: np.ndarray, W: np.ndarray, mask: np.ndarray
     mask = np.ones((M, d), bool) if mask is None else np.broadcast_to(np.asarray(mask, bool), (M, d))
     first, back = unique_rows(W, mask)
     if len(first) < M:
-        return fit_logit_many(F, y, W[first], mask[first], C, max_iter, tol)[back]
-    y = np.asarray(y, float)
-    # collapse items to distinct (features, gold) patterns
-    pat, inv = np.unique(np.column_stack([F, y]), axis=0, return_inverse=True)
-    inv = inv.ravel()
-    S = sparse.csr_matrix((np.ones(len(y)), (np.arange(len(y)), inv)), shape=(len(y), len(pat)))
-    Wu = np.asarray((S.T @ W.T).T)  # M × U
-    Z = np.column_stack([np.ones(len(pat)), pat[:, :d]])  # U × (1+d)
-    yu = pat[:, d]
+        return fit_logit_many(F, y, W[first], mask[first], C, max_iter, tol, merge, patterns)[back]
+    pt = Patterns.of(F, np.asarray(y, float)) if patterns is None else patterns
+    Z, yu = pt.Z, pt.y
+    Wu = np.asarray((pt.S.T @ W.T).T)  # M × U
     on = np.column_stack([np.ones(M, bool), mask])  # M × (1+d)
     pos, tot = Wu @ yu, Wu.sum(axis=1)
     single = (pos <= 0) | (pos >= tot)
@@ -107,39 +135,86 @@ def fit_logit_many(F: np.ndarray, y: np.ndarray, W: np.ndarray, mask: np.ndarray
     B[single, 0] = np.where(pos[single] > 0, 30.0, -30.0)
     live = np.flatnonzero(~single)
     if len(live):
-        B[live] = _newton(Z, yu, Wu[live], on[live], 1.0 / C, max_iter, tol)
+        Wl = Wu[live]
+        r, c = np.nonzero(Wl)
+        w = Wl[r, c]
+        r, c, w = _merge_masked(Z, yu, r, c, w, on[live]) if merge else (r, c, w)
+        B[live] = _newton(Z, yu, r, c, w, on[live], 1.0 / C, max_iter, tol)
     return B
 
 
+def _merge_masked(Z, y, r, c, w, on):
+    """The (problem r, pattern c, weight w) entries with, within each problem that switches features off, the
+    patterns that agree on its features that are on (and on gold) merged into one entry: the first of them, with
+    the weights summed (its switched-off features meet zero coefficients). Problems with every feature on keep
+    their entries as they are."""
+    sel = ~on.all(axis=1)[r]
+    if not sel.any():
+        return r, c, w
+    codes = np.column_stack([np.unique(Z[:, j], return_inverse=True)[1].ravel() for j in range(Z.shape[1])]
+                            + [(y > 0.5).astype(int)])
+    radix = codes.max(axis=0) + 1
+    if np.sum(np.log2(radix)) > 60:  # keys would not fit in int64: no merging
+        return r, c, w
+    scale = np.cumprod(np.r_[1, radix[:-1]])
+    keys = codes @ (np.column_stack([on, np.ones(len(on), bool)]) * scale).T  # U × problems: the on-part
+    key = keys[c[sel], r[sel]]
+    if np.log2(len(on)) + np.log2(key.max() + 1) > 62:
+        key = np.unique(key, return_inverse=True)[1].ravel()
+    groups, rep, gid = np.unique(r[sel] * (int(key.max()) + 1) + key, return_index=True, return_inverse=True)
+    rr, cc = np.r_[r[~sel], r[sel][rep]], np.r_[c[~sel], c[sel][rep]]
+    ww = np.r_[w[~sel], np.bincount(gid.ravel(), weights=w[sel], minlength=len(groups))]
+    order = np.argsort(rr, kind="stable")  # each problem's entries together
+    return rr[order], cc[order], ww[order]
+
+
 def unique_rows(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows that are identical across ``arrays`` (each M × …): (index of each distinct row's first occurrence,
-    for every row the position of its distinct row in that list)."""
+    """Rows that are identical across ``arrays`` (each M × …): (index of one row of each distinct kind, for
+    every row the position of its kind in that list). Rows are hashed (their bits times random odd 64-bit
+    integers, summed modulo 2⁶⁴: the same for the same bits in any order) and rows sharing a hash are compared in
+    full (where two different rows collide, every row is compared in full)."""
+    flat = [np.ascontiguousarray(a, dtype=float).reshape(len(a), -1) for a in arrays]
+    rng = np.random.default_rng(0)
+    fp = sum(((a.view(np.uint64) * (rng.integers(0, 2**63, a.shape[1], dtype=np.uint64) | np.uint64(1))).sum(axis=1))
+             for a in flat)
+    _, first, back = np.unique(fp, return_index=True, return_inverse=True)
+    back = back.ravel()
+    shared = np.flatnonzero(np.bincount(back)[back] > 1)
+    if all(np.array_equal(a[shared], a[first[back[shared]]]) for a in flat):
+        return first, back
     seen: dict[bytes, int] = {}
-    back = np.array([seen.setdefault(b"".join(np.ascontiguousarray(a[i]).tobytes() for a in arrays), len(seen))
-                     for i in range(len(arrays[0]))], dtype=int)
+    back = np.array([seen.setdefault(b"".join(a[i].tobytes() for a in flat), len(seen)) for i in range(len(fp))])
     return np.unique(back, return_index=True)[1], back
 
 
 def _softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log(1 + eᶯ) and σ(η), sharing one exponential."""
-    e = np.exp(-np.abs(eta))
-    return np.maximum(eta, 0.0) + np.log1p(e), np.where(eta >= 0, 1.0, e) / (1.0 + e)
+    """log(1 + eᶯ) and σ(η), sharing one exponential (in place where it can: the same operations)."""
+    e = np.abs(eta)
+    np.exp(np.negative(e, out=e), out=e)
+    sp = np.maximum(eta, 0.0)
+    sp += np.log1p(e)
+    sg = np.where(eta >= 0, 1.0, e)
+    e += 1.0
+    sg /= e
+    return sp, sg
 
 
-def _newton(Z, y, W, on, lam, max_iter, tol):
-    """Batched damped Newton on Σ w·logloss + λ/2‖β₁:‖² (λ = 1/C), over the nonzero (problem, pattern)
-    weights only, so a small label budget costs in proportion to its records."""
+def _newton(Z, y, r, c, w, on, lam, max_iter, tol):
+    """Batched damped Newton on Σ w·logloss + λ/2‖β₁:‖² (λ = 1/C), over the nonzero (problem r, pattern c)
+    weights w only (sorted by problem), so a small label budget costs in proportion to its records."""
     M, p = on.shape
     U = len(Z)
-    r, c = np.nonzero(W)
-    w, yy, Zc = W[r, c], y[c], Z[c]
+    yy, Zc = y[c], Z[c]
     indptr = np.searchsorted(r, np.arange(M + 1))
     iu = np.triu_indices(p)  # H is symmetric: its upper triangle is summed, then mirrored
-    outer = Z[:, iu[0]] * Z[:, iu[1]]
+    outer = np.ascontiguousarray(Z[:, iu[0]] * Z[:, iu[1]])  # C order: the sparse products read it as is
+
+    A = sparse.csr_matrix((w, c, indptr), shape=(M, U))  # built once; each sum swaps in its values
 
     def by_problem(vals: np.ndarray, dense: np.ndarray) -> np.ndarray:
         """Σ over each problem's (pattern) entries of vals · dense[pattern] → M × dense.shape[1]."""
-        return sparse.csr_matrix((vals, c, indptr), shape=(M, U)) @ dense
+        A.data = vals
+        return A @ dense
 
     ones = np.ones((U, 1))
     pen = np.full(p, lam)
@@ -159,10 +234,10 @@ def _newton(Z, y, W, on, lam, max_iter, tol):
         step = np.linalg.solve(H, g[..., None])[..., 0]
         d_eta = np.einsum("ij,ij->i", Zc, step[r])
         t = np.ones(M)
-        for _ in range(30):  # halve the step where the objective went up
-            eta_c = eta - t[r] * d_eta
+        for trial in range(30):  # halve the step where the objective went up
+            eta_c = eta - (t[r] * d_eta if trial else d_eta)  # a full step first (t = 1: the same numbers)
             sp, sg = _softplus_sigmoid(eta_c)
-            Bc = B - t[:, None] * step
+            Bc = B - (t[:, None] * step if trial else step)
             fc = by_problem(w * (sp - yy * eta_c), ones)[:, 0] + 0.5 * (Bc**2 * pen).sum(1)
             bad = fc > f + 1e-12 * np.abs(f)
             if not bad.any():
@@ -186,19 +261,25 @@ def oof_many(d: Design, W: np.ndarray | None = None, mask: np.ndarray | None = N
     Per fold the problems are fitted on its training clusters, weighted by ``W`` (M × n, default 1), or by
     ``draws[f]`` (M × n) when each fold has its own weights (a budget drawn within that fold's training
     clusters); features are switched by ``mask`` (M × d). Prediction: hallucinated iff p ≥ threshold.
+
+    Masked problems are fitted with merged patterns (:func:`fit_logit_many`): their coefficients differ from an
+    unmerged fit by rounding only (~1e-15), which moves no prediction unless a probability lies that close to the
+    threshold; a fold where any lies within :data:`NEAR_THRESHOLD` of it is fitted again unmerged, so the
+    predictions are those of the unmerged fit.
     """
     n = len(d.y)
     M = len(draws[0]) if draws is not None else (1 if W is None and mask is None else
                                                  len(W) if W is not None else len(mask))
     pred = np.empty((M, n))
     for f, (tr, te) in enumerate(d.folds):
-        w = np.zeros((M, n))
-        if draws is not None:
-            w[:, tr] = draws[f][:, tr]
-        else:
-            w[:, tr] = 1.0 if W is None else np.broadcast_to(W, (M, n))[:, tr]
-        B = fit_logit_many(d.F, d.y, w, mask, d.C)
-        pred[:, te] = predict_proba(B, d.F[te]) >= d.threshold
+        train = np.zeros(n, bool)
+        train[tr] = True
+        w = np.where(train, 1.0 if draws is None and W is None else draws[f] if draws is not None else W, 0.0)
+        w = np.broadcast_to(w, (M, n))
+        p = predict_proba(fit_logit_many(d.F, d.y, w, mask, d.C, patterns=d.patterns), d.F[te])
+        if mask is not None and (np.abs(p - d.threshold) < NEAR_THRESHOLD).any():
+            p = predict_proba(fit_logit_many(d.F, d.y, w, mask, d.C, merge=False, patterns=d.patterns), d.F[te])
+        pred[:, te] = p >= d.threshold
     return pred
 
 

@@ -252,16 +252,19 @@ def threshold_grid(sps: dict[str, dict], grid: dict, near: float, operating: tup
 
 
 def invariance(refs: dict[str, Reference], kappa0: float, c: float, phi0: float, step: float = 0.01) -> dict:
-    """Fig. 3a: the positions (φ₀, c) of the gold point at which no dataset changes side."""
+    """Fig. 3a: the positions (φ₀, c) of the gold point at which no dataset changes side (the rule of
+    :func:`src.admissibility.admits` on the whole grid at once)."""
     if not refs:
         return {}
     K = max(len(r.table.members) for r in refs.values())
     phis = np.round(np.arange(-0.2, 1.0 + step / 2, step), 6)
     cs = np.arange(K + 1) / K
 
-    def admitted(cc, pp):
-        return [admissibility.decide(r.member_kappa, r.admissibility.phi_bar, kappa0, cc, pp)[0] for r in refs.values()]
+    def admitted(cc, pp):  # per dataset, over the grid of (c, φ₀) given
+        return np.stack([admissibility.admits(r.member_kappa, np.nan if r.admissibility.phi_bar is None
+                                              else r.admissibility.phi_bar, kappa0, cc, pp, len(r.member_kappa))
+                         for r in refs.values()])
 
-    base = admitted(c, phi0)
-    same = [[admitted(cc, pp) == base for pp in phis] for cc in cs]
-    return {"phi0": phis.tolist(), "c": cs.tolist(), "same": same}
+    base = admitted(np.array(c), np.array(phi0))
+    same = (admitted(cs[:, None], phis[None, :]) == base[:, None, None]).all(axis=0)
+    return {"phi0": phis.tolist(), "c": cs.tolist(), "same": same.tolist()}
