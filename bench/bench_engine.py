@@ -11,8 +11,9 @@ machine's load and thread settings printed before and after:
    give the same counts before the ratio is printed.
 2. **Whole analysis** (``ladder.analyze``): the engine against the same ladder run the straightforward way —
    scikit-learn's ``StratifiedGroupKFold``, statsmodels' Holm and the per-draw bootstrap of part 1 (same draws).
-   The two results.json documents must be identical before the ratio is printed. Then the engine again under a
-   competing CPU load (``--load`` busy numpy processes) against its quiet time.
+   The two results.json documents must be identical before the ratio is printed. Then the engine under a competing
+   CPU load (``--load`` busy single-threaded numpy processes) against its quiet time, with BLAS held to one thread
+   (as it runs) and with BLAS left to its default threads (what the hold is for).
 3. **``python -m src.run``** on the committed verdict caches (a fresh process each time: imports counted), without
    tracking, with MLflow tracking into an existing store and into a new one; then the same under the load.
 """
@@ -35,7 +36,7 @@ from statsmodels.stats.multitest import multipletests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import competing_load, interleaved, machine, ratio, summary  # noqa: E402
+from harness import competing_load, interleaved, machine, ratio, settle, summary  # noqa: E402
 from src import ladder, simulate, verdicts  # noqa: E402
 from src.aggregate import StackedLogit  # noqa: E402
 from src.evaluate import ClusterBootstrap, indicators  # noqa: E402
@@ -65,6 +66,19 @@ def sklearn_folds(y, clusters, n_splits=5, seed=0):
 
 def statsmodels_holm(pvalues):
     return [float(p) for p in multipletests(pvalues, method="holm")[1]] if pvalues else []
+
+
+@contextlib.contextmanager
+def blas_unlimited():
+    """The engine with its one-thread BLAS hold lifted (threadpoolctl's limit made a no-op)."""
+    import threadpoolctl
+
+    saved = threadpoolctl.threadpool_limits
+    threadpoolctl.threadpool_limits = lambda *a, **k: contextlib.nullcontext()
+    try:
+        yield
+    finally:
+        threadpoolctl.threadpool_limits = saved
 
 
 @contextlib.contextmanager
@@ -116,18 +130,26 @@ def analysis_part(table, s, repeats: int, load: int) -> None:
         with straightforward():
             return engine()
 
+    def unlimited():
+        with blas_unlimited():
+            return engine()
+
     times, last = interleaved({"engine": engine, "baseline": baseline}, repeats)
     assert last["engine"] == last["baseline"], "the two analyses disagree"
-    print(f"2. whole analysis (ladder.analyze; results.json identical on both sides)")
+    print("2. whole analysis (ladder.analyze; results.json identical on both sides)")
     print(f"   engine:                   {summary(times['engine'])}")
     print(f"   straightforward baseline: {summary(times['baseline'])}")
     print(f"   speed-up: {ratio(times['baseline'], times['engine'])}")
     if load:
+        settle()
+        quiet, _ = interleaved({"unlimited": unlimited}, repeats)
         with competing_load(load):
             print(f"   under {load} busy process(es): {machine()}")
-            busy, _ = interleaved({"engine": engine}, repeats)
-        print(f"   engine under load:        {summary(busy['engine'])}; "
-              f"{min(busy['engine']) / min(times['engine']):.2f}x its quiet minimum")
+            busy, _ = interleaved({"engine": engine, "unlimited": unlimited}, repeats)
+        for k, name in (("engine", "engine (BLAS 1 thread)"), ("unlimited", "BLAS default threads")):
+            q = times[k] if k in times else quiet[k]
+            print(f"   {name:24s} quiet {summary(q)}; under load {summary(busy[k])}: "
+                  f"{min(busy[k]) / min(q):.2f}x")
 
 
 def cli(env: dict, out: Path) -> None:
@@ -182,12 +204,12 @@ def main() -> None:
     s = ladder.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
     print(f"{a.datasets} datasets × {a.items} items × {a.members} judges, B={a.boot}; {machine()}")
     parts = a.parts.split(",")
-    if "bootstrap" in parts:
-        bootstrap_part(table, s, a.repeats)
-    if "analysis" in parts:
-        analysis_part(table, s, a.repeats, a.load)
-    if "cli" in parts:
-        cli_part(a.repeats, a.load)
+    for name, run in (("bootstrap", lambda: bootstrap_part(table, s, a.repeats)),
+                      ("analysis", lambda: analysis_part(table, s, a.repeats, a.load)),
+                      ("cli", lambda: cli_part(a.repeats, a.load))):
+        if name in parts:
+            settle()  # each part starts on a quiet machine (1-min load < 1.2)
+            run()
     print(f"after: {machine()}")
 
 

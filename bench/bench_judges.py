@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="items (other clusters) run through both sides before the clocks start")
     a = ap.parse_args(argv)
 
-    from harness import interleaved, machine, ratio, summary
+    from harness import interleaved, machine, ratio, settle, summary
     from src.data import read_items
 
     recs, warm = warmup_split(read_items(a.items), a.n, a.warmup)
@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if warm:  # one-off engine costs (e.g. vLLM's shape compilation) outside the clocks, on other items
         naive(warm)
         run(warm)
+    settle()
     times, last = interleaved({"naive": lambda: naive(recs), "runner": lambda: run(recs)}, a.repeats)
     n = len(recs)
     both = [(x, y) for x, y in zip(last["naive"], last["runner"]) if x is not None and y is not None]

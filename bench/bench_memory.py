@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import machine  # noqa: E402
+from harness import machine, settle  # noqa: E402
 from src import evaluate, ladder, simulate, verdicts  # noqa: E402
 from src.aggregate import StackedLogit  # noqa: E402
 
@@ -62,6 +62,7 @@ def main() -> None:
     print(f"bootstrap weights per dataset: {a.boot} × {nc:,} clusters = {whole:,.0f} MB whole; "
           + ("kept whole" if a.boot <= chunk else f"drawn in chunks of {chunk} draws ({chunk * nc * 8 / 2**20:.0f} MB)"))
     s = ladder.LadderSettings(n_boot=a.boot, core=list(clusters))
+    settle()
     before = rss_mb()
     t0 = time.perf_counter()
     doc = ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import competing_load, interleaved, machine, ratio, summary  # noqa: E402
+from harness import competing_load, interleaved, machine, ratio, settle, summary  # noqa: E402
 from src import ladder, simulate, verdicts  # noqa: E402
 from src.aggregate import StackedLogit  # noqa: E402
 from src.analyses import budget, loops, mechanism, panel, run_suite  # noqa: E402
@@ -103,6 +103,7 @@ def main() -> None:
     print(f"{a.datasets} datasets × {a.items} items × {a.members} judges; {machine()}; BLAS held to one thread "
           f"inside the suite")
     if "suite" in a.parts:
+        settle()  # 1-min load < 1.2 before the clocks start
         times, last = interleaved({"suite": lambda: run_suite(table, stacker, s, cfg)}, a.repeats)
         print(f"1. whole suite (run_suite, default settings): {summary(times['suite'])}")
         print("   parts (last run): " + ", ".join(f"{k} {v:.2f} s" for k, v in last["suite"]["timings"].items()))
@@ -114,6 +115,7 @@ def main() -> None:
                   f"its quiet minimum")
     if "loops" in a.parts:
         refs = references(table, stacker, s)
+        settle()
         print(f"2. heavy parts, vectorised against the loops on the same {a.loop_frac:.0%} of draws / sub-panels "
               f"(results agree to 1e-12)")
         tot = {"vectorised": [], "loops": []}

@@ -1,11 +1,12 @@
 """What every benchmark of ``bench/`` shares: the machine's state, interleaved repeated timing, a competing load.
 
 * :func:`machine` — load average, cores and BLAS/OpenMP thread settings, printed before and after each benchmark
-  (a figure measured at load 3 on two cores is not a quiet figure);
+  (a figure measured at load 3 on two cores is not a quiet figure); :func:`settle` waits for the 1-minute load
+  to fall under a threshold before the clocks start;
 * :func:`interleaved` — both sides of a comparison run in turn, ``repeats`` times (A B A B …, never all of A then
   all of B), each side's times kept; :func:`summary` prints their min and median;
-* :func:`competing_load` — ``n`` busy processes (numpy matrix products on their default BLAS threads, like another
-  numeric job) started for the duration of a block and stopped after it (by their own process ids).
+* :func:`competing_load` — ``n`` busy processes (numpy matrix products, one BLAS thread each: ``n`` cores' worth of
+  competing work) started for the duration of a block and stopped after it (by their own process ids).
 
 Benchmarks are not tests: nothing here asserts a speed; each benchmark asserts that its two sides agree before
 it prints their ratio.
@@ -35,6 +36,27 @@ def machine() -> str:
     return f"load {'/'.join(load)} (1/5/15 min), {os.cpu_count()} cores; BLAS: {pools}; {env}"
 
 
+def busy_elsewhere() -> bool:
+    """A test run (pytest) is going on somewhere on the machine."""
+    try:
+        return subprocess.run(["pgrep", "-f", "pytest"], capture_output=True).returncode == 0
+    except FileNotFoundError:
+        return False
+
+
+def settle(below: float = 1.2, timeout_s: float = 900.0) -> None:
+    """Wait until no test run is going on and the 1-minute load average is under ``below`` (at most
+    ``timeout_s``; then say so), and print the machine's state."""
+    deadline = time.monotonic() + timeout_s
+    while busy_elsewhere() or (os.path.exists("/proc/loadavg")
+                               and float(open("/proc/loadavg").read().split()[0]) >= below):
+        if time.monotonic() > deadline:
+            print(f"(a test run or a load ≥ {below} lasted {timeout_s:.0f} s: measuring anyway)")
+            break
+        time.sleep(5)
+    print(f"-- {machine()}")
+
+
 def interleaved(sides: dict[str, Callable[[], object]], repeats: int = 3) -> tuple[dict[str, list[float]], dict]:
     """Each side's wall times over ``repeats`` rounds (every round runs every side once, in turn), and each
     side's last result (for the agreement check)."""
@@ -60,8 +82,9 @@ def ratio(slow: list[float], fast: list[float]) -> str:
 
 @contextlib.contextmanager
 def competing_load(n: int) -> Iterator[None]:
-    """``n`` busy numpy processes for the duration of the block (none when ``n`` is 0)."""
-    procs = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(n)]
+    """``n`` busy single-threaded numpy processes for the duration of the block (none when ``n`` is 0)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", BUSY], env=env) for _ in range(n)]
     try:
         if procs:
             time.sleep(2.0)  # let them reach their loop
