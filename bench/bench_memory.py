@@ -3,12 +3,12 @@ memory.
 
     python bench/bench_memory.py [--datasets 4 --items 250000 --members 8 --boot 2000 --max-weight-mb 64]
 
-Kept whole, each dataset's bootstrap weights would be B × clusters float64 (2000 × 125,000 × 8 B = 2 GB, plus the
-generator's int64 copy while drawing). The engine keeps them only under ``--max-weight-mb``
-(:data:`src.evaluate.MAX_WEIGHT_BYTES`) and otherwise draws them again, chunk by chunk of draws, on its single
-pass over the draws (the same draws: one generator, consumed in draw order). Prints the resident memory after
-building the table, the peak over the analysis, and the wall time; ``--max-weight-mb 4096`` keeps the weights
-whole, for comparison.
+Kept whole in float64, each dataset's bootstrap weights are B × clusters × 8 B (2000 × 125,000: 1.9 GB, plus the
+generator's int64 copy while drawing). The engine stores them in float32 (whole numbers under 2²⁴: exact), keeps
+them only under ``--max-weight-mb`` (:data:`src.evaluate.MAX_WEIGHT_BYTES`) and otherwise draws them again, chunk
+by chunk of draws, on its single pass over the draws (the same draws: one generator, consumed in draw order).
+Prints the resident memory after building the table, the peak over the analysis, and the wall time;
+``--max-weight-mb 4096`` keeps the weights whole, for comparison.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
 
 from harness import machine, settle  # noqa: E402
 from src import evaluate, ladder, simulate, verdicts  # noqa: E402
@@ -57,10 +59,13 @@ def main() -> None:
     print(f"table: {len(table.gold):,} rows ({a.datasets} datasets × {a.items:,} items, {a.members} judges), built in "
           f"{time.perf_counter() - t0:.1f} s; RSS {rss_mb():.0f} MB, peak so far {peak_mb():.0f} MB")
     nc = max(clusters.values())
-    whole = a.boot * nc * 8 / 2**20
-    chunk = max(1, evaluate.MAX_WEIGHT_BYTES // (8 * nc))
-    print(f"bootstrap weights per dataset: {a.boot} × {nc:,} clusters = {whole:,.0f} MB whole; "
-          + ("kept whole" if a.boot <= chunk else f"drawn in chunks of {chunk} draws ({chunk * nc * 8 / 2**20:.0f} MB)"))
+    boot = evaluate.ClusterBootstrap(np.arange(nc), a.boot, 0)  # a dataset's worth of clusters: its layout
+    size = np.dtype(boot.dtype).itemsize
+    print(f"bootstrap weights per dataset: {a.boot} × {nc:,} clusters = {a.boot * nc * 8 / 2**20:,.0f} MB in float64, "
+          f"{a.boot * nc * size / 2**20:,.0f} MB in {np.dtype(boot.dtype).name}; "
+          + ("kept whole" if boot._weights is not None else
+             f"drawn in chunks of {boot.chunk} draws ({boot.chunk * nc * size / 2**20:.0f} MB)"))
+    del boot
     s = ladder.LadderSettings(n_boot=a.boot, core=list(clusters))
     settle()
     before = rss_mb()

@@ -72,10 +72,13 @@ class StackedLogit(_VoteClassifier):
             raise ValueError(f"abstention must be 'scalar' or 'category', got {self.abstention!r}")
         return np.column_stack([F, extra]) if extra.size else F
 
+    def logistic_regression(self) -> LogisticRegression:
+        """newton-cholesky: the exact L2 optimum, fast for a handful of features (same fit as lbfgs, C=1)."""
+        return LogisticRegression(C=self.C, solver="newton-cholesky", max_iter=self.max_iter)
+
     def fit(self, X: np.ndarray, y: np.ndarray) -> "StackedLogit":
         self._set_classes(X, y)
-        # newton-cholesky: the exact L2 optimum, fast for a handful of features (same fit as lbfgs, C=1)
-        self.lr_ = LogisticRegression(C=self.C, solver="newton-cholesky", max_iter=self.max_iter)
+        self.lr_ = self.logistic_regression()
         self.lr_.fit(self.features(X), y)
         self.coef_ = self.lr_.coef_.ravel().copy()
         self.intercept_ = float(self.lr_.intercept_[0])
