@@ -137,6 +137,9 @@ def test_identical_problems_are_fitted_once_with_the_same_coefficients(small):
     first, back = common.unique_rows(W[dup], mask[dup])
     assert sorted(first.tolist()) == [0, 1, 3, 4, 6, 7] and np.array_equal(np.asarray(dup)[first][back], dup)
     assert np.array_equal(common.fit_logit_many(d.F, d.y, W[dup], mask[dup]), B[dup])  # bit for bit
+    many = np.random.default_rng(4).integers(0, 6, 300)  # repeats at every position of a long batch
+    first, back = common.unique_rows(W[many], mask[many])
+    assert len(first) == len(np.unique(many)) and np.array_equal(many[first][back], many)
 
 
 def test_masked_fits_merge_patterns_to_the_same_optimum(small):

@@ -170,13 +170,12 @@ def _merge_masked(Z, y, r, c, w, on):
 
 def unique_rows(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows that are identical across ``arrays`` (each M × …): (index of one row of each distinct kind, for
-    every row the position of its kind in that list). Rows are hashed (their bits times random odd 64-bit
-    integers, summed modulo 2⁶⁴: the same for the same bits in any order) and rows sharing a hash are compared in
-    full (where two different rows collide, every row is compared in full)."""
+    every row the position of its kind in that list). Rows are told apart by a random projection (each row
+    summed on its own, so equal rows project alike) and rows sharing one are compared in full (where two
+    different rows share one, every row is compared in full)."""
     flat = [np.ascontiguousarray(a, dtype=float).reshape(len(a), -1) for a in arrays]
     rng = np.random.default_rng(0)
-    fp = sum(((a.view(np.uint64) * (rng.integers(0, 2**63, a.shape[1], dtype=np.uint64) | np.uint64(1))).sum(axis=1))
-             for a in flat)
+    fp = sum((a * rng.random(a.shape[1])).sum(axis=1) for a in flat)
     _, first, back = np.unique(fp, return_index=True, return_inverse=True)
     back = back.ravel()
     shared = np.flatnonzero(np.bincount(back)[back] > 1)
