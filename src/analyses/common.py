@@ -80,7 +80,7 @@ def member_masks(d: Design, subsets: np.ndarray) -> np.ndarray:
     return np.asarray(subsets, bool)[:, d.col_member]
 
 
-NEAR_THRESHOLD = 1e-9
+NEAR_THRESHOLD = 1e-9  # oof_many refits a fold unmerged when a probability lies this close to the threshold
 
 
 def _sigmoid(z: np.ndarray) -> np.ndarray:
@@ -273,8 +273,8 @@ def oof_many(d: Design, W: np.ndarray | None = None, mask: np.ndarray | None = N
     for f, (tr, te) in enumerate(d.folds):
         train = np.zeros(n, bool)
         train[tr] = True
-        w = np.where(train, 1.0 if draws is None and W is None else draws[f] if draws is not None else W, 0.0)
-        w = np.broadcast_to(w, (M, n))
+        weights = draws[f] if draws is not None else (1.0 if W is None else W)
+        w = np.broadcast_to(np.where(train, weights, 0.0), (M, n))
         p = predict_proba(fit_logit_many(d.F, d.y, w, mask, d.C, patterns=d.patterns), d.F[te])
         if mask is not None and (np.abs(p - d.threshold) < NEAR_THRESHOLD).any():
             p = predict_proba(fit_logit_many(d.F, d.y, w, mask, d.C, merge=False, patterns=d.patterns), d.F[te])
