@@ -242,10 +242,14 @@ def _decision(s: dict) -> str | None:
     return s["decision"]["label"] if "decision" in s else None
 
 
+RUN_ID_FILE = "mlflow_run_id"  # in the run's own folder, beside its results.json
+
+
 def output_paths(cfg: DictConfig) -> list[Path]:
     """Where this run writes results.json: its own Hydra folder (each sweep job its own), and the pipeline's
     ``output`` (results/results.json, a DVC output) only when a single run names ``output=`` on its command line,
-    as the DVC stage does. So ad-hoc runs and sweeps never overwrite the tracked file."""
+    as the DVC stage does. So ad-hoc runs and sweeps never overwrite the tracked file. The run's own folder comes
+    last."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
@@ -291,9 +295,10 @@ def main(cfg: DictConfig) -> float:
         from . import track
 
         run_id = track.log_analysis(cfg, table, results, doc)
-        doc["mlflow_run_id"] = run_id
-    for path in outputs:
+    for path in outputs:  # results.json depends on the inputs only (a DVC output): the run id goes beside it
         write_json(doc, path)
+    if run_id:
+        atomic_write_text(outputs[-1].parent / RUN_ID_FILE, run_id + "\n")
     if cfg.get("metrics") or cfg.get("betas"):  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
         from .track import write_stage_files
 
@@ -343,10 +348,11 @@ def sweep_rows(job_return) -> list[dict]:
         return [{"job": job, "dataset": "-", "stacked_kappa": None, "call_vs_cv_best": f"failed: {err}"[:80],
                  "admissible": None, "decision": None, "run_id": None}]
     doc = json.loads(path.read_text())
+    run_id = path.with_name(RUN_ID_FILE).read_text().strip() if path.with_name(RUN_ID_FILE).exists() else None
     return [{"job": job, "dataset": name, "stacked_kappa": s["comparators"]["stacked"]["kappa"]["estimate"],
              "call_vs_cv_best": s["deltas"]["best_cv"]["kappa"]["call"],
              "admissible": s["admissibility"]["admissible"], "decision": _decision(s),
-             "run_id": doc.get("mlflow_run_id")}
+             "run_id": run_id}
             for name, s in doc["datasets"].items()]
 
 

@@ -85,6 +85,16 @@ def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
         assert sweeps[0].data.tags["sweep_dir"].startswith(str(cli_runs["tmp"] / "hydra" / "multirun"))
 
 
+def test_results_json_depends_on_the_inputs_only(cli_runs):
+    """results.json is a DVC output: a run id in it would change dvc.lock on every clean-clone `dvc repro`; the
+    MLflow run id goes beside the run folder's copy instead."""
+    doc = json.loads((cli_runs["tmp"] / "results.json").read_text())
+    assert "mlflow_run_id" not in doc
+    ids = list((cli_runs["tmp"] / "hydra" / "runs").glob("*/mlflow_run_id"))
+    assert len(ids) == 1 and len(ids[0].read_text().strip()) == 32
+    assert f"MLflow run {ids[0].read_text().strip()}" in cli_runs["single"].stdout
+
+
 def test_a_sweep_ends_with_a_table_of_its_jobs(cli_runs):
     import pandas as pd
 
