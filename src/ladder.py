@@ -17,7 +17,7 @@ from sklearn.base import clone
 from . import admissibility
 from .aggregate import BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, cluster_folds, crossfit
 from .aggregate import eligible
-from .decide import decide
+from .decide import check_floor, decide
 from .errors import RaimError
 from .evaluate import METRICS, ClusterBootstrap, Delta, best_single_call, coverage, from_counts, holm, indicators
 from .evaluate import interval, paired_delta
@@ -63,13 +63,13 @@ def check_settings(s: LadderSettings, stacker: StackedLogit) -> None:
              ("analysis.level", s.level, 0, 1, True, True), ("analysis.kappa0", s.kappa0, -1, 1, False, False),
              ("analysis.c", s.c, 0, 1, True, False), ("analysis.phi0", s.phi0, -1, 1, False, False),
              ("analysis.min_coverage", s.min_coverage, 0, 1, False, False),
-             ("analysis.kappa_floor", s.kappa_floor, -1, 1, False, False),
              ("stacker.C", stacker.C, 0, inf, True, True), ("stacker.threshold", stacker.threshold, 0, 1, True, True)]
     for key, value, lo, hi, lo_open, hi_open in rules:
         whole = key in ("analysis.n_splits", "analysis.n_boot")
         if not _in(value, lo, hi, lo_open, hi_open) or (whole and not isinstance(value, int)):
             want = f"an integer ≥ {lo}" if whole else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
             raise AnalysisError(f"{key}={value!r}: must be {want}")
+    check_floor(s.kappa_floor)  # the deployment floor's own rule (src.decide), before any work
     if stacker.abstention not in ("scalar", "category"):
         raise AnalysisError(f"stacker.abstention={stacker.abstention!r}: must be 'scalar' or 'category'")
 

@@ -208,18 +208,6 @@ def _load(uri: str):
     return inner
 
 
-def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | None) -> dict:
-    """``roster`` cut to the members the stacker votes with, in its column order (no frontier: it never votes);
-    names the stacker columns the roster lacks."""
-    votes = list(columns[: n_votes or len(columns)])
-    by_name = {m["name"]: m for m in roster["members"]}
-    absent = [c for c in votes if c not in by_name]
-    if absent:
-        raise PredictError(f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not "
-                           f"have (its members: {list(by_name)}); pass --roster with the roster it was fitted on")
-    return {**{k: v for k, v in roster.items() if k != "frontier"}, "members": [by_name[c] for c in votes]}
-
-
 def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
     from omegaconf import OmegaConf
 
@@ -235,7 +223,7 @@ def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
 def load_panel(uri: str, roster: str | None = None) -> Panel:
     """A :class:`~src.serve.PanelModel` for ``uri``: a panel model as logged, or a stacker over ``roster``'s
     members (default: the roster its run was tagged with)."""
-    from .serve import PanelModel, frame_configs
+    from .serve import PanelModel, frame_configs, panel_roster
 
     inner = _load(uri)
     if type(inner).__name__ == "PanelModel":
@@ -246,7 +234,10 @@ def load_panel(uri: str, roster: str | None = None) -> Panel:
         return Panel(inner, inner.default_frame, uri, Path(cache) if cache else None)
     tags = _run_tags(uri)
     frames = frame_configs()
-    members = panel_roster(_roster(roster, tags, uri), inner.columns, inner.stacker.n_votes)
+    try:  # no frontier: it never votes
+        members = panel_roster(_roster(roster, tags, uri), inner.columns, inner.stacker.n_votes, drop_frontier=True)
+    except RaimError as e:
+        raise PredictError(f"{e}; pass --roster with the roster it was fitted on") from None
     calibrated = calibration_frame(tags, frames)
     model = PanelModel(members, frames, calibrated or "claim", inner.stacker, inner.columns)
     return Panel(model, calibrated, uri)

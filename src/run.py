@@ -78,13 +78,11 @@ class MissingVerdicts(RaimError):
 
 
 def judge_command(cfg: DictConfig, datasets: list[str], members: list[str]) -> str:
-    """The ``python -m src.judges`` command that computes the missing verdicts."""
-    cmd = f"python -m src.judges --roster {cfg.roster.name} --datasets {' '.join(datasets)}"
-    if cfg.judge.per_dataset:
-        cmd += f" --per-dataset {int(cfg.judge.per_dataset)}"
-    if set(members) != {m.name for m in cfg.roster.members}:
-        cmd += f" --members {','.join(members)}"
-    return cmd + " --compute"
+    """The ``python -m src.judges`` command that computes the missing verdicts (``--members`` only for a subset)."""
+    from .judges.runner import compute_command
+
+    subset = members if set(members) != {m.name for m in cfg.roster.members} else None
+    return compute_command(cfg.roster.name, datasets, cfg.judge.per_dataset, subset)
 
 
 def judged_items(report: dict, cached: dict[str, tuple]) -> tuple[np.ndarray, dict[str, int]]:
@@ -234,15 +232,11 @@ def summary_lines(doc: dict) -> list[str]:
         adm = s["admissibility"]
         verdict = "admissible" if adm["admissible"] else f"not admissible ({adm['reason']})"
         out.append(f"{name}: stacked κ {st:.3f} vs CV-best single {cv:.3f}, Δκ {d['estimate']:+.3f} "
-                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: {d['call']}; {verdict} → {_decision(s)}")
+                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: {d['call']}; {verdict} → {s['decision']['label']}")
     return out
 
 
-def _decision(s: dict) -> str | None:
-    return s["decision"]["label"] if "decision" in s else None
-
-
-RUN_ID_FILE = "mlflow_run_id"  # in the run's own folder, beside its results.json
+RESULTS_FILE, RUN_ID_FILE = "results.json", "mlflow_run_id"  # in the run's own folder, side by side
 
 
 def output_paths(cfg: DictConfig) -> list[Path]:
@@ -256,7 +250,7 @@ def output_paths(cfg: DictConfig) -> list[Path]:
     if not HydraConfig.initialized():
         return [Path(cfg.output)]
     hc = HydraConfig.get()
-    own = Path(hc.runtime.output_dir) / "results.json"
+    own = Path(hc.runtime.output_dir) / RESULTS_FILE
     named = any(o.split("=", 1)[0].lstrip("+~") == "output" for o in hc.overrides.task)
     if named and hc.mode == RunMode.MULTIRUN:
         log.info("output=%s is not used in a sweep: each job writes %s", cfg.output, own.name)
@@ -313,9 +307,10 @@ def main(cfg: DictConfig) -> float:
 
 
 class SweepSummary(Callback):
-    """At the end of a ``-m`` sweep, one compact table of its jobs: the overrides, then per dataset the stacked
-    κ, its paired call against the CV-best single judge (§3.3), the admissibility verdict (§2) and the MLflow
-    run; printed and written as ``sweep_summary.csv`` in the sweep folder."""
+    """At the end of a ``-m`` sweep, one compact table of its jobs: the swept overrides, then per dataset the
+    stacked κ, its paired call against the CV-best single judge (§2), the admissibility verdict (§3.3), the
+    decision (:mod:`src.decide`) and the MLflow run; printed and written as ``sweep_summary.csv`` in the sweep
+    folder."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self.rows: list[dict] = []
@@ -342,7 +337,7 @@ def sweep_rows(job_return) -> list[dict]:
     from hydra.core.utils import JobStatus
 
     job = list(job_return.overrides)
-    path = Path(job_return.hydra_cfg.hydra.runtime.output_dir) / "results.json"
+    path = Path(job_return.hydra_cfg.hydra.runtime.output_dir) / RESULTS_FILE
     if job_return.status != JobStatus.COMPLETED or not path.exists():
         err = job_return._return_value if job_return.status == JobStatus.FAILED else "no results.json"
         return [{"job": job, "dataset": "-", "stacked_kappa": None, "call_vs_cv_best": f"failed: {err}"[:80],
@@ -351,7 +346,7 @@ def sweep_rows(job_return) -> list[dict]:
     run_id = path.with_name(RUN_ID_FILE).read_text().strip() if path.with_name(RUN_ID_FILE).exists() else None
     return [{"job": job, "dataset": name, "stacked_kappa": s["comparators"]["stacked"]["kappa"]["estimate"],
              "call_vs_cv_best": s["deltas"]["best_cv"]["kappa"]["call"],
-             "admissible": s["admissibility"]["admissible"], "decision": _decision(s),
+             "admissible": s["admissibility"]["admissible"], "decision": s["decision"]["label"],
              "run_id": run_id}
             for name, s in doc["datasets"].items()]
 

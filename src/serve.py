@@ -224,6 +224,20 @@ def frame_configs() -> dict[str, dict]:
     return out
 
 
+def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | None,
+                 drop_frontier: bool = False) -> dict:
+    """``roster`` cut to exactly the members the stacker votes with, in its column order (e.g. on a dataset where
+    some members never voted, they are not inputs); names the stacker columns the roster lacks."""
+    votes = list(columns[: n_votes or len(columns)])
+    by_name = {m["name"]: m for m in roster["members"]}
+    absent = [c for c in votes if c not in by_name]
+    if absent:
+        raise RaimError(f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not have "
+                        f"(its members: {list(by_name)})")
+    kept = {k: v for k, v in roster.items() if not (drop_frontier and k == "frontier")}
+    return {**kept, "members": [by_name[c] for c in votes]}
+
+
 def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "claim",
               cache_dir: str | Path | None = None, compute: bool = True, name: str = "panel"):
     """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``."""
@@ -231,15 +245,8 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
 
     if not isinstance(roster, dict):
         roster = OmegaConf.to_container(roster, resolve=True)
-    votes = list(columns[: stacker.n_votes or len(columns)])
-    by_name = {m["name"]: m for m in roster["members"]}
-    absent = [c for c in votes if c not in by_name]
-    if absent:
-        raise RaimError(f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not have "
-                        f"(its members: {list(by_name)})")
-    # the panel runs exactly the members the stacker was fitted on (e.g. a dataset where some never voted)
-    roster = {**roster, "members": [by_name[c] for c in votes]}
-    members = votes
+    roster = panel_roster(roster, columns, stacker.n_votes)
+    members = [m["name"] for m in roster["members"]]
     frames = frame_configs()
     if default_frame not in frames:
         raise ValueError(f"default frame {default_frame!r} not among {sorted(frames)}")

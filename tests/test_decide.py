@@ -85,6 +85,9 @@ def test_the_floor_is_a_setting_distinct_from_kappa0():
     assert ladder.LadderSettings().kappa_floor == 0.40 != ladder.LadderSettings().kappa0
     with pytest.raises(decide.FloorError, match=r"analysis.kappa_floor=2: must be in \[-1, 1\]"):
         decide.decide(s, 2)
+    # checked before any work, by the ladder's settings check, with the same rule
+    with pytest.raises(decide.FloorError, match=r"analysis.kappa_floor=2: must be in \[-1, 1\]"):
+        ladder.check_settings(ladder.LadderSettings(kappa_floor=2), StackedLogit())
 
 
 def test_undefined_phi_and_missing_kappa_are_said_not_crashed():

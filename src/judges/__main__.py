@@ -25,6 +25,7 @@ from ..errors import RaimError, one_line
 from ..fsutil import atomic_write_text, to_json
 from .frames import is_frame_cfg
 from .runner import (
+    compute_command,
     cluster_subsample,
     coverage_audit,
     coverage_matrix,
@@ -116,11 +117,6 @@ def _size(text: str) -> int:
     return 0 if text.lower() in ("null", "none", "") else int(text)
 
 
-def _compute_command(a: argparse.Namespace, ds: str) -> str:
-    size = f" --per-dataset {a.per_dataset}" if a.per_dataset else ""
-    return f"python -m src.judges --roster {a.roster} --datasets {ds}{size} --compute"
-
-
 @one_line
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m src.judges", description=__doc__.splitlines()[0])
@@ -175,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         if not any(r["cached"] for r in t.attrs["report"].values()):
             logging.warning("%s: not one verdict of roster %s is cached under %s (its table has empty cells); "
-                            "compute them with `%s`", ds, a.roster, a.cache_dir, _compute_command(a, ds))
+                            "compute them with `%s`", ds, a.roster, a.cache_dir,
+                            compute_command(a.roster, [ds], a.per_dataset))
         # a table lists every roster member (uncached cells empty) even when only some were computed
         atomic_write_text(out_dir / f"{ds}.csv", t.to_csv(index=False))
         tables[ds] = t

@@ -70,6 +70,18 @@ def roster_judges(roster_cfg: Any, include_frontier: bool = True) -> list[tuple[
     return out
 
 
+def compute_command(roster: str, datasets: Iterable[str], per_dataset: int | None = None,
+                    members: Iterable[str] | None = None) -> str:
+    """The ``python -m src.judges`` command that computes a roster's missing verdicts on ``datasets`` (only
+    ``members``' when given)."""
+    cmd = f"python -m src.judges --roster {roster} --datasets {' '.join(datasets)}"
+    if per_dataset:
+        cmd += f" --per-dataset {int(per_dataset)}"
+    if members:
+        cmd += f" --members {','.join(members)}"
+    return cmd + " --compute"
+
+
 def member_names(roster_cfg: Any) -> list[str]:
     return [n for n, _, f in roster_judges(roster_cfg) if not f]
 
