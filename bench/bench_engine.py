@@ -20,7 +20,6 @@ machine's load and thread settings printed before and after:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -36,7 +35,7 @@ from statsmodels.stats.multitest import multipletests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import competing_load, interleaved, machine, ratio, settle, summary  # noqa: E402
+from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 from src import ladder, simulate, verdicts  # noqa: E402
 from src.aggregate import StackedLogit  # noqa: E402
 from src.evaluate import ClusterBootstrap, indicators  # noqa: E402
@@ -190,10 +189,7 @@ def cli_part(repeats: int, load: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", type=int, default=8)
-    ap.add_argument("--items", type=int, default=2000)
-    ap.add_argument("--members", type=int, default=10)
+    ap = workload_parser(__doc__, datasets=8, items=2000, members=10)
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--load", type=int, default=1, help="busy processes for the loaded measurements (0: none)")

@@ -13,7 +13,6 @@ Prints the resident memory after building the table, the peak over the analysis,
 
 from __future__ import annotations
 
-import argparse
 import resource
 import sys
 import time
@@ -24,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from harness import machine, settle  # noqa: E402
+from harness import machine, settle, workload_parser  # noqa: E402
 from src import evaluate, ladder, simulate, verdicts  # noqa: E402
 from src.aggregate import StackedLogit  # noqa: E402
 
@@ -43,10 +42,7 @@ def peak_mb() -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", type=int, default=4)
-    ap.add_argument("--items", type=int, default=250_000)
-    ap.add_argument("--members", type=int, default=8)
+    ap = workload_parser(__doc__, datasets=4, items=250_000, members=8)
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--max-weight-mb", type=float, default=evaluate.MAX_WEIGHT_BYTES / 2**20)
     a = ap.parse_args()

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from sklearn.linear_model import LogisticRegression
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import competing_load, interleaved, machine, ratio, settle, summary  # noqa: E402
+from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 from src import ladder, simulate, verdicts  # noqa: E402
 from src.aggregate import StackedLogit  # noqa: E402
 from src.analyses import budget, loops, mechanism, panel, run_suite  # noqa: E402
@@ -97,10 +96,7 @@ def part_sides(refs, stacker, s, cfg, frac: float) -> dict[str, tuple]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", type=int, default=8)
-    ap.add_argument("--items", type=int, default=2000)
-    ap.add_argument("--members", type=int, default=10)
+    ap = workload_parser(__doc__, datasets=8, items=2000, members=10)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--load", type=int, default=1, help="busy processes for the loaded measurement (0: none)")
     ap.add_argument("--loop-frac", type=float, default=0.1, help="share of draws / sub-panels both sides run")

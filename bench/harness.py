@@ -14,6 +14,7 @@ it prints their ratio.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import statistics
@@ -23,6 +24,15 @@ import time
 from collections.abc import Callable, Iterator
 
 BUSY = "import numpy as np\na = np.random.default_rng(0).random((400, 400))\nwhile True:\n    a @ a\n"
+
+
+def workload_parser(doc: str, datasets: int, items: int, members: int) -> argparse.ArgumentParser:
+    """The simulated verdict table every benchmark measures on: datasets × items × members."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--datasets", type=int, default=datasets)
+    ap.add_argument("--items", type=int, default=items)
+    ap.add_argument("--members", type=int, default=members)
+    return ap
 
 
 def machine() -> str:
