@@ -176,15 +176,15 @@ def _run_tags(uri: str) -> dict[str, str]:
 def calibration_frame(tags: Mapping[str, str], frames: Mapping[str, Any]) -> str | None:
     """The frame a stacker's votes were judged under: its run's ``frame`` choice, or its dataset's frame
     (``frame=auto``); None when the run does not say."""
-    from .run import group_option
+    from .data import DatasetError, dataset_spec
 
     name = tags.get("frame")
     if name in frames:
         return name
     if name == "auto" and tags.get("dataset"):
         try:
-            spec = group_option("dataset", tags["dataset"])
-        except FileNotFoundError:
+            spec = dataset_spec(tags["dataset"])
+        except DatasetError:
             return None
         return spec.get("frame") if spec.get("frame") in frames else None
     return None

@@ -42,12 +42,13 @@ def group_option(group: str, name: str) -> DictConfig:
 def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
     """``frame=auto`` gives each dataset its own frame (§2); any other choice forces one frame everywhere.
     A single selected dataset's spec is the composed ``dataset`` node (so a spec found on Hydra's search path
-    works); a listed one is read from conf/dataset."""
+    works); a listed one is read from conf/dataset (:func:`src.data.dataset_spec`)."""
     if cfg.frame.name != "auto":
         return cfg.frame
-    spec = cfg.dataset if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset else \
-        group_option("dataset", dataset)
-    return group_option("frame", spec.frame)
+    from .data import dataset_spec
+
+    spec = cfg.dataset if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset else dataset_spec(dataset)
+    return group_option("frame", spec["frame"])
 
 
 def frontier_name(cfg: DictConfig) -> str | None:
