@@ -254,9 +254,10 @@ def stacker_uri(run_id: str, dataset: str | None) -> str:
 
 
 def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = True,
-            progress: bool = True) -> tuple[pd.DataFrame, dict]:
+            progress: bool = True, engine: Any = None) -> tuple[pd.DataFrame, dict]:
     """Each item's frame, member votes (null = abstained), ``p_hallucinated``, ``verdict``, ``label`` and
-    ``uncached``; and the per-member verdict-cache report (``computed``: judged now, the rest were cached)."""
+    ``uncached``; and the per-member verdict-cache report (``computed``: judged now, the rest were cached).
+    ``engine``: where the misses are scored (:func:`src.judges.ray_engine.engine_from_args`; None: here)."""
     from mlflow.exceptions import MlflowException
 
     from .judges.runner import NothingCached, verdict_table
@@ -266,7 +267,7 @@ def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = T
     report: dict = {}
     if compute:  # score the misses first (progress bars); the panel below then reads every vote from the cache
         table = verdict_table(model.roster, model.items(raw), model.frames, cache_dir, compute=True,
-                              progress=progress)
+                              progress=progress, engine=engine)
         report = table.attrs["report"]
     try:
         out = model.predict(None, raw, params={"cache_dir": str(cache_dir), "compute": False})
@@ -355,6 +356,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of a judge's identity)")
     ap.add_argument("--no-progress", action="store_true")
+    from .judges.ray_engine import add_engine_args
+
+    add_engine_args(ap)  # a batch job's misses on a Ray cluster: --engine ray
     return ap
 
 
@@ -388,7 +392,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
               f"judging under {a.frame!r}", file=sys.stderr)
     cache_dir = a.cache_dir or panel.cache_dir or SCORED_CACHE
-    out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress)
+    from .judges.ray_engine import engine_from_args
+
+    engine = None if a.no_compute else engine_from_args(a)
+    out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress,
+                          engine=engine)
     members = [m["name"] for m in panel.model.roster["members"]]
     print(table_text(out, members, SHOWN_ROWS if a.out else None))
     print(summary(out, report, members))

@@ -141,11 +141,13 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
     import pandas as pd
 
     from .data import read_items
+    from .judges.ray_engine import engine_from_cfg
     from .judges.runner import NothingCached, cluster_subsample, member_names, verdict_table
 
     policy = cfg.judge.get("missing", "error")
     if policy not in MISSING_POLICIES:
         raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
+    engine = engine_from_cfg(cfg.judge) if cfg.judge.compute else None  # judge.engine=ray: misses on Ray
     frames, cache, gaps = {}, {}, {}
     for name in dataset_names(cfg):
         items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl")
@@ -154,7 +156,7 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
         frame = frame_for(cfg, name)
         try:
             t = verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
-                              compute=cfg.judge.compute, progress=bool(cfg.judge.compute))
+                              compute=cfg.judge.compute, progress=bool(cfg.judge.compute), engine=engine)
         except NothingCached:  # a dataset not judged yet: every item lacks every member's verdict
             gaps[name], frames[name] = (len(items), len(items), {m: len(items) for m in member_names(cfg.roster)}), None
             continue

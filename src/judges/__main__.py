@@ -24,6 +24,7 @@ import pandas as pd
 from ..errors import RaimError, one_line
 from ..fsutil import atomic_write_text, to_json
 from .frames import is_frame_cfg
+from .ray_engine import add_engine_args, engine_from_args
 from .runner import (
     compute_command,
     cluster_subsample,
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="write only the datasets' coverage/<dataset>.json, not the merged coverage.csv/json")
     ap.add_argument("--merge-only", action="store_true",
                     help="only merge <tables-dir>/<roster>/coverage/*.json into coverage.csv/json (no cache read)")
+    add_engine_args(ap)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if a.threads:
@@ -155,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         unknown = set(only) - set(member_names(roster))
         if unknown:
             raise RaimError(f"unknown members {sorted(unknown)}; roster has {member_names(roster)}")
+    engine = engine_from_args(a) if a.compute else None  # `--engine ray`: misses scored on a Ray cluster
     out_dir = a.tables_dir / a.roster
     out_dir.mkdir(parents=True, exist_ok=True)
     tables: dict[str, pd.DataFrame] = {}
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         t = verdict_table(
             roster, items, frames, a.cache_dir, a.compute, frontier=a.frontier, members=only,
-            progress=not a.no_progress, allow_empty=True,
+            progress=not a.no_progress, allow_empty=True, engine=engine,
         )
         if not any(r["cached"] for r in t.attrs["report"].values()):
             logging.warning("%s: not one verdict of roster %s is cached under %s (its table has empty cells); "

@@ -19,7 +19,7 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
@@ -110,6 +110,41 @@ def _frame_for(rec: Mapping[str, Any], frames: dict[str, Frame], default: str | 
     return frames[name]
 
 
+Engine = Callable[[str, Any, Any, list[Frame], list[dict]], Iterator[tuple[int, dict]]]
+"""``engine(member, backend, backend_cfg, frames, items)`` yields ``(position in items, backend record)`` for
+every item, in any order; ``frames[j]`` is item ``j``'s frame and the items arrive ordered for prefix reuse."""
+
+
+def local_scores(name: str, be: Any, backend_cfg: Any, frames: list[Frame],
+                 items: list[dict]) -> Iterator[tuple[int, dict]]:
+    """The in-process engine: consecutive items of one frame streamed through ``be.score_iter``."""
+    start = 0
+    while start < len(items):
+        end = start
+        while end < len(items) and frames[end].name == frames[start].name:
+            end += 1
+        yield from zip(range(start, end), be.score_iter(frames[start], items[start:end]))
+        start = end
+
+
+def finish_record(raw: Mapping[str, Any], key: str, member: str, item: Mapping[str, Any], frame: Frame,
+                  judge_hash: str) -> dict:
+    """A backend's verdict record as the cache stores it: non-finite floats as null (JSON has no NaN/inf), plus
+    its key, member, item, frame and judge identity, and when it was written."""
+    rec = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in raw.items()}
+    rec.update(
+        key=key,
+        member=member,
+        item_id=str(item["item_id"]),
+        dataset=str(item.get("dataset", "")),
+        frame=frame.name,
+        frame_hash=frame.hash[:16],
+        judge=judge_hash[:16],
+        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    )
+    return rec
+
+
 def score_judge(
     name: str,
     backend_cfg: Any,
@@ -120,11 +155,15 @@ def score_judge(
     default_frame: str | None = None,
     progress: bool = True,
     backend: Any = None,
+    engine: Engine | None = None,
 ) -> tuple[list[dict | None], dict]:
     """Records (or None where uncached) for one judge over ``recs``; computes missing ones if asked.
 
     ``backend``: an already built backend to score with instead of building one from ``backend_cfg``; the caller
-    owns it (it is left loaded, e.g. for a second call), whereas a backend built here is closed here."""
+    owns it (it is left loaded, e.g. for a second call), whereas a backend built here is closed here.
+    ``engine``: what scores the missing items (default :func:`local_scores`, this process; or
+    :class:`src.judges.ray_engine.RayEngine`); it is called only when some item is missing, and every record it
+    yields is written here, by this process, to the cache."""
     be = backend if backend is not None else build_backend(backend_cfg)
     cache = VerdictCache(cache_dir, name, be.identity())
     fr = [_frame_for(r, frames, default_frame) for r in recs]
@@ -144,34 +183,13 @@ def score_judge(
 
                 bar = tqdm(total=len(todo), desc=name, unit="item", file=sys.stderr, mininterval=2.0)
             t0 = time.perf_counter()
-            # group consecutive items of one frame so score_iter streams them
-            start = 0
-            while start < len(todo):
-                f = fr[todo[start]]
-                end = start
-                while end < len(todo) and fr[todo[end]].name == f.name:
-                    end += 1
-                chunk = todo[start:end]
-                for i, rec in zip(chunk, be.score_iter(f, [recs[i] for i in chunk])):
-                    rec = dict(rec)
-                    for k_, v in list(rec.items()):  # JSON has no NaN/inf
-                        if isinstance(v, float) and not math.isfinite(v):
-                            rec[k_] = None
-                    rec.update(
-                        key=keys[i],
-                        member=name,
-                        item_id=str(recs[i]["item_id"]),
-                        dataset=str(recs[i].get("dataset", "")),
-                        frame=f.name,
-                        frame_hash=f.hash[:16],
-                        judge=cache.identity_hash[:16],
-                        created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    )
-                    if cache.put(rec):
-                        computed += 1
-                    if bar is not None:
-                        bar.update(1)
-                start = end
+            run = engine or local_scores
+            for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
+                i = todo[j]
+                if cache.put(finish_record(raw, keys[i], name, recs[i], fr[i], cache.identity_hash)):
+                    computed += 1
+                if bar is not None:
+                    bar.update(1)
             t_compute = time.perf_counter() - t0
             if bar is not None:
                 bar.close()
@@ -210,12 +228,14 @@ def verdict_table(
     members: Iterable[str] | None = None,
     progress: bool = True,
     allow_empty: bool = False,
+    engine: Engine | None = None,
 ) -> pd.DataFrame:
     """The engine's verdict table for ``items`` (see module doc).
 
     ``frontier``: also compute the frontier judge (a paid API: off by default; its cached verdicts are always
     read).  ``members`` restricts the members computed; the others are read from the cache. With no cached
     verdict at all it raises :class:`NothingCached`, unless ``allow_empty`` (a table of empty cells).
+    ``engine`` scores the misses (see :func:`score_judge`; default: this process).
     """
     cache_dir = Path(cache_dir)
     frames = load_frames(frame_cfgs)
@@ -229,7 +249,7 @@ def verdict_table(
     for name, bcfg, is_frontier in roster_judges(roster_cfg):
         # members outside `members` are still read from the cache (their columns stay in the table)
         do = compute and (bool(frontier) if is_frontier else (only is None or name in only))
-        out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress)
+        out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress, engine=engine)
         cached[name] = tuple(r is not None for r in out)
         votes = [None if r is None else r.get("vote") for r in out]
         table[name] = pd.array(votes, dtype="Int64")
@@ -317,15 +337,17 @@ def cluster_subsample(items: pd.DataFrame, n: int, seed: int = 0) -> pd.DataFram
         return items
     per = n / 2.0
     rng = np.random.default_rng(seed)
-    clusters = items.groupby("cluster_id", sort=True)["gold"].agg(lambda g: (int((g == 0).sum()), int((g == 1).sum())))
-    ids = clusters.index.to_numpy()
-    rng.shuffle(ids)
+    gold = items["gold"].to_numpy()
+    counts = pd.DataFrame({"n0": gold == 0, "n1": gold == 1}).groupby(items["cluster_id"].to_numpy(), sort=True).sum()
+    ids, n0, n1 = counts.index.to_numpy(), counts["n0"].tolist(), counts["n1"].tolist()
+    order = np.arange(len(ids))
+    rng.shuffle(order)  # the same swaps as shuffling the ids themselves
     c0 = c1 = 0
     keep = []
-    for cid in ids:
-        a, b = clusters[cid]
+    for i in order.tolist():
+        a, b = n0[i], n1[i]
         if c0 + a <= per and c1 + b <= per:
-            keep.append(cid)
+            keep.append(ids[i])
             c0, c1 = c0 + a, c1 + b
         if c0 >= per and c1 >= per:
             break
