@@ -14,8 +14,9 @@ import this module, which imports neither.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 import mlflow.pyfunc
 import numpy as np
@@ -259,16 +260,37 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
                        metadata={"roster": roster.get("name"), "members": members, "default_frame": default_frame})
 
 
+@contextlib.contextmanager
+def _pins_from_this_environment() -> Iterator[None]:
+    """MLflow checks a logged model's pinned requirements against the environment, rebuilding a map of every
+    installed package to do it (~1 s of a ``src.run`` that logs four stackers). RAIM's pins are read from this
+    interpreter (:func:`pip_requirements`), so that check cannot find a mismatch: it is skipped while RAIM logs
+    its own models (tests/test_track.py checks the pins against the installed distributions). Loading a model
+    still runs it."""
+    from mlflow.utils import environment
+
+    check = getattr(environment, "warn_dependency_requirement_mismatches", None)
+    if check is None:
+        yield
+        return
+    environment.warn_dependency_requirement_mismatches = lambda requirements: None
+    try:
+        yield
+    finally:
+        environment.warn_dependency_requirement_mismatches = check
+
+
 def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, **kwargs):
-    return mlflow.pyfunc.log_model(
-        name=name,
-        python_model=model,
-        code_paths=[str(ROOT / "src")],  # pickled objects refer to src.* (the stacker, the judges): ship it
-        signature=signature,
-        input_example=example,
-        pip_requirements=pip_requirements(),
-        **kwargs,
-    )
+    with _pins_from_this_environment():
+        return mlflow.pyfunc.log_model(
+            name=name,
+            python_model=model,
+            code_paths=[str(ROOT / "src")],  # pickled objects refer to src.* (the stacker, the judges): ship it
+            signature=signature,
+            input_example=example,
+            pip_requirements=pip_requirements(),
+            **kwargs,
+        )
 
 
 def stacker_signature(columns: list[str], n_votes: int | None = None):

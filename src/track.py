@@ -610,17 +610,21 @@ def log_figures(paths: Iterable[str | Path], artifact_path: str = "figures") -> 
     return logged
 
 
-def log_metrics(metrics: Mapping[str, float], series: Mapping[str, Iterable[float]] | None = None) -> None:
+def log_metrics(metrics: Mapping[str, float], series: Mapping[str, Iterable[float]] | None = None,
+                model_id: str | None = None) -> None:
     """The active run's metrics in one batch (one store transaction, not one per metric): ``metrics`` at step 0,
-    each of ``series`` as one value per step (e.g. β per fold, step = fold)."""
+    each of ``series`` as one value per step (e.g. β per fold, step = fold). ``model_id``: the step-0 metrics
+    are also the metrics of that logged model (what MLflow's ``log_model`` does for metrics logged before it,
+    at one query per metric name)."""
     import time
 
     import mlflow
     from mlflow.entities import Metric
 
     ts = int(time.time() * 1000)
-    rows = [Metric(k, float(v), ts, 0) for k, v in metrics.items()]
-    rows += [Metric(k, float(v), ts, i) for k, vals in (series or {}).items() for i, v in enumerate(vals)]
+    rows = [Metric(k, float(v), ts, 0, model_id=model_id) for k, v in metrics.items()]
+    rows += [Metric(k, float(v), ts, i, model_id=None if i else model_id)
+             for k, vals in (series or {}).items() for i, v in enumerate(vals)]
     mlflow.MlflowClient().log_batch(mlflow.active_run().info.run_id, metrics=rows)
 
 
@@ -719,14 +723,16 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
     s = summary or result.summary
     metrics, tags = summary_metrics(s)
     mlflow.log_params(distinguishing_params(cfg))
-    folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
-    log_metrics(metrics, {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})})
-    mlflow.set_tags({**tags, **input_hashes(cfg, table, name)})
-    mlflow.log_text(beta_table(s).to_csv(index=False), "beta.csv")
-    log_json(s, "summary.json")
+    # the model first, then its metrics in one batch carrying its id (logged after the metrics, MLflow would
+    # copy each onto the model with one history query per metric name)
     example = stacker_example(table, result)
     info = serve.log_stacker(result.stacker, list(example.columns), example)
-    mlflow.set_tag("stacker_model_uri", info.model_uri)
+    folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
+    log_metrics(metrics, {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})},
+                model_id=info.model_id)
+    mlflow.set_tags({**tags, **input_hashes(cfg, table, name), "stacker_model_uri": info.model_uri})
+    mlflow.log_text(beta_table(s).to_csv(index=False), "beta.csv")
+    log_json(s, "summary.json")
     return info.model_uri
 
 

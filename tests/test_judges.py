@@ -242,6 +242,36 @@ def test_cluster_subsample_whole_clusters_stratified_deterministic():
     assert not s.equals(cluster_subsample(df, 40, seed=1))
 
 
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_cluster_subsample_keeps_the_clusters_of_the_per_cluster_reference(seed):
+    """The vectorised subsample keeps exactly the clusters the straightforward per-cluster loop keeps (the
+    committed verdict caches hold those items: a different choice would orphan them)."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 4, 300)
+    df = pd.DataFrame({"cluster_id": np.repeat([f"c{c:03d}" for c in range(300)], sizes),
+                       "gold": rng.integers(0, 2, int(sizes.sum()))})
+    df["item_id"] = [f"i{i}" for i in range(len(df))]
+    df = df.sample(frac=1, random_state=seed)  # clusters not contiguous
+
+    def reference(items, n, seed):
+        clusters = items.groupby("cluster_id", sort=True)["gold"].agg(lambda g: (int((g == 0).sum()), int((g == 1).sum())))
+        ids = clusters.index.to_numpy()
+        np.random.default_rng(seed).shuffle(ids)
+        c0 = c1 = 0
+        keep = []
+        for cid in ids:
+            a, b = clusters[cid]
+            if c0 + a <= n / 2 and c1 + b <= n / 2:
+                keep.append(cid)
+                c0, c1 = c0 + a, c1 + b
+            if c0 >= n / 2 and c1 >= n / 2:
+                break
+        return items[items["cluster_id"].isin(set(keep))]
+
+    for n in (10, 101, 200):
+        assert cluster_subsample(df, n, seed).equals(reference(df, n, seed))
+
+
 def test_coverage_audit_and_kappa():
     t = pd.DataFrame({"item_id": list("abcd"), "cluster_id": list("abcd"), "dataset": "d", "gold": [0, 1, 0, 1],
                       "m": pd.array([0, 1, None, 0], dtype="Int64")})

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src import run, simulate, track
+from src import run, serve, simulate, track
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1",
@@ -259,6 +259,37 @@ def test_stacker_model_signature_requirements_and_probabilities(logged):
     assert pd.isna(none["p_hallucinated"][0]) and pd.isna(none["verdict"][0])
     with pytest.raises(Exception, match=r"row 1: column 'm00': 2 is not a vote: 0, 1, or 0.5 / null"):
         model.predict(pd.DataFrame({c: [2.0] for c in cols}))
+
+
+def test_each_logged_stacker_carries_its_datasets_metrics(logged):
+    """The model is logged before the metrics, which then carry its id (one batch): MLflow's Models view shows
+    the dataset's κ on the model, as when MLflow copies earlier metrics onto it one query per name."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    for name, child in children(logged["run_id"]).items():
+        model_id = client.get_run(child.info.run_id).outputs.model_outputs[0].model_id
+        on_model = {m.key: m.value for m in client.get_logged_model(model_id).metrics}
+        on_run = child.data.metrics
+        assert set(on_model) == set(on_run)  # the series (β per fold) with their step-0 value
+        scalars = [k for k in on_run if not k.startswith("beta_fold/")]
+        assert "stacked/kappa" in scalars
+        assert [on_model[k] for k in scalars] == pytest.approx([on_run[k] for k in scalars])
+
+
+def test_model_pins_are_the_installed_versions_so_mlflows_check_is_skipped_while_logging_only():
+    """src.serve skips MLflow's pin-vs-environment check while logging (it cannot fail: the pins are read from
+    this interpreter) and puts MLflow's check back afterwards."""
+    from importlib.metadata import version
+
+    from mlflow.utils import environment
+
+    pins = dict(r.split("==") for r in serve.pip_requirements())
+    assert pins == {name: version(name) for name in pins}
+    before = environment.warn_dependency_requirement_mismatches
+    with serve._pins_from_this_environment():
+        assert environment.warn_dependency_requirement_mismatches is not before
+    assert environment.warn_dependency_requirement_mismatches is before
 
 
 def test_secrets_never_reach_params_tags_artifacts_or_the_database(logged):
