@@ -319,7 +319,45 @@ def draw(results: dict | None, suite: dict | None, outdir: str | Path) -> list[P
         paths += [fig4_phi(suite, out / FIGURES["fig4"]), fig5_leave_one_out(suite, out / FIGURES["fig5"])]
         paths += fig6_curves(suite, out / FIGURES["fig6a"], out / FIGURES["fig6b"])
         paths.append(fig8_transfer(suite, out / FIGURES["fig8"]))
+        paths.append(fig_cascade(suite, out / FIGURES["cascade"]))
     return [p for p in paths if p is not None]
 
 
 __all__ = ["FIGURES", "draw", "estimate"]
+
+
+def fig_cascade(suite: dict, path: Path) -> Path | None:
+    """Escalation cascade (beyond the paper; :mod:`src.analyses.cascade`): per dataset, the cascade's κ against
+    the share of items escalated (95% paired cluster-bootstrap band), escalating the same share at random, the
+    expensive judge alone, its non-inferiority bound (κ − margin) and the cheap panel alone."""
+    c = suite.get("cascade") or {}
+    ds = {n: d for n, d in (c.get("datasets") or {}).items() if "skipped" not in d}
+    if not ds:
+        return None
+    plt = _plt()
+    nr, nc = _grid(len(ds))
+    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.6 * nr + 0.9), squeeze=False)
+    for ax, (n, d) in zip(axes.flat, ds.items()):
+        pts = d["points"]
+        x = [p["share"] for p in pts]
+        ax.fill_between(x, [p["kappa"]["ci"][0] for p in pts], [p["kappa"]["ci"][1] for p in pts],
+                        color="#9ecae1", alpha=0.5, lw=0, label="cascade 95% CI")
+        ax.plot(x, [p["kappa"]["estimate"] for p in pts], "o-", ms=3, color="#08519c", label="cascade")
+        ax.plot(x, [p["random_kappa"] for p in pts], ":", color="grey", label="random escalation")
+        k_exp = d["alone"]["expensive"]["kappa"]["estimate"]
+        ax.axhline(k_exp, color="#e6550d", lw=0.9, ls="--", label=f"{c['expensive']} alone")
+        ax.axhline(k_exp - c["margin"], color="#e6550d", lw=0.6, ls=":", label="non-inferiority bound")
+        ax.axhline(d["alone"]["panel"]["kappa"]["estimate"], color="black", lw=0.8, ls="-.", label="cheap panel alone")
+        if d["noninferior"]:
+            ax.axvline(d["noninferior"]["share"], color="#31a354", lw=0.9, label="fewest escalations, non-inferior")
+        ax.set_title(n, fontsize=9)
+        ax.set_xlabel("share escalated", fontsize=8)
+        ax.set_ylabel("κ", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(ds):]:
+        ax.axis("off")
+    _figure_legend(fig, axes.flat[0], 4, "Escalation cascade — κ against the share of items escalated")
+    return _save(fig, path, tight=False)
+
+
+FIGURES["cascade"] = "cascade.png"

@@ -24,7 +24,7 @@ from ..aggregate import StackedLogit
 from ..fsutil import jsonable
 from ..ladder import LadderSettings
 from ..verdicts import VerdictTable
-from . import budget, common, cost, mechanism, panel
+from . import budget, cascade, common, cost, mechanism, panel
 from .reference import Reference, references, rng_for
 
 log = logging.getLogger("raim.suite")
@@ -122,6 +122,9 @@ def _run_suite(table, stacker, s, cfg, measured, folds) -> dict:
         "cost": costs,
         "timings": tm,
     }
+    with _timed(tm, "cascade"):
+        doc["cascade"] = cascade.run(refs, table, stacker, s, cfg.get("cascade") or {"enabled": False},
+                                     costs["panel"], seed)
     return jsonable(doc)
 
 

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from .. import run
 from ..errors import one_line
-from . import cost, run_suite
+from . import cascade, cost, run_suite
 
 log = logging.getLogger("raim.suite")
 
@@ -67,6 +67,7 @@ def flat_metrics(doc: dict) -> dict[str, float]:
         out[f"cost/{k}_panel_per_1k"] = doc["cost"][k]["panel_per_1k"]
         out[f"cost/{k}_frontier_per_1k"] = doc["cost"][k]["frontier"]["per_1k"]
     out["appendix_c/share_points_direction_holds"] = doc["appendix_c"].get("share_points_direction_holds") or 0.0
+    out.update(cascade.flat_metrics(doc.get("cascade") or {}))
     return {k: float(v) for k, v in out.items() if v is not None}
 
 

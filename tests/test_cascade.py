@@ -1,0 +1,209 @@
+"""The escalation cascade (src/analyses/cascade.py) on simulated panels whose answer is known, and on the committed
+`cpu` verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from sklearn.base import clone
+
+from src import figures, report, simulate, verdicts
+from src.aggregate import StackedLogit, crossfit
+from src.analyses import cascade, cost
+from src.analyses.__main__ import flat_metrics
+from src.analyses.reference import reference, references
+from src.ladder import LadderSettings, dataset_folds
+
+CFG = {"enabled": True, "operating_points": [0.05, 0.1, 0.2, 0.3, 0.5], "budgets": [0.1, 0.2], "grid_step": 0.05,
+       "margin": 0.05, "random_draws": 20}
+COST_CFG = {"price_per_gpu_hour": 2.0, "throughput": {"default": 142.45},
+            "frontier": {"price_per_mtok": {"input": 3.0, "output": 15.0}, "tokens_per_item": {"input": 790, "output": 10}},
+            "labelling": {"price_per_label": 1.0, "labels_per_record": 2, "records": []}}
+
+
+def _ref(acc, rho, frontier, n_clusters=300, seed=0, abstain=0.02, name="sim", n_boot=500):
+    df = simulate.panel(n_clusters, 2, acc, rho=rho, abstain_rate=abstain, dataset=name, seed=seed,
+                        frontier_accuracy=frontier)
+    t = verdicts.validate(df, frontier="frontier" if frontier is not None else None)
+    return reference(name, t, StackedLogit(), LadderSettings(n_boot=n_boot))
+
+
+def _run(ref, cfg=CFG, measured=None):
+    t = ref.table
+    costs = cost.compute(COST_CFG, t.members, None, measured, t.frontier_name)
+    return cascade.run({ref.name: ref}, t, StackedLogit(), LadderSettings(n_boot=500), cfg, costs, 0)
+
+
+@pytest.fixture(scope="module")
+def informative():
+    """An admissible panel (8 members at accuracy 0.75, ρ = 0.2) and a perfect expensive judge."""
+    return _ref([0.75] * 8, 0.2, 1.0)
+
+
+@pytest.fixture(scope="module")
+def informative_doc(informative):
+    return _run(informative)
+
+
+# ----------------------------------------------------------------------------------------------- the rule
+
+
+def test_band_thresholds_escalate_the_target_share_exactly_despite_ties():
+    conf = np.array([0.0, 0.0, 0.0, 0.1, 0.1, 0.2, 0.2, 0.2, 0.2, 0.4])
+    shares = np.array([0.0, 0.05, 0.25, 0.3, 0.5, 0.77, 1.0])
+    tau, q = cascade.band_thresholds(conf, shares)
+    expected = (conf[None] < tau[:, None]).mean(1) + q * (conf[None] == tau[:, None]).mean(1)
+    np.testing.assert_allclose(expected, shares, atol=1e-12)
+    assert tau[0] == -np.inf and tau[-1] == np.inf
+    assert tau[2] == 0.0 and q[2] == pytest.approx(2.5 / 3)  # a share inside a tie: part of the tied items
+
+
+def test_no_escalation_is_the_panel_and_full_escalation_the_expensive_judge(informative, informative_doc):
+    d = informative_doc["datasets"]["sim"]
+    first, last = d["points"][0], d["points"][-1]
+    assert first["target"] == 0 and first["share"] == 0 and last["target"] == 1 and last["share"] == 1
+    assert first["kappa"] == d["alone"]["panel"]["kappa"] and last["kappa"] == d["alone"]["expensive"]["kappa"]
+    assert first["cost_per_1k"] == d["alone"]["panel"]["cost_per_1k"]
+    assert last["cost_per_1k"] == pytest.approx(d["alone"]["panel"]["cost_per_1k"] + d["alone"]["expensive"]["cost_per_1k"])
+    # with the frontier as the expensive judge the cheap panel is every member: its verdicts are the ladder's stacker
+    t = informative.table
+    X = t.votes
+    cf = cascade.crossfit_cascade(X, t.gold, t.frontier, informative.design.folds,
+                                  cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 1.0)), np.random.default_rng(0))
+    np.testing.assert_array_equal(cf["panel"], informative.stacked)
+    np.testing.assert_array_equal(cf["verdicts"][0], informative.stacked)
+    np.testing.assert_array_equal(cf["verdicts"][1], t.frontier)
+
+
+def test_escalating_the_uncertain_beats_random_and_reaches_a_perfect_judge_early(informative_doc):
+    d = informative_doc["datasets"]["sim"]
+    inner = [p for p in d["points"] if 0.05 <= p["target"] <= 0.5]
+    for p in inner:  # the panel's p is informative: its uncertain items are where it errs
+        assert p["kappa"]["estimate"] > p["random_kappa"] + 0.03, p
+        assert abs(p["share"] - p["target"]) < 0.03  # the band fitted on training folds holds the budget held out
+    ni = d["noninferior"]
+    assert ni is not None and ni["share"] <= 0.4  # the perfect judge's κ (within 0.05) well before 100%
+    assert ni["calls_saved"] == pytest.approx(1 - ni["share"])
+    assert d["budgets"]["0.2"]["kappa"]["estimate"] > 0.93 > d["alone"]["panel"]["kappa"]["estimate"]
+    assert d["points"][1]["delta_panel"]["ci"][0] > 0  # 5% escalated already clearly improves on the panel
+
+
+def test_an_uninformative_panel_gains_only_what_random_escalation_gains():
+    ref = _ref([0.5] * 6, 0.0, 1.0, n_clusters=250, seed=4)  # coin-flip members: p carries nothing
+    d = _run(ref)["datasets"]["sim"]
+    gap = [p["kappa"]["estimate"] - p["random_kappa"] for p in d["points"]]
+    assert max(abs(g) for g in gap) < 0.12
+    assert d["noninferior"]["share"] > 0.85  # nothing short of (nearly) everything reaches the perfect judge
+
+
+def test_thresholds_never_see_held_out_items(informative):
+    t, folds = informative.table, informative.design.folds
+    X, y, e = t.votes.copy(), t.gold.copy(), t.frontier.copy()
+    est = cascade.Cascade(StackedLogit(n_votes=X.shape[1]), tuple(cascade.grid(CFG)))
+    base = cascade.crossfit_cascade(X, y, e, folds, est, np.random.default_rng(7))
+    tr, te = folds[0]
+    np.testing.assert_array_equal(base["tau"][0], clone(est).fit(X[tr], y[tr]).thresholds_)
+    # rewrite half of fold 0's held-out items: confident all-hallucinated votes, flipped gold
+    changed = te[::2]
+    X2, y2 = X.copy(), y.copy()
+    X2[changed] = 1.0
+    y2[changed] = 1 - y2[changed]
+    moved = cascade.crossfit_cascade(X2, y2, e, folds, est, np.random.default_rng(7))
+    np.testing.assert_array_equal(moved["tau"][0], base["tau"][0])  # fold 0's bands: training clusters only
+    kept = te[1::2]
+    np.testing.assert_array_equal(moved["escalated"][:, kept], base["escalated"][:, kept])
+    assert not np.array_equal(moved["escalated"][:, changed], base["escalated"][:, changed])
+    assert not np.array_equal(moved["tau"][1:], base["tau"][1:])  # the other folds train on those items
+
+
+def test_the_expensive_judge_is_the_frontier_or_the_costliest_member_and_the_panel_the_rest():
+    ref = _ref([0.9, 0.7, 0.65, 0.6, 0.8], 0.3, None, n_clusters=150, seed=5)
+    t = ref.table
+    measured = {m: {"seconds_per_item": 1.0} for m in t.members} | {"m02": {"seconds_per_item": 9.0}}
+    doc = _run(ref, measured=measured)
+    assert doc["expensive"] == "m02" and doc["chosen_as"].startswith("most expensive member (measured")
+    assert doc["cheap"] == ["m00", "m01", "m03", "m04"]
+    # the cheap panel's stacker is fitted on the cheap members only, on the ladder's folds
+    keep = [0, 1, 3, 4]
+    alone = crossfit(StackedLogit(n_votes=4), t.votes[:, keep], t.gold, ref.design.folds).pred
+    d = doc["datasets"]["sim"]
+    from src.evaluate import kappa
+
+    assert d["alone"]["panel"]["kappa"]["estimate"] == pytest.approx(kappa(t.gold, alone))
+    assert d["alone"]["expensive"]["kappa"]["estimate"] == pytest.approx(kappa(t.gold, t.votes[:, 2]))
+    per = cost.compute(COST_CFG, t.members, None, measured)["members"]
+    assert doc["cost_per_1k"] == pytest.approx({"cheap_panel": sum(per[t.members[j]]["per_1k"] for j in keep),
+                                                "expensive": per["m02"]["per_1k"]})
+    for p in d["points"]:
+        assert p["cost_per_1k"] == pytest.approx(doc["cost_per_1k"]["cheap_panel"] + p["share"] * per["m02"]["per_1k"])
+    # configured throughput only (all equal): roster order; a frontier column wins; a configured name must exist
+    assert _run(ref)["expensive"] == "m00"
+    assert cascade.choose_expensive(_ref([0.7] * 4, 0.2, 0.9, 60).table, {"members": {}})[0] == "frontier"
+    with pytest.raises(cascade.CascadeError, match=r"suite\.cascade\.expensive: 'gpt'"):
+        _run(ref, {**CFG, "expensive": "gpt"})
+    with pytest.raises(cascade.CascadeError, match=r"suite\.cascade\.operating_points: \[1\.5\]"):
+        _run(ref, {**CFG, "operating_points": [0.1, 1.5]})
+
+
+def test_abstentions_of_the_expensive_judge_keep_the_panel_verdict():
+    panel = np.array([0.0, 1.0, 1.0, 0.0])
+    expensive = np.array([1.0, 0.5, 0.0, 0.5])
+    esc = np.array([[True, True, True, False]])
+    np.testing.assert_array_equal(cascade.merge(panel, expensive, esc), [[1.0, 1.0, 0.0, 0.0]])
+
+
+# ------------------------------------------------------------------------------------- suite, figure, report
+
+
+def test_suite_block_figure_report_and_metrics(tmp_path):
+    from src.analyses import run_suite
+
+    parts = [simulate.panel(80, 2, [0.8] * 6, rho=0.1, abstain_rate=0.02, dataset=n, seed=i, frontier_accuracy=0.9)
+             for i, n in enumerate(("a", "b"))]
+    import pandas as pd
+
+    t = verdicts.validate(pd.concat(parts, ignore_index=True), frontier="frontier")
+    scfg = OmegaConf.merge(OmegaConf.load("conf/suite/default.yaml"), OmegaConf.load("conf/suite/fast.yaml"))
+    scfg = OmegaConf.to_container(scfg, resolve=True)
+    scfg.pop("defaults", None)
+    scfg["budget"].update(draws=5, curve_draws=2, curve_budgets=[10])
+    scfg["mechanism"].update(subpanels=3, subpanel_boot=20)
+    scfg["panel"]["n_boot"] = 20
+    doc = run_suite(t, StackedLogit(), LadderSettings(n_boot=100), scfg)
+    c = doc["cascade"]
+    assert set(c["datasets"]) == {"a", "b"} and c["expensive"] == "frontier" and c["margin"] == 0.05
+    assert "cascade" in doc["timings"]
+    m = flat_metrics(doc)
+    assert {"cascade/a/kappa_at_0.1", "cascade/b/kappa_at_0.2", "cascade/a/calls_saved",
+            "cascade/calls_saved_mean"} <= set(m)
+    paths = figures.draw(None, doc, tmp_path)
+    assert tmp_path / figures.FIGURES["cascade"] in paths
+    text = report.markdown(None, doc, tmp_path, tmp_path / "report.md")
+    assert "## Escalation cascade (beyond the paper)" in text and "cascade.png" in text
+    off = run_suite(t, StackedLogit(), LadderSettings(n_boot=100), {**scfg, "cascade": {"enabled": False}})
+    assert off["cascade"] == {} and "Escalation cascade" not in report.markdown(None, off, tmp_path, tmp_path / "r.md")
+
+
+def test_cpu_cascade_on_the_committed_verdicts(compose_cfg):
+    """The real cascade on this machine: Qwen-1.5B (the costliest member by measured seconds per verdict) behind
+    the other five members, on the four committed datasets."""
+    from hydra.utils import instantiate
+
+    from src import run
+
+    cfg = compose_cfg("judge.missing=skip")
+    s, st = instantiate(cfg.analysis, _convert_="all"), instantiate(cfg.stacker, _convert_="all")
+    table = run.load_table(cfg)
+    measured = cost.measured_from_cache(cfg.paths.cache_dir, list(table.members))
+    scfg = OmegaConf.to_container(cfg.suite, resolve=True)
+    costs = cost.compute(scfg["cost"], table.members, None, measured, table.frontier_name)
+    refs = references(table, st, s, dataset_folds(table, s))
+    doc = cascade.run(refs, table, st, s, scfg["cascade"], costs, int(scfg["seed"]))
+    assert doc["expensive"] == "qwen15b" and "measured" in doc["chosen_as"]
+    assert len(doc["cheap"]) == len(table.members) - 1 and len(doc["datasets"]) == 4
+    for d in doc["datasets"].values():
+        assert d["points"][0]["kappa"] == d["alone"]["panel"]["kappa"]
+        assert d["points"][-1]["share"] == 1.0
+    print("cpu cascade:", {n: d["noninferior"] and round(d["noninferior"]["share"], 3) for n, d in doc["datasets"].items()},
+          "calls saved (mean):", doc["summary"]["calls_saved_mean"])
