@@ -274,3 +274,24 @@ def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogi
         "summary": {"datasets": len(done), "noninferior": sum(d["noninferior"] is not None for d in done.values()),
                     "calls_saved_mean": float(np.mean(saved)) if saved else None},
     }
+
+
+def flat_metrics(block: Mapping) -> dict[str, float]:
+    """The cascade's headline numbers as MLflow metrics: κ at the budgets, the fewest escalations non-inferior
+    and the calls saved there (0 where none is) per dataset, and their mean over the datasets."""
+    from ..track import metric_name
+
+    out: dict[str, float] = {}
+    for name, d in (block.get("datasets") or {}).items():
+        if "skipped" in d:
+            continue
+        for b, v in d["budgets"].items():
+            out[metric_name("cascade", name, f"kappa_at_{b}")] = v["kappa"]["estimate"]
+        ni = d["noninferior"]
+        out[metric_name("cascade", name, "calls_saved")] = ni["calls_saved"] if ni else 0.0
+        if ni:
+            out[metric_name("cascade", name, "noninferior_share")] = ni["share"]
+    mean = (block.get("summary") or {}).get("calls_saved_mean")
+    if mean is not None:
+        out["cascade/calls_saved_mean"] = mean
+    return out
