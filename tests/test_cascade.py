@@ -89,6 +89,23 @@ def test_escalating_the_uncertain_beats_random_and_reaches_a_perfect_judge_early
     assert d["points"][1]["delta_panel"]["ci"][0] > 0  # 5% escalated already clearly improves on the panel
 
 
+def test_readme_admissible_panel_behind_a_frontier_judge():
+    """The README's simulated case: ten members at accuracy 0.72 (ρ = 0.15, admissible) behind a frontier judge at
+    accuracy 0.92: the cascade is non-inferior to the frontier from a few percent escalated on, and at 20% it
+    clearly beats both the panel and the frontier alone (their errors differ)."""
+    ref = _ref([0.72] * 10, 0.15, 0.92, seed=1)
+    assert ref.admissibility.admissible
+    doc = _run(ref)
+    d = doc["datasets"]["sim"]
+    assert d["noninferior"]["share"] <= 0.1 and d["noninferior"]["calls_saved"] >= 0.9
+    at20 = next(p for p in d["points"] if p["target"] == 0.2)
+    assert at20["delta_expensive"]["ci"][0] > 0 and at20["delta_panel"]["ci"][0] > 0
+    assert at20["cost_per_1k"] < 0.25 * d["alone"]["expensive"]["cost_per_1k"]
+    print("simulated admissible panel:", {k: d["alone"][k]["kappa"]["estimate"] for k in ("panel", "expensive")},
+          "non-inferior from", d["noninferior"]["share"], "κ at 10/20%:",
+          [d["budgets"][b]["kappa"]["estimate"] for b in ("0.1", "0.2")], "cost at 20%:", at20["cost_per_1k"],
+          "frontier alone:", d["alone"]["expensive"]["cost_per_1k"])
+
 def test_an_uninformative_panel_gains_only_what_random_escalation_gains():
     ref = _ref([0.5] * 6, 0.0, 1.0, n_clusters=250, seed=4)  # coin-flip members: p carries nothing
     d = _run(ref)["datasets"]["sim"]
