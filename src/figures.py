@@ -363,35 +363,45 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
 FIGURES["cascade"] = "cascade.png"
 
 
-def noise_figure(doc: dict, path: Path) -> Path:
-    """Noisy calibration labels (issue 12, beyond the paper): stacked κ on clean gold against the label-noise
-    rate, one colour per TRIVIA+ noise type (WS, DW, DL, RF), the plain stacker solid and the others dashed,
-    one panel per dataset and the simulated admissible panel; a native TRIVIA+ column is a marker at its rate."""
+def prevalence_figure(doc: dict, path: str | Path) -> Path:
+    """Prior shift (beyond the paper; :mod:`src.prevalence`): per calibration set (columns), Brier, ECE, F1 and
+    balanced accuracy at the served decision against the deployment prevalence — uncorrected, corrected with the
+    true prevalence, corrected with the EM estimate (95 % cluster-bootstrap intervals shaded) — and, last row,
+    the EM estimate of the prevalence against the truth (the mean uncorrected posterior dotted)."""
     plt = _plt()
-    parts = {**doc["datasets"], **({"simulation": doc["simulation"]} if doc.get("simulation") else {})}
-    nrows, ncols = _grid(len(parts), 3)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
-    colours = dict(zip(("ws", "dw", "dl", "rf"), plt.get_cmap("tab10").colors))
-    for ax, (name, ds) in zip(axes.flat, parts.items()):
-        stackers = list(ds["clean"]["stacked"])
-        for kind in dict.fromkeys(p["type"] for p in ds["points"]):
-            pts = [p for p in ds["points"] if p["type"] == kind]
-            for si, st in enumerate(stackers):
-                style = dict(color=colours.get(kind), ls="-" if si == 0 else "--", marker="o" if si == 0 else "s",
-                             ms=3, lw=1.2, label=f"{kind.upper()} · {st}")
-                if pts[0]["rate"] == "native":
-                    ax.plot([pts[0]["realised_rate"]], [pts[0]["train"][st]["kappa"]], **{**style, "ms": 7})
-                    continue
-                xs = [0.0] + [p["rate"] for p in pts]
-                ax.plot(xs, [ds["clean"]["stacked"][st]] + [p["train"][st]["kappa"] for p in pts], **style)
-        ax.axhline(ds["clean"]["best_cv"], color="grey", ls=":", lw=1, label="CV-best single, clean labels")
-        ax.set_title(name, fontsize=10)
-        ax.set_xlabel("calibration-label noise rate")
-        ax.set_ylabel("stacked κ on clean gold")
-    for ax in list(axes.flat)[len(parts):]:
-        ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=7, frameon=False,
-               bbox_to_anchor=(0.5, -0.02 - 0.03 * (len(labels) // 5)))
-    fig.suptitle("Stacked κ trained on noisy calibration labels (solid: plain stacker; dashed: noise-robust)")
-    return _save(fig, path)
+    sets = list(doc["datasets"])
+    rows = [("brier", "Brier"), ("ece", "ECE"), ("f1", "F1 (hallucinated)"), ("bacc", "balanced accuracy")]
+    style = {"uncorrected": ("tab:gray", "uncorrected"), "true": ("tab:blue", "corrected, true π"),
+             "estimated": ("tab:orange", "corrected, EM-estimated π")}
+    fig, axes = plt.subplots(len(rows) + 1, len(sets), figsize=(2.9 * len(sets), 2.2 * (len(rows) + 1)),
+                             squeeze=False, sharex=True)
+    for j, name in enumerate(sets):
+        d = doc["datasets"][name]
+        cells = d["prevalences"]
+        x = np.array([float(q) for q in cells])
+        for i, (m, label) in enumerate(rows):
+            ax = axes[i, j]
+            for c, (colour, text) in style.items():
+                s = [cells[q]["metrics"][m][c] for q in cells]
+                ax.plot(x, [v["estimate"] for v in s], "o-", color=colour, ms=3, label=text)
+                ax.fill_between(x, [v["ci"][0] for v in s], [v["ci"][1] for v in s], color=colour, alpha=0.2, lw=0)
+            if j == 0:
+                ax.set_ylabel(label)
+            if i == 0:
+                ax.set_title(f"{name} ({d['kind']}, κ {d['balanced']['kappa']:.2f})", fontsize=9)
+        ax = axes[-1, j]
+        pe = [cells[q]["prevalence_estimate"] for q in cells]
+        ax.plot(x, x, color="black", lw=0.8, label="truth")
+        ax.plot(x, [v["estimate"] for v in pe], "o-", color="tab:orange", ms=3, label="EM estimate")
+        ax.fill_between(x, [v["window_ci"][0] for v in pe], [v["window_ci"][1] for v in pe], color="tab:orange",
+                        alpha=0.15, lw=0, label="one window (95 %)")
+        ax.plot(x, [v["mean_posterior"]["estimate"] for v in pe], ":", color="tab:gray", label="mean posterior")
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("deployment prevalence π")
+        if j == 0:
+            ax.set_ylabel("estimated π")
+    h1, l1 = axes[0, 0].get_legend_handles_labels()
+    h2, l2 = axes[-1, 0].get_legend_handles_labels()
+    fig.legend(h1 + h2, l1 + l2, loc="lower center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.04))
+    fig.suptitle("Prevalence shift: the stacker's posteriors at the served decision (p ≥ threshold)", fontsize=10)
+    return _save(fig, Path(path))

@@ -1,0 +1,232 @@
+"""Prior-shift correction and label-free prevalence estimate (src/prevalence.py; issue 11 §2)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize_scalar
+from scipy.special import expit, logit
+from sklearn.metrics import brier_score_loss, f1_score, balanced_accuracy_score
+
+from src import prevalence
+from src.aggregate import StackedLogit
+from src.prevalence import PrevalenceError, adjust, estimate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def calibrated_posteriors(prev: float, n: int, train: float = 0.5, mu: float = 1.0, seed: int = 0):
+    """Scores N(±μ, 1) by class; the exact posterior of a model calibrated at prior ``train`` (LR = e^{2μs})."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < prev).astype(int)
+    s = rng.normal(np.where(y == 1, mu, -mu), 1.0)
+    return y, expit(logit(train) + 2 * mu * s)
+
+
+# ------------------------------------------------------------------------------------------------ adjust
+
+
+def test_adjust_is_bayes_rule_eq_2_4():
+    p = np.array([0.0, 0.2, 0.5, 0.9, 1.0])
+    got = adjust(p, 0.5, 0.1)
+    w1, w0 = 0.1 / 0.5, 0.9 / 0.5
+    assert np.allclose(got, w1 * p / (w1 * p + w0 * (1 - p)))
+    assert got[0] == 0 and got[-1] == 1 and np.isclose(got[2], 0.1)  # p = train prior → the new prior
+    assert np.allclose(logit(got[1:-1]), logit(p[1:-1]) + logit(0.1) - logit(0.5))  # a log-odds shift
+    assert np.allclose(adjust(p, 0.3, 0.3), p)  # same prior: unchanged
+    assert np.allclose(adjust(adjust(p, 0.5, 0.1), 0.1, 0.5), p)  # and back
+
+
+def test_adjust_recovers_the_posterior_at_the_new_prior():
+    """A model calibrated at 0.5, adjusted to 0.1, equals the exact posterior of the model calibrated at 0.1."""
+    s = np.linspace(-3, 3, 13)
+    assert np.allclose(adjust(expit(2 * s), 0.5, 0.1), expit(logit(0.1) + 2 * s))
+
+
+@pytest.mark.parametrize("args, msg", [
+    (([0.2, 1.5], 0.5, 0.1), r"p\[1\]: 1.5 is not a probability"),
+    (([0.2, np.nan], 0.5, 0.1), r"p\[1\]: nan"),
+    (([0.2], 0.0, 0.1), r"train_prevalence: 0.0 is not a prevalence in \(0, 1\)"),
+    (([0.2], 0.5, 1.0), r"prevalence: 1.0 is not a prevalence"),
+    (([0.2], 0.5, "a"), r"prevalence: 'a' is not a number"),
+    (([0.2], 0.5, True), r"prevalence: True"),
+])
+def test_adjust_refuses_bad_input(args, msg):
+    with pytest.raises(PrevalenceError, match=msg):
+        adjust(*args)
+
+
+# ---------------------------------------------------------------------------------------------- estimate
+
+
+def test_estimate_two_items_closed_form():
+    """Two items with likelihood ratios a, b: the MLE of the mixing proportion solves
+    (a−1)/(1+π(a−1)) + (b−1)/(1+π(b−1)) = 0, i.e. π = −(A+B)/(2AB) with A = a−1, B = b−1."""
+    p, t = np.array([0.9, 0.2]), 0.5
+    A, B = p / (1 - p) * (1 - t) / t - 1
+    assert np.isclose(estimate(p, t, tol=1e-12), -(A + B) / (2 * A * B), atol=1e-8)
+
+
+def test_estimate_is_the_maximum_likelihood_prior():
+    """EM's fixed point maximises Σ log(π·r_i + 1 − π) (Saerens et al. 2002, §2.2), r_i the likelihood ratio."""
+    y, p = calibrated_posteriors(0.2, 500, train=0.4, mu=0.8, seed=3)
+    r = p / (1 - p) * 0.6 / 0.4
+    ml = minimize_scalar(lambda q: -np.sum(np.log(q * r + 1 - q)), bounds=(1e-9, 1 - 1e-9), method="bounded",
+                         options={"xatol": 1e-10}).x
+    assert np.isclose(estimate(p, 0.4, tol=1e-12), ml, atol=1e-6)
+
+
+@pytest.mark.parametrize("prev", [0.05, 0.1, 0.3])
+def test_estimate_lands_near_the_true_prevalence(prev):
+    y, p = calibrated_posteriors(prev, 20000, seed=int(prev * 100))
+    got = estimate(p, 0.5)
+    assert abs(got - prev) < 0.01 and abs(got - y.mean()) < 0.01
+    assert abs(p.mean() - prev) > 0.05  # the naive mean posterior is far off: the estimate is not it
+
+
+def test_estimate_boundary_and_vectorised_rows_agree():
+    assert estimate([1.0, 1.0], 0.5) == 1.0 and estimate([0.0, 0.0], 0.5) == 0.0
+    assert estimate([0.7] * 5, 0.5) > 0.999  # every posterior above the train prior: the MLE is π = 1
+    rng = np.random.default_rng(0)
+    P = rng.random((7, 50))
+    rows = prevalence._em_rows(P, 0.5, 1e-6, 1000)
+    assert np.allclose(rows, [estimate(r, 0.5) for r in P], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("args, msg", [
+    (([], 0.5), "empty"), (([0.3, -0.1], 0.5), r"p\[1\]"), (([0.3], 1.2), "train_prevalence"),
+    (([0.3], 0.5, 0.0), "tol"), (([0.3], 0.5, 1e-6, 0), "max_iter"),
+])
+def test_estimate_refuses_bad_input(args, msg):
+    with pytest.raises(PrevalenceError, match=msg):
+        estimate(*args)
+
+
+# ----------------------------------------------------------------------------------------------- serving
+
+
+def test_served_correction_uses_the_stored_train_prevalence():
+    X = np.array([[1, 1], [1, 0], [0, 0], [0, 1], [1, 1], [0, 0], [1, 1], [0, 0]], float)
+    y = np.array([1, 1, 0, 1, 1, 0, 1, 0])
+    st = StackedLogit().fit(X, y)
+    assert st.train_prevalence_ == 0.625
+    p = st.predict_proba(X)[:, 1]
+    assert prevalence.served(p, st, None)[1] is None
+    q, used = prevalence.served(p, st, "0.1")
+    assert used == 0.1 and np.allclose(q, adjust(p, 0.625, 0.1))
+    q, used = prevalence.served(p, st, "Estimate")
+    assert np.isclose(used, estimate(p, 0.625)) and np.allclose(q, adjust(p, 0.625, used))
+    with pytest.raises(PrevalenceError, match="parameter 'prevalence': 'often' is neither"):
+        prevalence.served(p, st, "often")
+    del st.train_prevalence_  # a stacker fitted before RAIM stored it
+    with pytest.raises(PrevalenceError, match="log it again"):
+        prevalence.served(p, st, 0.1)
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+
+
+def test_metrics_match_scikit_learn_and_the_ece_definition():
+    rng = np.random.default_rng(1)
+    P = rng.random((3, 40))
+    y = (np.arange(40) < 12).astype(int)
+    m = prevalence.window_metrics(P, y, 0.5, 10)
+    for i in range(3):
+        assert np.isclose(m["brier"][i], brier_score_loss(y, P[i]))
+        assert np.isclose(m["f1"][i], f1_score(y, P[i] >= 0.5))
+        assert np.isclose(m["bacc"][i], balanced_accuracy_score(y, P[i] >= 0.5))
+        b = np.minimum((P[i] * 10).astype(int), 9)
+        want = sum(np.mean(b == k) * abs(y[b == k].mean() - P[i][b == k].mean()) for k in range(10) if np.any(b == k))
+        assert np.isclose(m["ece"][i], want)
+    calibrated = np.array([[0.25] * 4 + [0.75] * 4])
+    assert prevalence.ece(calibrated, np.array([1, 0, 0, 0, 1, 1, 1, 0]), 2)[0] == 0.0
+    assert np.isclose(prevalence.ece(calibrated, np.array([1, 1, 0, 0, 1, 1, 1, 1]), 2)[0], 0.5 * 0.25 + 0.5 * 0.25)
+
+
+def test_windows_hold_the_prevalence_and_respect_the_bootstrap():
+    y = np.tile([1, 0], 50)
+    clusters = np.repeat(np.arange(50), 2)
+    idx = prevalence.windows(y, clusters, 0.1, 40, n_boot=6, n_draws=3, seed=0)
+    assert idx.shape == (6, 3, 40)
+    assert (y[idx[..., :4]] == 1).all() and (y[idx[..., 4:]] == 0).all()
+    from src.evaluate import ClusterBootstrap
+
+    w = ClusterBootstrap(clusters, 6, 0).item_weights()
+    for b in range(6):
+        assert (w[b, idx[b].ravel()] > 0).all()  # only items of clusters this replicate drew
+    with pytest.raises(PrevalenceError, match="at least one of each class"):
+        prevalence.windows(y, clusters, 0.01, 40, 2, 2, 0)
+
+
+# ---------------------------------------------------------------------------------------------- the study
+
+
+@pytest.fixture(scope="module")
+def sim_doc():
+    """The study on a simulated admissible panel only (no real table), small settings."""
+    from src.ladder import LadderSettings
+
+    s = {"prevalences": [0.05, 0.2], "window": 200, "n_boot": 40, "n_draws": 5, "seed": 0, "level": 0.95,
+         "ece_bins": 10, "tol": 1e-6, "max_iter": 1000,
+         "simulations": [{"name": "sim", "n_clusters": 600, "accuracies": [0.8, 0.78, 0.76, 0.74, 0.72, 0.7],
+                          "rho": 0.2, "abstain_rate": 0.02, "seed": 11}]}
+    return prevalence.study(None, StackedLogit(), LadderSettings(), s)
+
+
+def test_study_on_a_simulated_admissible_panel(sim_doc):
+    """Known answers: the correction with the true prevalence improves calibration; the EM estimate lands within
+    0.03 of the truth on windows of 200; the served 0.5 rule on corrected posteriors raises accuracy, lowers bacc."""
+    d = sim_doc["datasets"]["sim"]
+    assert d["kind"] == "simulated" and d["n"] == 1200 and abs(d["train_prevalence"] - 0.5) < 0.01
+    for q, cell in d["prevalences"].items():
+        assert cell["n_hallucinated"] == round(float(q) * 200)
+        for c in ("true", "estimated"):
+            assert cell["deltas"]["brier"][c]["call"] == "clear improvement"
+            assert cell["deltas"]["ece"][c]["call"] == "clear improvement"
+            assert cell["deltas"]["brier"][c]["estimate"] < 0
+        assert cell["deltas"]["accuracy"]["true"]["estimate"] > 0 and cell["deltas"]["bacc"]["true"]["estimate"] < 0
+        pe = cell["prevalence_estimate"]
+        assert pe["mae"] < 0.03 and pe["ci"][0] <= float(q) + 0.01 and pe["mean_posterior"]["mae"] > 0.05
+    assert sim_doc["summary"]["simulated"]["cells"] == 2
+    assert any("EM estimate" in line for line in prevalence.statements(sim_doc))
+
+
+def test_study_settings_are_checked():
+    with pytest.raises(PrevalenceError, match=r"prevalence.n_boot=0"):
+        prevalence.check_study({"prevalences": [0.1], "window": 200, "n_boot": 0, "n_draws": 5, "seed": 0,
+                                "level": 0.95, "ece_bins": 10, "tol": 1e-6, "max_iter": 10})
+    with pytest.raises(PrevalenceError, match=r"missing setting\(s\) \['window'"):
+        prevalence.check_study({"prevalences": [0.1]})
+
+
+def test_entry_point_on_the_committed_caches(tmp_path, compose_cfg):
+    """`python -m src.prevalence` (the DVC stage's command shape): JSON, figure and an MLflow run of kind
+    prevalence, on the committed cpu caches with shrunk settings."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db", "RAIM_HYDRA_DIR": str(tmp_path / "h")}
+    out, fig = tmp_path / "prevalence.json", tmp_path / "prevalence.png"
+    cmd = [sys.executable, "-m", "src.prevalence", "judge.compute=false", "judge.missing=skip",
+           f"hydra.run.dir={tmp_path}/h", "hydra.output_subdir=null", f"prevalence.output={out}",
+           f"prevalence.figure={fig}", "prevalence.n_boot=10", "prevalence.n_draws=4", "prevalence.prevalences=[0.1]",
+           "prevalence.simulations=[]", "dataset=medhallu"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert list(doc["datasets"]) == ["medhallu"] and doc["datasets"]["medhallu"]["kind"] == "real"
+    cell = doc["datasets"]["medhallu"]["prevalences"]["0.1"]
+    assert cell["deltas"]["brier"]["true"]["call"] == "clear improvement"
+    assert fig.stat().st_size > 10_000
+    import mlflow
+
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    runs = mlflow.search_runs(experiment_names=["raim"], filter_string="tags.kind = 'prevalence'", output_format="list")
+    assert len(runs) == 1 and "medhallu/p0.1/brier/true" in runs[0].data.metrics
+    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs[0].info.run_id)}
+    assert "prevalence.json" in arts and "figures" in arts
+    bad = subprocess.run(cmd[:3] + ["prevalence.window=1", f"hydra.run.dir={tmp_path}/h2", "tracking.enabled=false"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
+        "error: prevalence.window=1: must be an integer ≥ 2"
