@@ -369,3 +369,80 @@ def crossfit(estimator, X: np.ndarray, y: np.ndarray, folds: list[tuple]) -> Cro
         pred[te] = est.predict(X[te])
         fitted.append(est)
     return CrossFit(proba, pred, fitted, folds)
+
+
+# ---------------------------------------------------------------------------------------- noisy calibration labels
+
+
+class NoiseRobustStackedLogit(StackedLogit):
+    """The RAIM stacker fitted through noisy calibration labels by forward loss correction (beyond the paper).
+
+    Patrini et al. (2017), "Making deep neural networks robust to label noise: a loss correction approach"
+    (CVPR), §3 forward correction, for two classes: with flip rates ρ₀ = P(ỹ=1 | y=0) and ρ₁ = P(ỹ=0 | y=1) the
+    noisy label is modelled as q(x) = P(ỹ=1 | x) = ρ₀ + (1 − ρ₀ − ρ₁)·σ(β₀ + βᵀf(x)), and β maximises the
+    likelihood of the noisy labels under q with the paper's L2 penalty (the objective of scikit-learn's
+    ``LogisticRegression``, C·Σ loss + ½‖β‖², intercept unpenalised). Predictions are σ(β₀ + βᵀf(x)): the
+    clean-label posterior (Natarajan et al. 2013, "Learning with noisy labels", NeurIPS, give the same
+    class-conditional noise model). With ρ₀ = ρ₁ = 0 it is :class:`StackedLogit`.
+
+    ``flip_rates`` = (ρ₀, ρ₁) when known; ``None`` estimates them on the training items without clean labels:
+    Dawid & Skene (1979) on the members' votes with the noisy label as one more annotator, whose fitted
+    confusion matrix gives (ρ₀, ρ₁) (conditional independence of the label source and the members given the
+    truth; it fails when the labels come from a member, or when flips concentrate where members err). Each rate
+    is capped at ``max_flip`` and their sum kept under 1. Fitted: ``flip_rates_`` and the β of the parent.
+    """
+
+    def __init__(self, C: float = 1.0, abstention: str = "scalar", threshold: float = 0.5,
+                 n_votes: int | None = None, max_iter: int = 1000, flip_rates: tuple | None = None,
+                 max_flip: float = 0.45):
+        super().__init__(C=C, abstention=abstention, threshold=threshold, n_votes=n_votes, max_iter=max_iter)
+        self.flip_rates = flip_rates
+        self.max_flip = max_flip
+
+    def estimate_flip_rates(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """(ρ₀, ρ₁) of the labels ``y`` from Dawid–Skene on [member votes, y] (no clean label used)."""
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+
+        X = np.asarray(X, dtype=float)
+        votes = X[:, :X.shape[1] if self.n_votes is None else self.n_votes]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            ds = DawidSkene(n_iter=500, tol=1e-6).fit(np.column_stack([votes, np.asarray(y, dtype=float)]))
+        conf = ds.confusion_[-1]  # [true, given]
+        return np.array([conf[0, 1], conf[1, 0]])
+
+    def _rates(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        rates = self.estimate_flip_rates(X, y) if self.flip_rates is None else np.asarray(self.flip_rates, float)
+        if rates.shape != (2,) or not np.all(np.isfinite(rates)) or np.any(rates < 0):
+            raise ValueError(f"flip_rates must be two rates (ρ₀, ρ₁) ≥ 0, got {self.flip_rates!r}")
+        rates = np.minimum(rates, self.max_flip)
+        return rates if rates.sum() < 0.99 else rates * 0.99 / rates.sum()
+
+    def fit(self, X: np.ndarray, y: np.ndarray) -> "NoiseRobustStackedLogit":
+        from scipy.optimize import minimize
+        from scipy.special import expit
+
+        super().fit(X, y)  # the plain fit: the starting point (and the answer when the rates are 0)
+        self.flip_rates_ = self._rates(X, y)
+        r0, r1 = self.flip_rates_
+        if r0 == 0 and r1 == 0:
+            return self
+        F, y = self.features(X), np.asarray(y, dtype=float)
+        Z = np.column_stack([np.ones(len(F)), F])
+        scale = 1.0 - r0 - r1
+
+        def objective(b: np.ndarray) -> tuple[float, np.ndarray]:
+            s = expit(Z @ b)
+            q = np.clip(r0 + scale * s, 1e-12, 1 - 1e-12)
+            loss = -np.sum(y * np.log(q) + (1 - y) * np.log1p(-q))
+            g_eta = (q - y) / (q * (1 - q)) * scale * s * (1 - s)
+            pen = np.r_[0.0, b[1:]]
+            return self.C * loss + 0.5 * pen @ pen, self.C * (Z.T @ g_eta) + pen
+
+        res = minimize(objective, np.r_[self.intercept_, self.coef_], jac=True, method="L-BFGS-B",
+                       options={"maxiter": self.max_iter})
+        self.intercept_, self.coef_ = float(res.x[0]), res.x[1:].copy()
+        self.lr_.intercept_, self.lr_.coef_ = np.array([self.intercept_]), self.coef_[None, :].copy()
+        return self

@@ -363,6 +363,40 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
 FIGURES["cascade"] = "cascade.png"
 
 
+def noise_figure(doc: dict, path: Path) -> Path:
+    """Noisy calibration labels (issue 12, beyond the paper): stacked κ on clean gold against the label-noise
+    rate, one colour per TRIVIA+ noise type (WS, DW, DL, RF), the plain stacker solid and the others dashed,
+    one panel per dataset and the simulated admissible panel; a native TRIVIA+ column is a marker at its rate."""
+    plt = _plt()
+    parts = {**doc["datasets"], **({"simulation": doc["simulation"]} if doc.get("simulation") else {})}
+    nrows, ncols = _grid(len(parts), 3)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
+    colours = dict(zip(("ws", "dw", "dl", "rf"), plt.get_cmap("tab10").colors))
+    for ax, (name, ds) in zip(axes.flat, parts.items()):
+        stackers = list(ds["clean"]["stacked"])
+        for kind in dict.fromkeys(p["type"] for p in ds["points"]):
+            pts = [p for p in ds["points"] if p["type"] == kind]
+            for si, st in enumerate(stackers):
+                style = dict(color=colours.get(kind), ls="-" if si == 0 else "--", marker="o" if si == 0 else "s",
+                             ms=3, lw=1.2, label=f"{kind.upper()} · {st}")
+                if pts[0]["rate"] == "native":
+                    ax.plot([pts[0]["realised_rate"]], [pts[0]["train"][st]["kappa"]], **{**style, "ms": 7})
+                    continue
+                xs = [0.0] + [p["rate"] for p in pts]
+                ax.plot(xs, [ds["clean"]["stacked"][st]] + [p["train"][st]["kappa"] for p in pts], **style)
+        ax.axhline(ds["clean"]["best_cv"], color="grey", ls=":", lw=1, label="CV-best single, clean labels")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("calibration-label noise rate")
+        ax.set_ylabel("stacked κ on clean gold")
+    for ax in list(axes.flat)[len(parts):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=7, frameon=False,
+               bbox_to_anchor=(0.5, -0.02 - 0.03 * (len(labels) // 5)))
+    fig.suptitle("Stacked κ trained on noisy calibration labels (solid: plain stacker; dashed: noise-robust)")
+    return _save(fig, path)
+
+
 def prevalence_figure(doc: dict, path: str | Path) -> Path:
     """Prior shift (beyond the paper; :mod:`src.prevalence`): per calibration set (columns), Brier, ECE, F1 and
     balanced accuracy at the served decision against the deployment prevalence — uncorrected, corrected with the
