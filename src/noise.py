@@ -350,6 +350,7 @@ def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, n
         "stacked": {k: sc.full[f"clean|{k}"] for k in stackers}, "best_cv": sc.full["clean|best_cv"],
         "stacked_minus_best_cv": {k: sc.delta(f"clean|{k}", "clean|best_cv").as_dict() for k in stackers},
         "call": sc.call(f"clean|{first}", "clean|best_cv"),
+        "calls": {k: sc.call(f"clean|{k}", "clean|best_cv") for k in stackers},
         "admissible": bool(clean_adm.admissible), "phi_bar": clean_adm.phi_bar,
         "members_at_kappa0": clean_adm.members_at_kappa0,
         "selected": t.members[BestSingle(min_coverage=ladder.min_coverage).fit(votes, y).best_],
@@ -383,7 +384,8 @@ def _point(kind: str, rate, labels: list[np.ndarray], sc: _Scored, stackers: lis
         draws = sc.kb[:, [sc.idx[c] for c in keys]].mean(axis=1) - sc.kb[:, sc.idx[f"clean|{k}"]]
         train[k] = {"kappa": est, "delta_vs_clean": paired_delta(est - sc.full[f"clean|{k}"], draws,
                                                                  sc.level).as_dict()}
-    calls = [sc.call(f"{kind}|{rate}|{d}|{first}", f"{kind}|{rate}|{d}|best_cv") for d in range(n)]
+    calls = {k: [sc.call(f"{kind}|{rate}|{d}|{k}", f"{kind}|{rate}|{d}|best_cv") for d in range(n)]
+             for k in stackers}
     sel = [sc.members[BestSingle(min_coverage=ladder.min_coverage).fit(votes, yn).best_] for yn in labels]
     adms = [admissibility.test(yn, votes, ladder.kappa0, ladder.c, ladder.phi0) for yn in labels]
     m_calls = [sc.measured_call(yn, f"clean|{first}", "clean|best_cv") for yn in labels]
@@ -392,7 +394,8 @@ def _point(kind: str, rate, labels: list[np.ndarray], sc: _Scored, stackers: lis
     return {
         "type": kind, "rate": rate, "draws": n,
         "realised_rate": float(np.mean([np.mean(yn != y) for yn in labels])),
-        "train": {**train, "calls": dict(Counter(calls)), "call_same": _share(calls, clean["call"]),
+        "train": {**train, "calls": {k: dict(Counter(c)) for k, c in calls.items()},
+                  "call_same": {k: _share(c, clean["calls"][k]) for k, c in calls.items()},
                   "selected": dict(Counter(sel)), "selected_same": _share(sel, clean["selected"])},
         "measure": {
             "kappa": measured, "bias": {k: v - (clean["stacked"][k] if k != "best_cv" else clean["best_cv"])
@@ -514,7 +517,8 @@ def flat_metrics(doc: dict) -> dict[str, float]:
             base = ("noise", name, p["type"], rate)
             for k in ds["clean"]["stacked"]:
                 out[metric_name(*base, f"kappa_{k}")] = p["train"][k]["kappa"]
-            out[metric_name(*base, "call_same")] = p["train"]["call_same"]
+            for k, v in p["train"]["call_same"].items():
+                out[metric_name(*base, f"call_same_{k}")] = v
             out[metric_name(*base, "admissible_same")] = p["measure"]["admissible_same"]
             out[metric_name(*base, "measured_bias")] = next(iter(p["measure"]["bias"].values()))
     return out

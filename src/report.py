@@ -542,7 +542,7 @@ def noise_section(doc: dict, brief: bool = False) -> list[str]:
         row = ", ".join(f"{t.upper()} " + " / ".join(f"{v[f'delta_{k}']:+.3f}" for k in sts)
                         for t, v in doc["headline"][name].items())
         head.append(f"{name}: clean κ {' / '.join(f3(ds['clean']['stacked'][k]) for k in sts)} "
-                    f"({' / '.join(sts)}; call {ds['clean']['call']}); Δκ at {rate:g} noise: {row}")
+                    f"({' / '.join(sts)}; call {' / '.join(ds['clean']['calls'].values())}); Δκ at {rate:g} noise: {row}")
     if brief:
         return ["Noisy calibration labels (Δκ vs the clean-label fit, " + " / ".join(sts) + ")", *head]
     out = ["## Noisy calibration labels (beyond the paper)", "",
@@ -565,12 +565,51 @@ def noise_section(doc: dict, brief: bool = False) -> list[str]:
             rows.append([p["type"].upper(), p["rate"] if p["rate"] == "native" else f"{p['rate']:g}",
                          f3(p["realised_rate"]),
                          *[f"{f3(tr[k]['kappa'])} ({delta_cell(tr[k]['delta_vs_clean'], ci=True)})" for k in sts],
-                         f3(tr["best_cv"]["kappa"]), pct(tr["call_same"], 0), pct(tr["selected_same"], 0),
+                         f3(tr["best_cv"]["kappa"]), " / ".join(pct(tr["call_same"][k], 0) for k in sts),
+                         pct(tr["selected_same"], 0),
                          f3(me["bias"][sts[0]], signed=True), pct(me["call_same"], 0), pct(me["admissible_same"], 0)])
         out += [table(["type", "rate", "realised", *[f"κ {k} (Δκ vs clean)" for k in sts], "κ CV-best",
-                       "call kept %", "selection kept %", "measured κ bias", "measured call kept %",
+                       f"call kept % ({' / '.join(sts)})", "selection kept %", "measured κ bias", "measured call kept %",
                        "admissibility kept %"], rows), ""]
     return out
+
+def monitor_section(doc: dict) -> list[str]:
+    """Live monitoring (beyond the paper; issue 11 §3): the monitored stream's alarms and, for a replay, the
+    detection delay and false alarms over seeds (monitor.json of :mod:`src.monitor`)."""
+    s, cal = doc["settings"], doc["calibration"]
+    out = ["## Live monitoring of the served panel (beyond the paper)", "",
+           f"Windows of {s['window']} items every {s['step']}; drift test against the calibration set's class-"
+           f"conditional votes (n = {cal['n']}, agreement proxy {f3(cal['agreement_proxy'])}, "
+           f"{'admissible' if cal['admissibility']['admissible'] else 'not admissible'}: "
+           f"{cal['admissibility']['reason']}) at α = {s['alpha']:g} (Holm within a window); prevalence flagged "
+           f"beyond ±{s['tolerance']:g} of {f3(s['reference_prevalence'])}; an alarm is {s['consecutive']} "
+           f"successive flagged windows.", ""]
+    st, alarms = doc["stream"], doc["alarms"]
+    head = (f"Replayed stream '{st['scenario']}' (seed {st['seed']}), {st['n']} items, change at item {st['change']}"
+            if doc["source"] == "replay" else f"Store {st['store']}, {st['n']} recorded items")
+    out += [f"{head}: panel alarms at items {alarms['panel'] or 'none'}, prevalence alarms at "
+            f"{alarms['prevalence'] or 'none'}."]
+    rep = doc.get("replay")
+    if rep:
+        fa = [a for v in rep["false_alarms"].values() for a in v]
+        out[-1] += (f" Expected ({rep['expected'] or 'no'}) alarm "
+                    + (f"after {rep['delay']} items" if rep["delay"] is not None else "not raised")
+                    + f"; false alarms before the change: {fa or 'none'}.")
+    ev = doc.get("evaluation")
+    if ev:
+        es = doc["evaluation_settings"]
+        rows = [[name, v["expected"] or "—", f"{v['detected']}/{v['seeds']}",
+                 f"{v['within_max_delay']}/{v['seeds']}" if v["expected"] else "—",
+                 "—" if v["delay_median"] is None else f"{v['delay_median']:g}",
+                 "—" if v["delay_max"] is None else str(v["delay_max"]),
+                 f"{v['false_alarm_seeds_panel']} / {v['false_alarm_seeds_prevalence']}",
+                 str(v["other_alarm_seeds"])] for name, v in ev.items()]
+        out += ["", f"Over seeds {es['seeds'][0]}–{es['seeds'][1]} (each its own calibration set and stream):", "",
+                table(["scenario", "expected alarm", "detected", f"within {es['stated_max_delay']} items",
+                       "median delay", "max delay", "seeds with a false alarm (panel / prevalence)",
+                       "seeds with another alarm after the change"], rows)]
+    return out + [""]
+
 
 def _main() -> None:
     import hydra

@@ -223,7 +223,7 @@ def test_study_on_the_admissible_simulation(sim_doc):
     pts = {(p["type"], p["rate"]): p for p in doc["points"]}
     assert set(pts) == {(k, r) for k in noise.TYPES for r in (0.15, 0.25)}
     for p in pts.values():
-        assert p["draws"] == 2 and 0 <= p["train"]["call_same"] <= 1
+        assert p["draws"] == 2 and set(p["train"]["call_same"]) == {"logreg", "logreg_robust"}
         d = p["train"]["logreg"]["delta_vs_clean"]
         assert d["ci"][0] <= d["estimate"] <= d["ci"][1]
         # a noisy test label can only make the clean-trained panel look worse than it is here
@@ -231,6 +231,7 @@ def test_study_on_the_admissible_simulation(sim_doc):
     dw = pts[("dw", 0.25)]["train"]
     assert dw["logreg"]["delta_vs_clean"]["ci"][1] < 0  # one-sided annotator: a clear loss for the plain stacker
     assert dw["logreg_robust"]["kappa"] > dw["logreg"]["kappa"] + 0.03  # the robust stacker takes much of it back
+    assert set(dw["calls"]["logreg"]) <= {"win", "clean win", "tie", "clear worsening"}
     head = noise.headline(doc, 0.15)
     assert set(head) == set(noise.TYPES) and head["dw"]["rate"] == 0.15
 
@@ -259,6 +260,7 @@ def test_entry_point_writes_json_figure_and_mlflow_run(tmp_path):
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/m.db")
     runs = mlflow.search_runs(experiment_names=["raim"], filter_string="tags.kind = 'noise'")
     assert len(runs) == 1 and "metrics.noise/wice/rf/15pct/kappa_logreg" in runs.columns
+    assert "metrics.noise/wice/dw/15pct/call_same_logreg_robust" in runs.columns
     bad = subprocess.run(cmd[:4] + ["noise.rates=[0,0.7]"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=300)
     assert bad.returncode == 2 and "noise.rates" in bad.stderr + bad.stdout
