@@ -397,6 +397,42 @@ def noise_figure(doc: dict, path: Path) -> Path:
     return _save(fig, path)
 
 
+def monitor_figure(doc: dict, path: str | Path) -> Path:
+    """Live monitoring (beyond the paper; issue 11 §3, :mod:`src.monitor`): per window, the label-free agreement
+    proxy against the calibration set's, the estimated prevalence against its reference ± tolerance, and the
+    drift test's smallest Holm-adjusted p against α; alarms marked, the replay's change point dashed."""
+    plt = _plt()
+    w = doc["windows"]
+    x = np.array([r["end"] for r in w], dtype=float)
+    fig, axes = plt.subplots(3, 1, figsize=(7.5, 7.0), sharex=True)
+    axes[0].plot(x, [r["agreement_proxy"] for r in w], color="#3182bd", label="window")
+    axes[0].axhline(doc["calibration"]["agreement_proxy"], color="grey", ls=":", label="calibration set")
+    axes[0].set_ylabel("agreement proxy")
+    s = doc["settings"]
+    ref, tol = s["reference_prevalence"], s["tolerance"]
+    axes[1].plot(x, [r["prevalence"] for r in w], color="#e6550d", label="estimated (EM)")
+    axes[1].axhspan(ref - tol, ref + tol, color="#fdd0a2", alpha=0.5, label="reference ± tolerance")
+    axes[1].set_ylabel("prevalence")
+    p = np.clip(np.array([r["p_holm_min"] for r in w], dtype=float), 1e-300, 1.0)
+    axes[2].plot(x, -np.log10(p), color="black", label="drift test")
+    axes[2].axhline(-np.log10(s["alpha"]), color="red", ls=":", label=f"α = {s['alpha']:g}")
+    axes[2].set_ylabel("−log₁₀ min Holm p")
+    axes[2].set_xlabel("items scored (window end)")
+    for kind, ax, color in (("panel", axes[2], "red"), ("prevalence", axes[1], "#a63603")):
+        for a in doc["alarms"][kind]:
+            ax.axvline(a, color=color, lw=1.2, alpha=0.7)
+    change = (doc.get("stream") or {}).get("change")
+    for ax in axes:
+        if change is not None:
+            ax.axvline(change, color="grey", ls="--", lw=1)
+        ax.legend(fontsize=7, frameon=False, loc="upper left")
+    title = "Live monitoring of the panel's votes"
+    if change is not None:
+        title += f" — replay '{doc['stream']['scenario']}', change at item {change} (dashed), alarms solid"
+    fig.suptitle(title, fontsize=9)
+    return _save(fig, Path(path))
+
+
 def prevalence_figure(doc: dict, path: str | Path) -> Path:
     """Prior shift (beyond the paper; :mod:`src.prevalence`): per calibration set (columns), Brier, ECE, F1 and
     balanced accuracy at the served decision against the deployment prevalence — uncorrected, corrected with the

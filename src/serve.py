@@ -129,7 +129,29 @@ class StackerModel(mlflow.pyfunc.PythonModel):
             X = vote_matrix(model_input, self.columns, self.stacker.n_votes)
         except InputError as e:
             raise _invalid(e) from None
-        return stacked_output(self.stacker, X)
+        out = stacked_output(self.stacker, X)
+        record_votes(params, "stacker", self.columns, X, self.stacker.n_votes, out)
+        return out
+
+
+def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str], X: np.ndarray,
+                 n_votes: int | None, out: pd.DataFrame, item_ids: list | None = None) -> None:
+    """Live monitoring (issue 11 §3, :mod:`src.monitor`): the scored items' member votes (never the text) and
+    the stacker's p(hallucinated) as fitted (before any prevalence correction) go to the store named by the panel
+    model's config ``monitor_store`` or ``$RAIM_MONITOR_STORE``; off when neither is set. A failure to record is
+    logged, never raised: it must not fail the prediction."""
+    import logging
+
+    k = len(columns) if n_votes is None else n_votes
+    p = out.attrs.get("p_uncorrected")
+    try:
+        from .monitor import record_from
+
+        record_from(config, kind, columns[:k], np.asarray(X, dtype=float)[:, :k],
+                    out["p_hallucinated"] if p is None else p, item_ids)
+    except Exception as e:  # noqa: BLE001 - recording is best effort by contract
+        logging.getLogger("raim.serve").warning("monitor: votes of %d item(s) not recorded (%s: %s)", len(X),
+                                                type(e).__name__, e)
 
 
 class PanelModel(mlflow.pyfunc.PythonModel):
@@ -198,6 +220,8 @@ class PanelModel(mlflow.pyfunc.PythonModel):
                                                        self.stacker.n_votes))
         cached = table.attrs.get("cached", {})
         out["uncached"] = [",".join(m for m in cached if not cached[m][i]) for i in range(len(out))]
+        record_votes(cfg, "panel", self.columns, votes.astype("Float64").to_numpy(dtype=float, na_value=np.nan),
+                     self.stacker.n_votes, out, items["item_id"].tolist())
         return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
 
 
@@ -256,7 +280,7 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
     return _log_pyfunc(name, PanelModel(roster, frames, default_frame, stacker, columns),
                        panel_signature(list(columns), stacker.n_votes or len(columns)), example,
                        model_config={"cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
-                                     "compute": bool(compute)},
+                                     "compute": bool(compute), "monitor_store": ""},  # "": $RAIM_MONITOR_STORE
                        metadata={"roster": roster.get("name"), "members": members, "default_frame": default_frame})
 
 
