@@ -92,19 +92,30 @@ def vote_matrix(frame: pd.DataFrame, columns: list[str], n_votes: int | None = N
     return votes_from_rows(frame.to_dict("records"), columns, n_votes)
 
 
-def stacked_output(stacker, X: np.ndarray) -> pd.DataFrame:
+def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFrame:
     """p(hallucinated), verdict and label per row; a row where every member abstained has no verdict: its
-    p and verdict are null and its label is ``abstained`` (the intercept alone is not an answer)."""
+    p and verdict are null and its label is ``abstained`` (the intercept alone is not an answer).
+    ``prevalence`` (the inference parameter): p under that deployment prevalence, or ``"estimate"`` its EM
+    estimate over the batch's answered rows (:func:`src.prevalence.served`); the verdict is then corrected
+    p ≥ threshold. ``attrs``: the prevalence used and the uncorrected p."""
+    from .prevalence import PrevalenceError, served
     from .verdicts import ABSTAIN
 
     k = X.shape[1] if stacker.n_votes is None else stacker.n_votes
     none = (X[:, :k] == ABSTAIN).all(axis=1)
-    p = stacker.predict_proba(X)[:, 1]
+    p_fit = stacker.predict_proba(X)[:, 1]
+    p = p_fit.copy()
+    try:
+        p[~none], used = served(p_fit[~none], stacker, prevalence)
+    except PrevalenceError as e:
+        raise _invalid(InputError(str(e))) from None
     verdict = (p >= stacker.threshold).astype(int)
     label = np.where(none, "abstained", np.where(verdict == 1, "hallucinated", "supported"))
-    return pd.DataFrame({"p_hallucinated": pd.array(np.where(none, np.nan, p), dtype="Float64"),
-                         "verdict": pd.array([pd.NA if n else int(v) for n, v in zip(none, verdict)], dtype="Int64"),
-                         "label": label})
+    out = pd.DataFrame({"p_hallucinated": pd.array(np.where(none, np.nan, p), dtype="Float64"),
+                        "verdict": pd.array([pd.NA if n else int(v) for n, v in zip(none, verdict)], dtype="Int64"),
+                        "label": label})
+    out.attrs.update(prevalence=used, p_uncorrected=np.where(none, np.nan, p_fit))
+    return out
 
 
 def _invalid(e: InputError):
@@ -129,7 +140,7 @@ class StackerModel(mlflow.pyfunc.PythonModel):
             X = vote_matrix(model_input, self.columns, self.stacker.n_votes)
         except InputError as e:
             raise _invalid(e) from None
-        out = stacked_output(self.stacker, X)
+        out = stacked_output(self.stacker, X, (params or {}).get("prevalence"))
         record_votes(params, "stacker", self.columns, X, self.stacker.n_votes, out)
         return out
 
@@ -217,7 +228,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         self.last_report = table.attrs.get("report", {})
         votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
         out = stacked_output(self.stacker, vote_matrix(votes.astype("Float64").astype(float), self.columns,
-                                                       self.stacker.n_votes))
+                                                       self.stacker.n_votes), cfg.get("prevalence"))
         cached = table.attrs.get("cached", {})
         out["uncached"] = [",".join(m for m in cached if not cached[m][i]) for i in range(len(out))]
         record_votes(cfg, "panel", self.columns, votes.astype("Float64").to_numpy(dtype=float, na_value=np.nan),
@@ -234,7 +245,7 @@ def panel_signature(columns: list[str], n_votes: int):
     outputs = Schema([ColSpec("string", "item_id")]
                      + [ColSpec("long" if j < n_votes else "double", c, required=False) for j, c in enumerate(columns)]
                      + list(stacker_signature(columns, n_votes).outputs.inputs) + [ColSpec("string", "uncached")])
-    return ModelSignature(inputs=inputs, outputs=outputs)
+    return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
 
 
 def frame_configs() -> dict[str, dict]:
@@ -326,7 +337,16 @@ def stacker_signature(columns: list[str], n_votes: int | None = None):
     inputs = Schema([ColSpec("double", c, required=True) for c in columns])
     outputs = Schema([ColSpec("double", "p_hallucinated", required=False), ColSpec("long", "verdict", required=False),
                       ColSpec("string", "label")])
-    return ModelSignature(inputs=inputs, outputs=outputs)
+    return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
+
+
+def inference_params():
+    """The parameters a served model takes at inference: ``prevalence`` — the deployment's hallucinated share
+    as text ("0.1"; MLflow types a parameter once, and it must also carry ``"estimate"``: the EM estimate over
+    the request's rows, :mod:`src.prevalence`); unset: the posteriors as fitted."""
+    from mlflow.types import ParamSchema, ParamSpec
+
+    return ParamSchema([ParamSpec("prevalence", "string", None)])
 
 
 def pip_requirements() -> list[str]:

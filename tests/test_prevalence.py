@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, logit
@@ -230,3 +231,88 @@ def test_entry_point_on_the_committed_caches(tmp_path, compose_cfg):
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
         "error: prevalence.window=1: must be an integer ≥ 2"
+
+
+# ------------------------------------------------------------------------------------------ served models
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """A stacker logged as MLflow logs it (src.serve.log_stacker), and one logged the old way: a signature
+    without parameters and a stacker without ``train_prevalence_``."""
+    import mlflow
+
+    from src import serve
+    from test_track import tracking_store
+
+    rng = np.random.default_rng(0)
+    gold = np.tile([0, 1], 200)
+    X = np.column_stack([np.where(rng.random(400) < a, gold, 1 - gold) for a in (0.85, 0.8, 0.75)]).astype(float)
+    st = StackedLogit(n_votes=3).fit(X, gold)
+    cols = ["a", "b", "c"]
+    old = StackedLogit(n_votes=3).fit(X, gold)
+    del old.train_prevalence_
+    sig = serve.stacker_signature(cols, 3)
+    sig.params = None
+    with tracking_store(tmp_path_factory.mktemp("prev-serve")):
+        with mlflow.start_run():
+            new_uri = serve.log_stacker(st, cols).model_uri
+            old_uri = serve._log_pyfunc("old", serve.StackerModel(old, cols), sig,
+                                        pd.DataFrame([[1.0] * 3, [0.0] * 3], columns=cols)).model_uri
+        yield {"stacker": st, "X": X, "cols": cols, "new": mlflow.pyfunc.load_model(new_uri),
+               "old": mlflow.pyfunc.load_model(old_uri)}
+
+
+def test_served_stacker_takes_a_prevalence(logged):
+    from mlflow.exceptions import MlflowException
+
+    st, model = logged["stacker"], logged["new"]
+    df = pd.DataFrame(logged["X"][:60], columns=logged["cols"])
+    df.iloc[0] = 0.5  # every member abstained: no answer, and not part of the estimate
+    p = st.predict_proba(df.to_numpy())[:, 1]
+    plain = model.predict(df)
+    assert plain["p_hallucinated"][1:].to_numpy(float) == pytest.approx(p[1:])
+    out = model.predict(df, params={"prevalence": "0.1"})
+    assert out["p_hallucinated"][1:].to_numpy(float) == pytest.approx(adjust(p[1:], 0.5, 0.1))
+    assert out["verdict"][1:].tolist() == (adjust(p[1:], 0.5, 0.1) >= 0.5).astype(int).tolist()
+    assert pd.isna(out["p_hallucinated"][0]) and out["label"][0] == "abstained"
+    est = model.predict(df, params={"prevalence": "estimate"})
+    q = estimate(p[1:], 0.5)
+    assert est["p_hallucinated"][1:].to_numpy(float) == pytest.approx(adjust(p[1:], 0.5, q))
+    assert est.attrs["prevalence"] == pytest.approx(q)
+    inner = model.unwrap_python_model()  # a float works on the python model itself
+    assert inner.predict(None, df, {"prevalence": 0.1})["p_hallucinated"].equals(out["p_hallucinated"])
+    with pytest.raises(MlflowException, match="parameter 'prevalence': '1.5' is neither a prevalence"):
+        model.predict(df, params={"prevalence": "1.5"})
+
+
+def test_an_old_logged_model_still_loads_and_predicts(logged):
+    from mlflow.exceptions import MlflowException
+
+    st, model = logged["stacker"], logged["old"]
+    df = pd.DataFrame(logged["X"][:5], columns=logged["cols"])
+    out = model.predict(df)
+    assert out["p_hallucinated"].to_numpy(float) == pytest.approx(st.predict_proba(df.to_numpy())[:, 1])
+    assert model.predict(df, params={"prevalence": "0.1"}).equals(out)  # no params schema: MLflow ignores it
+    with pytest.raises(MlflowException, match="log it again"):
+        model.unwrap_python_model().predict(None, df, {"prevalence": 0.1})
+
+
+def test_panel_model_takes_a_prevalence(monkeypatch):
+    from src import serve
+    from src.judges import runner
+
+    X = np.array([[1, 1], [1, 0], [0, 0], [0, 1]], float)
+    st = StackedLogit(n_votes=2).fit(np.vstack([X] * 5), np.array([1, 1, 0, 0] * 5))
+
+    def table(roster, items, frames, cache, compute, progress):
+        t = pd.DataFrame({"m1": pd.array([1, 1, 0, 0], "Int64"), "m2": pd.array([1, 0, 0, 1], "Int64")})
+        t.attrs["cached"] = {"m1": [True] * 4, "m2": [True] * 4}
+        return t
+
+    monkeypatch.setattr(runner, "verdict_table", table)
+    model = serve.PanelModel({"name": "r", "members": []}, {}, "claim", st, ["m1", "m2"])
+    items = pd.DataFrame({"candidate": list("abcd")})
+    p = st.predict_proba(X)[:, 1]
+    out = model.predict(None, items, {"prevalence": "0.2"})
+    assert out["p_hallucinated"].to_numpy(float) == pytest.approx(adjust(p, 0.5, 0.2))
