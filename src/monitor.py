@@ -7,7 +7,7 @@ members err together — and nothing in its verdicts says so. This module watche
 * **Recording.** The served models (:mod:`src.serve`) append each scored item's member votes (never its text),
   the stacker's p(hallucinated), a timestamp and the item id (when given) to a sqlite store — stdlib, one file,
   readable by pandas, and safe under concurrent requests: WAL journal, a busy timeout and one transaction per
-  request. Recording is on when a store is named (model config / request param ``monitor_store``, else
+  request. Recording is on when a store is named (a panel model's config ``monitor_store``, else
   ``$RAIM_MONITOR_STORE``); a failure to record is logged by the server, never raised.
 * **Windows.** Over sliding windows of the stream: the label-free agreement proxy (the members' mean pairwise
   agreement on jointly voted items, :func:`src.admissibility.agreement_matrix`; it carries the correlation
@@ -76,7 +76,7 @@ class MonitorError(RaimError):
 
 
 def store_path(config: Mapping[str, Any] | None = None) -> Path | None:
-    """The store a served model records to: ``config['monitor_store']`` (model config or request params), else
+    """The store a served model records to: ``config['monitor_store']`` (a panel model's config), else
     ``$RAIM_MONITOR_STORE``; None (recording off) when neither is set or it is empty."""
     value = (config or {}).get(CONFIG_KEY) or os.environ.get(STORE_ENV) or ""
     return Path(value).expanduser() if str(value).strip() else None
@@ -470,7 +470,8 @@ def summarise(rows: list[dict], max_delay: int) -> dict:
             "delay_median": float(np.median(delays)) if delays else None,
             "delay_max": int(max(delays)) if delays else None,
             "false_alarm_seeds": sum(any(r["false_alarms"].values()) for r in rows),
-            **{f"false_alarm_seeds_{k}": sum(bool(r["false_alarms"][k]) for r in rows) for k in ("panel", "prevalence")},
+            **{f"false_alarm_seeds_{k}": sum(bool(r["false_alarms"][k]) for r in rows)
+               for k in ("panel", "prevalence")},
             "false_alarms": sum(len(v) for r in rows for v in r["false_alarms"].values()),
             "other_alarm_seeds": sum(bool(r["other_alarms"]) for r in rows), "per_seed": rows}
 
@@ -517,10 +518,10 @@ def compute(cfg) -> dict:
     mon = make_monitor(node, members).fit(cal_v, cal_g)
     frame = mon.windows(votes, p)
     alarms = mon.alarms(frame)
-    doc = {"source": str(node.source), "members": members,
-           "settings": {k: node[k] for k in ("window", "step", "alpha", "consecutive")}
-           | {"tolerance": float(node.prevalence.tolerance), "reference_prevalence": frame.attrs["reference_prevalence"],
-              "reference_se": frame.attrs["reference_se"]},
+    settings = {k: node[k] for k in ("window", "step", "alpha", "consecutive")}
+    settings.update(tolerance=float(node.prevalence.tolerance),
+                    reference_prevalence=frame.attrs["reference_prevalence"], reference_se=frame.attrs["reference_se"])
+    doc = {"source": str(node.source), "members": members, "settings": settings,
            "calibration": calibration_doc(mon, cal_v, cal_g, cfg.analysis), "stream": stream,
            "windows": _windows_doc(frame), "alarms": alarms}
     if node.source == "replay":

@@ -581,10 +581,9 @@ def monitor_section(doc: dict) -> list[str]:
            f"Windows of {s['window']} items every {s['step']}; drift test against the calibration set's class-"
            f"conditional votes (n = {cal['n']}, agreement proxy {f3(cal['agreement_proxy'])}, "
            f"{'admissible' if cal['admissibility']['admissible'] else 'not admissible'}: "
-           f"{cal['admissibility']['reason']}) at α = {s['alpha']:g} (Holm within a window); prevalence flagged when it "
-           f"moves beyond ±{s['tolerance']:g} of {f3(s['reference_prevalence'])}, significantly at α; an alarm is "
-           f"{s['consecutive']} "
-           f"successive flagged windows.", ""]
+           f"{cal['admissibility']['reason']}) at α = {s['alpha']:g} (Holm within a window); prevalence flagged "
+           f"when it moves beyond ±{s['tolerance']:g} of {f3(s['reference_prevalence'])}, significantly at α; an "
+           f"alarm is {s['consecutive']} successive flagged windows.", ""]
     st, alarms = doc["stream"], doc["alarms"]
     head = (f"Replayed stream '{st['scenario']}' (seed {st['seed']}), {st['n']} items, change at item {st['change']}"
             if doc["source"] == "replay" else f"Store {st['store']}, {st['n']} recorded items")
