@@ -67,6 +67,10 @@ def test_served_stacker_records_each_items_votes_and_p_to_the_store(stacker_mode
     assert got[2][3] is None  # every member abstained: no p
     stacker_model.predict(rows.iloc[:1])  # a second request appends
     assert len(_rows(store)) == 4
+    # a prevalence-corrected request records the posterior as fitted (what the monitor's EM estimate needs)
+    corrected = stacker_model.predict(rows.iloc[:1], params={"prevalence": "0.1"})
+    assert corrected["p_hallucinated"][0] < out["p_hallucinated"][0]
+    assert _rows(store)[-1][3] == pytest.approx(float(out["p_hallucinated"][0]))
     con = sqlite3.connect(store)
     assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     con.close()
