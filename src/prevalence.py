@@ -275,10 +275,15 @@ def shift_study(p: np.ndarray, t: np.ndarray, y: np.ndarray, clusters: np.ndarra
         "metrics": {m: {c: summary(vals[c][m], level) for c in CONDITIONS} for m in METRICS},
         "deltas": {m: {c: delta_summary(vals[c][m] - vals["uncorrected"][m], m, level) for c in CONDITIONS[1:]}
                    for m in METRICS},
-        "prevalence_estimate": {**summary(est, level), "bias": float(np.mean(est - prevalence)),
-                                "mae": float(np.mean(np.abs(est - prevalence))),
-                                "mean_posterior": {**summary(pcc, level), "mae": float(np.mean(np.abs(pcc - prevalence)))}},
+        "prevalence_estimate": {**error_summary(est, prevalence, level),
+                                "mean_posterior": error_summary(pcc, prevalence, level)},
     }
+
+
+def error_summary(values: np.ndarray, truth: float, level: float) -> dict:
+    """An estimate of the prevalence over the windows: :func:`summary`, its bias and mean absolute error."""
+    return {**summary(values, level), "bias": float(np.mean(values - truth)),
+            "mae": float(np.mean(np.abs(values - truth)))}
 
 
 def posteriors(table, stacker, settings, folds: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
