@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -432,8 +433,27 @@ def suite_sections(suite: dict, fig) -> list[str]:
             "## Cost (paper Table 2, Appendix H)", "", cost_section(suite), ""] + cascade_section(suite, fig)
 
 
-def markdown(results: dict | None, suite: dict | None, fig_dir: str | Path, report_path: str | Path) -> str:
-    """The report text, opening with the decision per dataset; figure links are relative to the report."""
+def beyond_sections(docs: Mapping[str, tuple[dict, str | Path]], report_path: str | Path) -> list[str]:
+    """The beyond-the-paper sections (``docs``: name → (document, figure path)), each with its figure
+    (:data:`BEYOND`)."""
+    import os
+
+    out: list[str] = []
+    for name, (section, caption) in BEYOND.items():
+        if name not in docs:
+            continue
+        doc, figure = docs[name]
+        out += section(doc)
+        if Path(figure).exists():
+            rel = os.path.relpath(Path(figure), Path(report_path).parent)
+            out += [f"![{caption}]({rel})", "", f"*{caption}*", ""]
+    return out
+
+
+def markdown(results: dict | None, suite: dict | None, fig_dir: str | Path, report_path: str | Path,
+             beyond: Mapping[str, tuple[dict, str | Path]] | None = None) -> str:
+    """The report text, opening with the decision per dataset; figure links are relative to the report.
+    ``beyond``: the beyond-the-paper studies' documents and figures (:data:`BEYOND`)."""
     import os
 
     rel = os.path.relpath(Path(fig_dir), Path(report_path).parent)
@@ -453,11 +473,12 @@ def markdown(results: dict | None, suite: dict | None, fig_dir: str | Path, repo
         parts += ladder_sections(results, suite, fig)
     if suite:
         parts += suite_sections(suite, fig)
+    parts += beyond_sections(beyond or {}, report_path)
     return "\n".join(parts)
 
 
 def write_docs(results: dict | None, suite: dict | None, fig_dir: str | Path, report_path: str | Path,
-               redraw: bool = True) -> Path:
+               redraw: bool = True, beyond: Mapping[str, tuple[dict, str | Path]] | None = None) -> Path:
     """Draw the figures (only the missing ones unless ``redraw``) and write the report; returns its path."""
     if results is None and suite is None:
         raise ValueError("nothing to report: neither results.json nor suite.json")
@@ -465,17 +486,19 @@ def write_docs(results: dict | None, suite: dict | None, fig_dir: str | Path, re
         draw(results, suite, fig_dir)
     report_path = Path(report_path)
     report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(markdown(results, suite, fig_dir, report_path))
+    report_path.write_text(markdown(results, suite, fig_dir, report_path, beyond))
     return report_path
 
 
 def write(results_path: str | Path, suite_path: str | Path, fig_dir: str | Path, report_path: str | Path,
-          redraw: bool = False) -> Path:
-    """Read results.json and suite.json (either may be absent, not both) and write the report."""
+          redraw: bool = False, beyond: Mapping[str, tuple[str | Path, str | Path]] | None = None) -> Path:
+    """Read results.json and suite.json (either may be absent, not both) and write the report; ``beyond``: name →
+    (document path, figure path) of the beyond-the-paper studies, each reported when its document exists."""
     results, suite = _read(results_path), _read(suite_path)
     if results is None and suite is None:
         raise FileNotFoundError(f"neither {results_path} nor {suite_path} exists: run src.run / src.analyses first")
-    return write_docs(results, suite, fig_dir, report_path, redraw)
+    docs = {name: (doc, fig) for name, (path, fig) in (beyond or {}).items() if (doc := _read(path)) is not None}
+    return write_docs(results, suite, fig_dir, report_path, redraw, docs)
 
 
 def _read(path) -> dict | None:
@@ -643,6 +666,13 @@ def prevalence_section(doc: dict) -> list[str]:
     return out
 
 
+# Beyond the paper: each study's own DVC stage writes a JSON document and a figure (conf/<name>/default.yaml:
+# output, figure); the report adds its section when the document exists. Deployment questions first.
+BEYOND = {"prevalence": (prevalence_section, "Posterior calibration under prevalence shift"),
+          "monitor": (monitor_section, "Monitored windows: agreement proxy, vote rates, prevalence and alarms"),
+          "noise": (noise_section, "Stacked κ against label-noise rate, per noise type and stacker")}
+
+
 def _main() -> None:
     import hydra
     from omegaconf import DictConfig
@@ -650,8 +680,9 @@ def _main() -> None:
     @hydra.main(version_base=None, config_path="../conf", config_name="config")
     @one_line
     def main(cfg: DictConfig) -> None:
+        beyond = {name: (cfg[name].output, cfg[name].figure) for name in BEYOND if name in cfg}
         out = write(cfg.output, cfg.suite.output, cfg.suite.figures_dir, cfg.suite.report,
-                    redraw=bool(cfg.get("redraw", False)))
+                    redraw=bool(cfg.get("redraw", False)), beyond=beyond)
         log.info("report written to %s", out)
 
     main()

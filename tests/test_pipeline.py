@@ -25,6 +25,9 @@ VENV_BIN = str(Path(sys.executable).parent)
 RAW = Path(os.environ.get("RAIM_RAW_DIR", ROOT.parent / "shared" / "data" / "raw")).resolve()
 
 
+# the beyond-the-paper studies' stages, in dvc.yaml's order (each: python -m src.<name>, conf/<name>/)
+BEYOND = ("prevalence", "monitor", "noise")
+
 def sh(args, cwd, env, timeout=600) -> subprocess.CompletedProcess:
     p = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"{args}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
@@ -159,7 +162,7 @@ def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
 
 def test_dvc_yaml_declares_an_honest_pipeline():
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    assert list(spec) == ["balance", "verdicts", "coverage", "stacking", "suite", "report"]
+    assert list(spec) == ["balance", "verdicts", "coverage", "stacking", "suite", *BEYOND, "report"]
     # one balance and one verdicts stage per dataset, each depending on its own raw folder and spec only
     assert spec["balance"]["foreach"] == spec["verdicts"]["foreach"] == "${dataset.datasets}"
     bal, ver = spec["balance"]["do"], spec["verdicts"]["do"]
@@ -176,10 +179,16 @@ def test_dvc_yaml_declares_an_honest_pipeline():
     assert "output=${output}" in spec["stacking"]["cmd"] and "judge.missing=skip" in spec["stacking"]["cmd"]
     assert "${output}" in spec["suite"]["deps"] and "${suite.output}" in spec["report"]["deps"]
     assert spec["stacking"]["metrics"] == [{"results/metrics.json": {"cache": False}}]
+    # each beyond-the-paper study: its module and its config node in, its document and figure out, into the report
+    for name in BEYOND:
+        st = spec[name]
+        assert f"python -m src.{name} " in st["cmd"] and f"src/{name}.py" in st["deps"] and name in st["params"]
+        assert st["outs"] == [f"${{{name}.output}}"] and st["plots"] == [f"${{{name}.figure}}"]
+        assert {f"${{{name}.output}}", f"${{{name}.figure}}"} <= set(spec["report"]["deps"])
     lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
     names = list(yaml.safe_load((ROOT / "params.yaml").read_text())["dataset"]["datasets"])
     assert set(lock) == {f"{st}@{n}" for st in ("balance", "verdicts") for n in names} | {
-        "coverage", "stacking", "suite", "report"}
+        "coverage", "stacking", "suite", *BEYOND, "report"}
 
 
 def _dvc(*args, cwd, env, timeout=900):
@@ -213,17 +222,23 @@ def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
     for name, st in status.items():
         if name.startswith("balance@"):
             assert st == [{"changed deps": {f"data/shipped/{name[8:]}": "deleted"}}], status
-    assert {s for s in status if not s.startswith("balance@")} - {"data.dvc"} == {"stacking", "suite", "report"}, status
+    assert {s for s in status if not s.startswith("balance@")} - {"data.dvc"} == {
+        "stacking", "suite", *BEYOND, "report"}, status
     # `dvc exp run -S` recomposes params.yaml from conf/ with the overrides, then reproduces in the workspace:
     # a stacker parameter reruns the stacking stage and what follows it, never the sets or the judges
     out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast",
                cwd=repo, env=env).stdout
-    assert all(f"Running stage '{s}'" in out for s in ("stacking", "suite", "report")), out
+    assert all(f"Running stage '{s}'" in out for s in ("stacking", "suite", *BEYOND, "report")), out
     assert "Running stage 'balance@" not in out and "Running stage 'verdicts@" not in out
     params = yaml.safe_load((repo / "params.yaml").read_text())
     assert params["stacker"]["C"] == 0.5 and params["analysis"]["n_boot"] == 200
     assert json.loads((repo / "results" / "results.json").read_text())["settings"]["n_boot"] == 200
     assert (repo / "results" / "metrics.json").exists() and (repo / "results" / "report.md").exists()
+    report = (repo / "results" / "report.md").read_text()
+    for heading, figure in (("## Prevalence shift", "prevalence.png"), ("## Live monitoring", "monitor.png"),
+                            ("## Noisy calibration labels", "noise.png"), ("## Escalation cascade", "cascade.png")):
+        assert heading in report and f"{figure})" in report, heading
+        assert list((repo / "results").rglob(figure)), figure
     again = _dvc("repro", cwd=repo, env=env).stdout
     assert "Running stage" not in again and "up to date" in again
     assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
@@ -246,7 +261,9 @@ def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_f
     sh([sys.executable, "-m", "src.track", "params"], repo, env)
     out = _dvc("repro", cwd=repo, env=env).stdout
     ran = {ln.split("'")[1] for ln in out.splitlines() if ln.startswith("Running stage '")}
-    assert {"balance@newbench", "verdicts@newbench", "coverage", "stacking", "suite", "report"} == ran, out
+    # the monitor's default replay reads no dataset: it does not rerun
+    assert {"balance@newbench", "verdicts@newbench", "coverage", "stacking", "suite", "prevalence", "noise",
+            "report"} == ran, out
     assert raw.exists() and (repo / "datasets" / "newbench.jsonl").exists()
     doc = json.loads((repo / "results" / "results.json").read_text())
     assert sorted(doc["datasets"]) == ["expertqa", "medhallu", "truthfulqa", "wice"]
