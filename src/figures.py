@@ -300,32 +300,6 @@ def _save(fig, path: Path, tight: bool = True) -> Path:
     return path
 
 
-FIGURES = {
-    "fig2": "fig2_member_kappa.png", "fig3a": "fig3a_regime.png", "fig3b": "fig3b_deltas.png",
-    "fig4": "fig4_phi.png", "fig5": "fig5_leave_one_out.png", "fig6a": "fig6a_size.png",
-    "fig6b": "fig6b_budget.png", "fig8": "fig8_transfer.png",
-}
-
-
-def draw(results: dict | None, suite: dict | None, outdir: str | Path) -> list[Path]:
-    """Every figure the two documents allow (a document without datasets allows none); returns the written
-    paths."""
-    out = Path(outdir)
-    paths: list[Path | None] = []
-    if results and results.get("datasets"):
-        paths += [fig2_member_kappa(results, out / FIGURES["fig2"]), fig3a_regime(results, suite, out / FIGURES["fig3a"]),
-                  fig3b_deltas(results, out / FIGURES["fig3b"])]
-    if suite and suite.get("datasets"):
-        paths += [fig4_phi(suite, out / FIGURES["fig4"]), fig5_leave_one_out(suite, out / FIGURES["fig5"])]
-        paths += fig6_curves(suite, out / FIGURES["fig6a"], out / FIGURES["fig6b"])
-        paths.append(fig8_transfer(suite, out / FIGURES["fig8"]))
-        paths.append(fig_cascade(suite, out / FIGURES["cascade"]))
-    return [p for p in paths if p is not None]
-
-
-__all__ = ["FIGURES", "draw", "estimate"]
-
-
 def fig_cascade(suite: dict, path: Path) -> Path | None:
     """Escalation cascade (beyond the paper; :mod:`src.analyses.cascade`): per dataset, the cascade's κ against
     the share of items escalated (95% paired cluster-bootstrap band), escalating the same share at random, the
@@ -359,8 +333,6 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
     _figure_legend(fig, axes.flat[0], 4, "Escalation cascade — κ against the share of items escalated")
     return _save(fig, path, tight=False)
 
-
-FIGURES["cascade"] = "cascade.png"
 
 
 def noise_figure(doc: dict, path: Path) -> Path:
@@ -475,3 +447,31 @@ def prevalence_figure(doc: dict, path: str | Path) -> Path:
     fig.legend(h1 + h2, l1 + l2, loc="lower center", ncol=4, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.04))
     fig.suptitle("Prevalence shift: the stacker's posteriors at the served decision (p ≥ threshold)", fontsize=10)
     return _save(fig, Path(path))
+
+
+FIGURES = {
+    "fig2": "fig2_member_kappa.png", "fig3a": "fig3a_regime.png", "fig3b": "fig3b_deltas.png",
+    "fig4": "fig4_phi.png", "fig5": "fig5_leave_one_out.png", "fig6a": "fig6a_size.png",
+    "fig6b": "fig6b_budget.png", "fig8": "fig8_transfer.png", "cascade": "cascade.png",
+}
+
+
+def draw(results: dict | None, suite: dict | None, outdir: str | Path) -> list[Path]:
+    """Every figure the two documents allow (a document without datasets allows none); returns the written
+    paths."""
+    out = Path(outdir)
+    paths: list[Path | None] = []
+    if results and results.get("datasets"):
+        paths += [fig2_member_kappa(results, out / FIGURES["fig2"]), fig3a_regime(results, suite, out / FIGURES["fig3a"]),
+                  fig3b_deltas(results, out / FIGURES["fig3b"])]
+    if suite and suite.get("datasets"):
+        paths += [fig4_phi(suite, out / FIGURES["fig4"]), fig5_leave_one_out(suite, out / FIGURES["fig5"])]
+        paths += fig6_curves(suite, out / FIGURES["fig6a"], out / FIGURES["fig6b"])
+        paths.append(fig8_transfer(suite, out / FIGURES["fig8"]))
+        paths.append(fig_cascade(suite, out / FIGURES["cascade"]))
+    return [p for p in paths if p is not None]
+
+
+# The beyond-the-paper studies draw their own figure into their stage's output (conf/<name>/default.yaml):
+# noise_figure, monitor_figure, prevalence_figure.
+__all__ = ["FIGURES", "draw", "estimate", "monitor_figure", "noise_figure", "prevalence_figure"]
