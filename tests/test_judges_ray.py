@@ -41,6 +41,20 @@ def test_settings_are_validated_field_by_field():
         RaySettings.from_cfg({"gpus": 1})
 
 
+def test_cli_options_override_the_config_node():
+    import argparse
+
+    from src.judges.ray_engine import add_engine_args, engine_from_args
+
+    ap = argparse.ArgumentParser()
+    add_engine_args(ap)
+    assert engine_from_args(ap.parse_args([])) is None  # conf/config.yaml: judge.engine=local
+    eng = engine_from_args(ap.parse_args(["--engine", "ray", "--ray-address", "None", "--ray-actors", "3"]))
+    assert eng.settings == RaySettings(address=None, actors_per_member=3, batch_size=16)  # DVC's None = default
+    with pytest.raises(RayEngineError, match=r"judge.ray.actors_per_member: 0"):
+        engine_from_args(ap.parse_args(["--engine", "ray", "--ray-actors", "0"]))
+
+
 def test_only_gpu_backends_ask_for_gpus():
     assert uses_gpu({"_target_": "src.judges.backends.vllm_backend.VLLMBackend", "model": "m"})
     assert uses_gpu({"_target_": "src.judges.backends.hf.HFBackend", "model": "m"})

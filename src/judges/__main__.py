@@ -8,6 +8,9 @@ subsample (seed 0) when ``--per-dataset`` is given, scores missing verdicts with
 dataset, member by member; kill it at any time and rerun the same command to resume), and writes
 ``<tables-dir>/<roster>/<dataset>.csv`` plus ``coverage.csv`` / ``coverage.json`` (Table 22 shape with κ,
 abstentions, truncations and seconds per item).  Without ``--compute`` it only reads the cache.
+``--engine ray`` (default: conf/config.yaml's ``judge.engine``) scores the misses on a Ray cluster
+(:mod:`src.judges.ray_engine`; ``--ray-address``, ``--ray-actors``, ``--ray-batch-size``, ``--ray-cpus``,
+``--ray-gpus`` override ``judge.ray``); the cache is written by this process either way.
 """
 
 from __future__ import annotations

@@ -200,12 +200,18 @@ def engine_from_cfg(judge_cfg: Any) -> RayEngine | None:
     return RayEngine(RaySettings.from_cfg(node.get("ray"))) if kind == "ray" else None
 
 
+def _address(text: str) -> str | None:
+    """A cluster address; ``null`` / ``None`` / empty (as DVC writes an unset param) mean the default."""
+    return None if text.strip().lower() in ("", "null", "none") else text
+
+
 def add_engine_args(ap: Any) -> None:
     """``--engine`` and ``--ray-*`` options for an argparse command; unset ones take conf/config.yaml's
     ``judge`` node."""
     g = ap.add_argument_group("engine", "where missing verdicts are scored (default: conf/config.yaml's judge node)")
     g.add_argument("--engine", choices=ENGINES, default=None, help="local: this process; ray: a Ray cluster")
-    g.add_argument("--ray-address", default=None, help="judge.ray.address (default $RAY_ADDRESS or a local cluster)")
+    g.add_argument("--ray-address", type=_address, default=None,
+                   help="judge.ray.address (default $RAY_ADDRESS or a local cluster; null/None: that default)")
     g.add_argument("--ray-actors", type=int, default=None, help="judge.ray.actors_per_member")
     g.add_argument("--ray-batch-size", type=int, default=None, help="judge.ray.batch_size")
     g.add_argument("--ray-cpus", type=float, default=None, help="judge.ray.num_cpus_per_actor")
