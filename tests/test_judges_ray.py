@@ -259,3 +259,15 @@ def test_src_run_judges_on_ray_with_judge_engine_ray(cluster, compose_cfg, tmp_p
     cache = table.provenance["cache"]["truthfulqa"]
     assert all(cache[m]["cached"] == 8 for m in table.members)
     assert len(records(tmp_path)) == 16
+
+
+@pytest.mark.slow
+def test_a_member_failing_on_the_workers_is_one_error_naming_it_and_its_cause(cluster, setup, tmp_path):
+    _, items, frames = setup
+    roster = {"name": "bad", "members": [{"name": "ghost", "backend": {
+        "_target_": "src.judges.backends.llamacpp.LlamaCppBackend", "model_path": str(tmp_path / "no.gguf"),
+        "sha256": "0" * 64}}]}
+    with pytest.raises(RayEngineError, match=r"^member ghost on Ray: FileNotFoundError: .*no\.gguf"):
+        verdict_table(roster, items.iloc[:4], frames, tmp_path / "c", compute=True, progress=False,
+                      engine=RayEngine(RaySettings()))
+    assert records(tmp_path / "c") == {}

@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,8 +185,10 @@ class RayEngine:
 
 
 def _last_line(e: BaseException) -> str:
-    lines = [x for x in str(e).strip().splitlines() if x.strip()]
-    return lines[-1].strip() if lines else type(e).__name__
+    """The worker's own error from a Ray error's remote traceback (``FileNotFoundError: …``), not Ray's wrapper."""
+    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
+    own = [x for x in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", x) and not x.startswith("ray.")]
+    return own[-1] if own else (lines[-1] if lines else type(e).__name__)
 
 
 def engine_from_cfg(judge_cfg: Any) -> RayEngine | None:
