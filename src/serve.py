@@ -297,22 +297,24 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
 
 @contextlib.contextmanager
 def _pins_from_this_environment() -> Iterator[None]:
-    """MLflow checks a logged model's pinned requirements against the environment, rebuilding a map of every
-    installed package to do it (~1 s of a ``src.run`` that logs four stackers). RAIM's pins are read from this
-    interpreter (:func:`pip_requirements`), so that check cannot find a mismatch: it is skipped while RAIM logs
-    its own models (tests/test_track.py checks the pins against the installed distributions). Loading a model
+    """MLflow checks a model's pinned requirements against the environment when it saves the model and again when
+    it loads it back to validate the input example, rebuilding a map of every installed package to do it (~1.5 s
+    of a ``src.run`` that logs four stackers). RAIM's pins are read from this interpreter
+    (:func:`pip_requirements`), so while RAIM logs its own models that check cannot find a mismatch and is skipped
+    (tests/test_track.py checks the pins against the installed distributions). Loading a model anywhere else
     still runs it."""
+    import mlflow.pyfunc
     from mlflow.utils import environment
 
-    check = getattr(environment, "warn_dependency_requirement_mismatches", None)
-    if check is None:
-        yield
-        return
-    environment.warn_dependency_requirement_mismatches = lambda requirements: None
+    modules = [m for m in (environment, mlflow.pyfunc) if hasattr(m, "warn_dependency_requirement_mismatches")]
+    checks = [m.warn_dependency_requirement_mismatches for m in modules]
     try:
+        for m in modules:
+            m.warn_dependency_requirement_mismatches = lambda requirements: None
         yield
     finally:
-        environment.warn_dependency_requirement_mismatches = check
+        for m, check in zip(modules, checks):
+            m.warn_dependency_requirement_mismatches = check
 
 
 def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, **kwargs):

@@ -170,6 +170,33 @@ def test_cache_torn_last_line_is_reported_before_it_is_repaired(tmp_path):
     assert c2.problems() == [] and c2.repaired_bytes == 16
 
 
+def test_a_cache_file_read_again_is_parsed_once_and_an_edited_one_again(tmp_path, monkeypatch):
+    """One judge's file is read once per dataset: the second reader reuses the first's parse of the same bytes
+    and parses only what was appended; a file whose bytes changed is parsed afresh (never stale records)."""
+    from src.judges import cache as cache_mod
+
+    c = VerdictCache(tmp_path, "m", {"backend": "x"})
+    for k in "abc":
+        c.put(_rec(k))
+    with open(c.path, "ab") as f:
+        f.write(b"42\n")
+    parsed = []
+    real = cache_mod.parse_record
+    monkeypatch.setattr(cache_mod, "parse_record", lambda line: parsed.append(line) or real(line))
+    first = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert len(parsed) == 4 and set(first.records) == set("abc") and first.bad_lines == 1
+    again = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert len(parsed) == 4  # the same bytes: not parsed twice
+    assert again.records == first.records and again.bad == first.bad and again.records is not first.records
+    c.put(_rec("d"))  # the writer first reads the line appended behind its back (`42`), then appends `d`
+    assert len(parsed) == 5
+    assert set(VerdictCache(tmp_path, "m", {"backend": "x"}).records) == set("abcd")
+    assert len(parsed) == 6  # only the appended line
+    c.path.write_bytes(c.path.read_bytes().replace(b'"key": "a"', b'"key": "A"'))  # rewritten in place
+    fresh = VerdictCache(tmp_path, "m", {"backend": "x"})
+    assert set(fresh.records) == set("Abcd") and len(parsed) == 11  # all five lines again
+
+
 def test_cache_two_writers_no_duplicates(tmp_path):
     a = VerdictCache(tmp_path, "m", {"backend": "x"})
     b = VerdictCache(tmp_path, "m", {"backend": "x"})

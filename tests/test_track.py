@@ -282,14 +282,16 @@ def test_model_pins_are_the_installed_versions_so_mlflows_check_is_skipped_while
     this interpreter) and puts MLflow's check back afterwards."""
     from importlib.metadata import version
 
+    import mlflow.pyfunc
     from mlflow.utils import environment
 
     pins = dict(r.split("==") for r in serve.pip_requirements())
     assert pins == {name: version(name) for name in pins}
-    before = environment.warn_dependency_requirement_mismatches
+    before = [m.warn_dependency_requirement_mismatches for m in (environment, mlflow.pyfunc)]
     with serve._pins_from_this_environment():
-        assert environment.warn_dependency_requirement_mismatches is not before
-    assert environment.warn_dependency_requirement_mismatches is before
+        assert environment.warn_dependency_requirement_mismatches is not before[0]
+        assert mlflow.pyfunc.warn_dependency_requirement_mismatches is not before[1]
+    assert [m.warn_dependency_requirement_mismatches for m in (environment, mlflow.pyfunc)] == before
 
 
 def test_secrets_never_reach_params_tags_artifacts_or_the_database(logged):

@@ -50,6 +50,17 @@ def identity_hash(identity: Mapping[str, Any]) -> str:
 VOTES = (0, 1, None)  # hallucinated = 1, supported = 0, abstained = null
 MAX_REPORTED = 20  # bad lines listed per file (all are counted)
 
+# What this process has parsed of each cache file, by content: one judge's file is read once per dataset (src.run,
+# the suite), so its first load reuses the records parsed from the same bytes and parses only what was appended
+# since. A snapshot is used only when the file's prefix has the same digest (an edited or rewritten file is parsed
+# again); files over MEMO_MAX_BYTES are not kept. path → (bytes parsed, their digest, records, bad, bad lines, lines)
+MEMO_MAX_BYTES = 64 << 20
+_PARSED: dict[str, tuple[int, bytes, dict, list, int, int]] = {}
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
 
 def parse_record(line: bytes) -> tuple[dict | None, str | None]:
     """One cache line → (record, None) or (None, why it is not a valid record)."""
@@ -116,13 +127,28 @@ class VerdictCache:
             self.records.setdefault(rec["key"], rec)
         return consumed
 
+    def _resume(self, data: bytes) -> int:
+        """Take this process's earlier parse of ``data``'s prefix (:data:`_PARSED`) if the bytes are the same;
+        returns the number of bytes it covers (0: none)."""
+        memo = _PARSED.get(str(self.path))
+        if memo is None or memo[0] > len(data) or _digest(data[:memo[0]]) != memo[1]:
+            return 0
+        n, _, records, bad, self.bad_lines, self._lines = memo
+        self.records, self.bad = dict(records), list(bad)
+        return n
+
     def _load(self, repair: bool) -> None:
         if not self.path.exists():
             return
         with open(self.path, "rb") as f:
             f.seek(self._offset)
             data = f.read()
-        used = self._ingest(data, final=True)
+        first = self._offset == 0
+        used = self._resume(data) if first else 0
+        used += self._ingest(data[used:], final=True)
+        if first and used <= MEMO_MAX_BYTES:
+            _PARSED[str(self.path)] = (used, _digest(data[:used]), dict(self.records), list(self.bad),
+                                       self.bad_lines, self._lines)
         self._offset += used
         self.torn_tail = len(data) - used
         if repair and used < len(data):
