@@ -83,12 +83,25 @@ def store_path(config: Mapping[str, Any] | None = None) -> Path | None:
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (creating) the store: WAL journal (readers never block the writers), 30 s busy timeout."""
+    """Open (creating) the store: WAL journal (readers never block the writers), 30 s busy timeout.
+
+    Switching a new database to WAL needs it to itself, and SQLite answers "database is locked" at once instead of
+    waiting (no busy handler for it): the processes that find it not yet in WAL take turns through an exclusive
+    lock on ``<store>.lock``. The mode is persistent, so later connections skip this."""
+    import fcntl
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     con = sqlite3.connect(str(path), timeout=30.0)
     con.execute("PRAGMA busy_timeout = 30000")
-    con.execute("PRAGMA journal_mode = WAL")
+    if str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+        with open(f"{path}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                con.execute("PRAGMA journal_mode = WAL")
+                con.execute(_SCHEMA)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
     con.execute(_SCHEMA)
     return con
 

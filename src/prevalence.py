@@ -42,6 +42,9 @@ LOWER_IS_BETTER = ("brier", "ece")
 ESTIMATE = "estimate"
 STUDY_KEYS = ("prevalences", "window", "n_boot", "n_draws", "seed", "level", "ece_bins", "tol", "max_iter")
 _EDGE = 1e-12  # a served EM estimate at the boundary is kept this far inside (0, 1)
+# "estimate" over fewer answered rows is refused: EM on a handful of posteriors runs to 0 or 1 (one item at p = 0.7
+# gives π̂ ≈ 1.0) and would push every verdict with it; a window of a few hundred is what the study measures.
+MIN_ESTIMATE_ROWS = 50
 
 
 class PrevalenceError(RaimError):
@@ -170,6 +173,10 @@ def served(p: np.ndarray, stacker, setting: Any) -> tuple[np.ndarray, float | No
     arr = check_posteriors(p)
     if arr.size == 0:
         return arr, None
+    if value == ESTIMATE and arr.size < MIN_ESTIMATE_ROWS:
+        raise PrevalenceError(f"parameter 'prevalence': '{ESTIMATE}' needs at least {MIN_ESTIMATE_ROWS} answered rows "
+                              f"in the request, got {arr.size} (the EM estimate of a few posteriors runs to 0 or 1): "
+                              "send a window of items, or pass the deployment prevalence itself")
     q = min(max(estimate(arr, t), _EDGE), 1 - _EDGE) if value == ESTIMATE else value
     return _shift(arr, t, q), float(q)
 

@@ -119,8 +119,11 @@ def test_served_correction_uses_the_stored_train_prevalence():
     assert prevalence.served(p, st, None)[1] is None
     q, used = prevalence.served(p, st, "0.1")
     assert used == 0.1 and np.allclose(q, adjust(p, 0.625, 0.1))
-    q, used = prevalence.served(p, st, "Estimate")
-    assert np.isclose(used, estimate(p, 0.625)) and np.allclose(q, adjust(p, 0.625, used))
+    window = np.tile(p, 10)  # "estimate" needs a window of at least MIN_ESTIMATE_ROWS answered rows
+    q, used = prevalence.served(window, st, "Estimate")
+    assert np.isclose(used, estimate(window, 0.625)) and np.allclose(q, adjust(window, 0.625, used))
+    with pytest.raises(PrevalenceError, match="needs at least 50 answered rows in the request, got 8"):
+        prevalence.served(p, st, "estimate")
     with pytest.raises(PrevalenceError, match="parameter 'prevalence': 'often' is neither"):
         prevalence.served(p, st, "often")
     del st.train_prevalence_  # a stacker fitted before RAIM stored it
@@ -284,6 +287,11 @@ def test_served_stacker_takes_a_prevalence(logged):
     assert inner.predict(None, df, {"prevalence": 0.1})["p_hallucinated"].equals(out["p_hallucinated"])
     with pytest.raises(MlflowException, match="parameter 'prevalence': '1.5' is neither a prevalence"):
         model.predict(df, params={"prevalence": "1.5"})
+    # a handful of rows cannot estimate a prevalence (one row at p = 0.7 gives π̂ ≈ 1): refused, not pushed to 0/1
+    with pytest.raises(MlflowException, match=r"'estimate' needs at least 50 answered rows in the request, got 9"):
+        model.predict(df.head(10), params={"prevalence": "estimate"})
+    assert model.predict(df.head(10), params={"prevalence": "0.1"})["p_hallucinated"][1:].to_numpy(float) == \
+        pytest.approx(adjust(p[1:10], 0.5, 0.1))
 
 
 def test_an_old_logged_model_still_loads_and_predicts(logged):
