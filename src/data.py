@@ -23,7 +23,6 @@ Output is deterministic: the same raw files and seed give the same bytes.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import csv
@@ -39,7 +38,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .errors import RaimError, one_line
+from .errors import ArgumentParser, RaimError, one_line
 from .fsutil import atomic_write_text
 
 ITEM_COLUMNS: tuple[str, ...] = (
@@ -1105,7 +1104,7 @@ def build_all(raw_dir: str | Path | Sequence[str | Path], out_dir: str | Path, n
 
 @one_line
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Build balanced binary items (Appendix J, Table 18).")
+    ap = ArgumentParser(prog="python -m src.data", description="Build balanced binary items (Appendix J, Table 18).")
     ap.add_argument("--raw-dir", default=os.environ.get("RAIM_RAW_DIR", SHIPPED_DIR),
                     help=f"the shipped raw snapshot, searched first (default: RAIM_RAW_DIR or {SHIPPED_DIR})")
     ap.add_argument("--own-dir", default=OWN_DIR, help=f"your own raw files, searched second (default {OWN_DIR})")

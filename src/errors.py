@@ -9,6 +9,7 @@ where there is one. The command-line entries wrap their body in :func:`one_line`
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import sys
@@ -53,3 +54,13 @@ def one_line(fn: F) -> F:
             raise SystemExit(EXIT_BAD_INPUT) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with the commands' one-line errors: a bad argument prints ``error: <prog>: <what>`` (and where
+    to read the usage) on stderr, exit status :data:`EXIT_BAD_INPUT`, instead of the usage block then the error."""
+
+    def error(self, message: str):
+        print(f"error: {self.prog}: {' '.join(message.split())} (usage: {self.prog} --help)", file=sys.stderr,
+              flush=True)
+        raise SystemExit(EXIT_BAD_INPUT)

@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .errors import RaimError, one_line
+from .errors import ArgumentParser, RaimError, one_line
 from .serve import SCORED_CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -336,7 +336,7 @@ def summary(out: pd.DataFrame, report: dict, members: list[str]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m src.predict", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m src.predict", description=__doc__.splitlines()[0])
     ap.add_argument("items", nargs="?", type=Path, help="items file: .jsonl, .csv or .parquet")
     ap.add_argument("--candidate", help="one item on the command line: the text to judge")
     ap.add_argument("--question", default="")

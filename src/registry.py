@@ -34,12 +34,11 @@ verdict cache) and a logged stacker (``--stacker-uri``, e.g. ``models:/raim-stac
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
 
 from .decide import WINS
-from .errors import RaimError, one_line
+from .errors import ArgumentParser, RaimError, one_line
 
 REFUSED = 2
 
@@ -162,7 +161,7 @@ def log_panel_run(roster: str, stacker_uri: str, default_frame: str = "claim", c
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    ap = argparse.ArgumentParser(prog="python -m src.registry", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m src.registry", description=__doc__.splitlines()[0])
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("promote", help="register a run's stacker and alias it, if admissible and a win (the panel decision)")

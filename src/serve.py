@@ -22,7 +22,7 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 
-from .errors import RaimError, one_line
+from .errors import ArgumentParser, RaimError, one_line
 
 ROOT = Path(__file__).resolve().parents[1]
 SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
@@ -510,11 +510,9 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
 def main(argv: list[str] | None = None) -> int:
     """``python -m src.serve model --model-uri models:/raim-stacker-wice@champion --port 5001`` (a panel model
     is logged with ``python -m src.registry log-panel``)."""
-    import argparse
-
     from mlflow.exceptions import MlflowException
 
-    ap = argparse.ArgumentParser(prog="python -m src.serve", description="serve a RAIM model")
+    ap = ArgumentParser(prog="python -m src.serve", description="serve a RAIM model")
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("model", help="serve a stacker or panel model (MLflow's server, strict inputs)")
     m.add_argument("--model-uri", required=True)

@@ -65,7 +65,7 @@ import numpy as np
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import RaimError, one_line
+from .errors import ArgumentParser, RaimError, one_line
 from .fsutil import atomic_write_text, to_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -869,9 +869,7 @@ def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[st
 @one_line
 def main(argv: list[str] | None = None) -> int:
     """``python -m src.track params [override …]``: regenerate params.yaml from conf/."""
-    import argparse
-
-    ap = argparse.ArgumentParser(prog="python -m src.track")
+    ap = ArgumentParser(prog="python -m src.track")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("params", help="regenerate params.yaml from conf/ (as `dvc exp run` does)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. stacker.C=0.5")

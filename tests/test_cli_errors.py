@@ -59,6 +59,27 @@ CASES = {
     "report: corrupt results.json": (lambda t: ["src.report", f"output={_garbage(t)}",
                                                 f"suite.output={t}/suite.json", f"suite.report={t}/report.md",
                                                 f"suite.figures_dir={t}/fig"], "r.json: not a readable JSON"),
+    # argparse's own errors (a bad or missing option) follow the same rule: one line, exit 2 (src.errors.ArgumentParser)
+    "judges: unknown engine": (lambda t: ["src.judges", "--engine", "spark"],
+                               "python -m src.judges: argument --engine: invalid choice: 'spark'"),
+    "data: an option without its value": (lambda t: ["src.data", "--datasets"],
+                                          "python -m src.data: argument --datasets: expected one argument"),
+    "predict: no model named": (lambda t: ["src.predict", "--candidate", "x"],
+                                "one of the arguments --model-uri --run-id is required"),
+    "serve: no command": (lambda t: ["src.serve"], "python -m src.serve: the following arguments are required: cmd"),
+    # the beyond-the-paper studies and the judge engine
+    "judges: ray actors 0": (lambda t: ["src.judges", "--roster", "tiny", "--datasets", "truthfulqa", "--compute",
+                                        "--engine", "ray", "--ray-actors", "0", "--cache-dir", str(t / "c"),
+                                        "--tables-dir", str(t / "tb")],
+                             "judge.ray.actors_per_member: 0 is not a number >= 1"),
+    "prevalence: prevalence 0": (lambda t: ["src.prevalence", "prevalence.prevalences=[0]", "tracking.enabled=false",
+                                            f"prevalence.output={t}/p.json"],
+                                 "prevalence.prevalences: 0 is not a prevalence in (0, 1)"),
+    "monitor: store missing": (lambda t: ["src.monitor", "monitor.source=store", f"monitor.store={t}/none.sqlite",
+                                          "monitor.calibration.dataset=wice", "tracking.enabled=false",
+                                          f"monitor.output={t}/m.json"], "none.sqlite: no monitoring store there"),
+    "noise: rate 1.5": (lambda t: ["src.noise", "noise.rates=[1.5]", "tracking.enabled=false",
+                                   f"noise.output={t}/n.json"], "noise.rates: noise rate 1.5: must be a number in"),
 }
 
 
@@ -75,6 +96,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
     assert p.returncode == 2, (case, p.stdout[-2000:], p.stderr[-2000:])
     errors = [ln for ln in lines if ln.startswith("error: ")]
     assert len(errors) == 1 and lines[-1] == errors[0] and expect in errors[0], (case, p.stderr[-2000:])
+    assert not any(ln.startswith("usage:") for ln in lines), (case, p.stderr[-2000:])  # no usage block
     assert "Traceback" not in p.stderr and "HYDRA_FULL_ERROR" not in p.stderr
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import RaimError, one_line
+from ..errors import ArgumentParser, RaimError, one_line
 from ..fsutil import atomic_write_text, to_json
 from .frames import is_frame_cfg
 from .ray_engine import add_engine_args, engine_from_args
@@ -123,7 +123,7 @@ def _size(text: str) -> int:
 
 @one_line
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m src.judges", description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m src.judges", description=__doc__.splitlines()[0])
     ap.add_argument("--roster", default="cpu")
     ap.add_argument("--datasets", nargs="+", default=["medhallu", "wice", "truthfulqa", "expertqa"])
     ap.add_argument("--items-dir", type=Path, default=REPO / "datasets")

@@ -11,7 +11,6 @@ cases the pinned ``sha256`` is part of the judge identity (and so of every cache
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib
 import importlib.util
@@ -19,6 +18,8 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..errors import ArgumentParser
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS_DIR = Path(os.environ.get("RAIM_MODELS_DIR", REPO / "models"))
@@ -241,7 +242,7 @@ def export_hf(key: str, out_dir: Path | str | None = None, dtype: str = "float32
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="python -m src.judges.weights", description=__doc__.splitlines()[0])
     ap.add_argument("keys", nargs="*", help=f"models to assemble (default: all of {sorted(WEIGHTS)})")
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--models-dir", default=None)
