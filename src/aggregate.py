@@ -389,7 +389,8 @@ class NoiseRobustStackedLogit(StackedLogit):
     Dawid & Skene (1979) on the members' votes with the noisy label as one more annotator, whose fitted
     confusion matrix gives (ρ₀, ρ₁) (conditional independence of the label source and the members given the
     truth; it fails when the labels come from a member, or when flips concentrate where members err). Each rate
-    is capped at ``max_flip`` and their sum kept under 1. Fitted: ``flip_rates_`` and the β of the parent.
+    is capped at ``max_flip`` and their sum kept under 1. Fitted: ``flip_rates_``, the β of the parent and
+    ``train_prevalence_``, the clean-label prevalence the noise model implies (the prior of its posteriors).
     """
 
     def __init__(self, C: float = 1.0, abstention: str = "scalar", threshold: float = 0.5,
@@ -445,4 +446,7 @@ class NoiseRobustStackedLogit(StackedLogit):
                        options={"maxiter": self.max_iter})
         self.intercept_, self.coef_ = float(res.x[0]), res.x[1:].copy()
         self.lr_.intercept_, self.lr_.coef_ = np.array([self.intercept_]), self.coef_[None, :].copy()
+        # its posteriors are of the clean label: their prior is the clean prevalence the noise model implies
+        # (E[ỹ] = ρ₀ + (1 − ρ₀ − ρ₁)·π), not the noisy labels' share (src.prevalence.adjust reads it)
+        self.train_prevalence_ = float(np.clip((y.mean() - r0) / scale, 1e-6, 1 - 1e-6))
         return self

@@ -184,7 +184,7 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     }
     if best_avg_votes is not None:
         preds["best_avg"] = best_avg_votes
-    if table.frontier is not None and (table.frontier != ABSTAIN).any():
+    if table.has_frontier:
         preds["frontier"] = table.frontier
     alt = _other_encoding(X, y, folds, stacker) if s.abstention_contrast else None
     named = list(preds)

@@ -256,13 +256,15 @@ def settings_from(cfg: dict) -> dict:
     for key in ("draws", "n_boot"):
         if isinstance(s[key], bool) or not isinstance(s[key], int) or s[key] < 1:
             raise NoiseError(f"noise.{key}={s[key]!r}: must be an integer ≥ 1")
+    if "default_rate" in s and s["default_rate"] not in s["rates"]:  # the headline is read at that rate
+        raise NoiseError(f"noise.default_rate={s['default_rate']!r}: must be one of noise.rates {s['rates']}")
     return s
 
 
 def ws_judge(t: VerdictTable, folds: list[tuple], min_coverage: float) -> dict:
     """The WS label source: the frontier column when it has votes, else the member the CV-best rule picks most
     often on the training folds (then also a panel member)."""
-    if t.frontier is not None and (t.frontier != ABSTAIN).any():
+    if t.has_frontier:
         return {"name": t.frontier_name, "member": False, "votes": t.frontier}
     picks = [BestSingle(min_coverage=min_coverage).fit(t.votes[tr], t.gold[tr]).best_ for tr, _ in folds]
     j = Counter(picks).most_common(1)[0][0]

@@ -234,8 +234,9 @@ def load_panel(uri: str, roster: str | None = None) -> Panel:
         return Panel(inner, inner.default_frame, uri, Path(cache) if cache else None)
     tags = _run_tags(uri)
     frames = frame_configs()
+    chosen = _roster(roster, tags, uri)  # its own errors already say what to pass
     try:  # no frontier: it never votes
-        members = panel_roster(_roster(roster, tags, uri), inner.columns, inner.stacker.n_votes, drop_frontier=True)
+        members = panel_roster(chosen, inner.columns, inner.stacker.n_votes, drop_frontier=True)
     except RaimError as e:
         raise PredictError(f"{e}; pass --roster with the roster it was fitted on") from None
     calibrated = calibration_frame(tags, frames)

@@ -59,6 +59,12 @@ class VerdictTable:
         return self.items["cluster_id"].to_numpy()
 
     @property
+    def has_frontier(self) -> bool:
+        """Whether the frontier column holds a verdict: a roster's frontier that nobody scored (every item
+        abstaining) is no comparator and no judge to escalate to."""
+        return self.frontier is not None and bool((self.frontier != ABSTAIN).any())
+
+    @property
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(self.items["dataset"]))
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 from sklearn.base import clone
@@ -161,6 +162,18 @@ def test_the_expensive_judge_is_the_frontier_or_the_costliest_member_and_the_pan
         _run(ref, {**CFG, "expensive": "gpt"})
     with pytest.raises(cascade.CascadeError, match=r"suite\.cascade\.operating_points: \[1\.5\]"):
         _run(ref, {**CFG, "operating_points": [0.1, 1.5]})
+
+
+def test_a_frontier_column_nobody_scored_is_not_the_expensive_judge():
+    """A roster names its frontier but its column is all abstentions (the frontier was never run): the cascade
+    escalates to the costliest member instead of skipping every dataset."""
+    df = simulate.panel(150, 2, [0.9, 0.7, 0.65, 0.6], rho=0.3, abstain_rate=0.02, seed=5, frontier_accuracy=0.9)
+    df["frontier"] = pd.NA
+    t = verdicts.validate(df, frontier="frontier")
+    assert t.frontier is not None and not t.has_frontier
+    doc = _run(reference("sim", t, StackedLogit(), LadderSettings(n_boot=500)))
+    assert doc["expensive"] == "m00" and doc["chosen_as"].startswith("most expensive member")
+    assert "skipped" not in doc["datasets"]["sim"] and doc["datasets"]["sim"]["points"]
 
 
 def test_abstentions_of_the_expensive_judge_keep_the_panel_verdict():

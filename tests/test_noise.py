@@ -101,6 +101,9 @@ def test_features_and_bad_settings():
         noise.settings_from({"types": ["rf"], "rates": [0.1, 0.7], "draws": 1, "n_boot": 10})
     with pytest.raises(noise.NoiseError, match="noise.draws"):
         noise.settings_from({"types": ["rf"], "rates": [0.1], "draws": 0, "n_boot": 10})
+    # a headline rate the study does not run would leave every headline silently empty
+    with pytest.raises(noise.NoiseError, match=r"noise\.default_rate=0\.15: must be one of noise\.rates \[0\.1\]"):
+        noise.settings_from({"types": ["rf"], "rates": [0.1], "draws": 1, "n_boot": 10, "default_rate": 0.15})
 
 
 # ------------------------------------------------------------------------------------- TRIVIA+'s own columns
@@ -180,6 +183,18 @@ def test_robust_stacker_recovers_the_clean_kappa_under_class_conditional_noise()
     # with the true rates given, the same recovery
     known = kappa(y, crossfit(NoiseRobustStackedLogit(flip_rates=(0.0, 0.35)), X, yn, folds).pred)
     assert known > np.mean(plain) + 0.6 * lost
+
+
+def test_robust_stacker_records_the_clean_prevalence_its_posteriors_assume():
+    """Served with a `prevalence` setting, a stacker's posteriors are shifted from its training prevalence
+    (src.prevalence.adjust): for the robust stacker that is the clean labels' prevalence, not the noisy share."""
+    t = _sim(300, seed=4)
+    y = _class_conditional(t.gold, 0.35, np.random.default_rng(0))  # 35 % of hallucinations labelled supported
+    est = NoiseRobustStackedLogit(flip_rates=(0.0, 0.35)).fit(t.votes, y)
+    assert y.mean() == pytest.approx(0.5 * 0.65, abs=0.03)  # the noisy share is far from the truth …
+    assert est.train_prevalence_ == pytest.approx(y.mean() / 0.65)  # … the implied clean share is the truth's
+    assert est.train_prevalence_ == pytest.approx(t.gold.mean(), abs=0.03)
+    assert NoiseRobustStackedLogit(flip_rates=(0, 0)).fit(t.votes, y).train_prevalence_ == y.mean()
 
 
 def test_robust_stacker_is_the_plain_one_at_zero_rates_and_sklearn_style():

@@ -257,5 +257,8 @@ def test_model_and_command_line_errors_are_one_line(store, capsys, tmp_path):
     for case, (args, message) in cases.items():
         code, out, err = cli(capsys, *cache, *args)
         assert code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, (case, err)
+    # a roster the user named and that does not exist is not "the wrong roster": no advice to pass --roster
+    code, _, err = cli(capsys, *cache, "--model-uri", store["registered"], "--roster", "nope")
+    assert "pass --roster" not in err
     code, _, err = cli(capsys, "items.jsonl", *cache, "--model-uri", store["registered"])
     assert code == 2 and "give an items file or one item with --candidate" in err

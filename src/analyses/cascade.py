@@ -135,13 +135,13 @@ def grid(cfg: Mapping) -> np.ndarray:
 def choose_expensive(table: VerdictTable, costs: Mapping, wanted: str | None = None) -> tuple[str, str]:
     """(expensive judge, how chosen): ``wanted`` when set, else the frontier column when the table has one, else
     the member with the highest cost per 1k items in the cost block (``costs['members']``; ties: roster order)."""
-    names = list(table.members) + ([table.frontier_name] if table.frontier is not None else [])
+    names = list(table.members) + ([table.frontier_name] if table.has_frontier else [])
     if wanted:
         if wanted not in names:
             raise CascadeError(f"suite.cascade.expensive: {wanted!r} is neither a member nor the frontier "
                                f"column of {table.source} (judges: {', '.join(names)})")
         return wanted, "configured"
-    if table.frontier is not None:
+    if table.has_frontier:
         return table.frontier_name, "frontier"
     per = costs["members"]
     best = max(table.members, key=lambda m: (per[m]["per_1k"], -table.members.index(m)))
@@ -150,7 +150,7 @@ def choose_expensive(table: VerdictTable, costs: Mapping, wanted: str | None = N
 
 def _split(table: VerdictTable, expensive: str) -> tuple[VerdictTable, np.ndarray]:
     """(the cheap panel's table, the expensive judge's votes)."""
-    if expensive == table.frontier_name and table.frontier is not None:
+    if expensive == table.frontier_name and table.has_frontier:
         return table, table.frontier
     cheap = [m for m in table.members if m != expensive]
     return table.subset(np.ones(len(table.gold), bool), cheap), table.votes[:, table.members.index(expensive)]
@@ -256,7 +256,7 @@ def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogi
         return {}
     shares = grid(cfg)
     expensive, how = choose_expensive(table, costs, cfg.get("expensive"))
-    is_frontier = expensive == table.frontier_name and table.frontier is not None
+    is_frontier = expensive == table.frontier_name and table.has_frontier
     cheap = list(table.members) if is_frontier else [m for m in table.members if m != expensive]
     if not cheap:
         raise CascadeError(f"suite.cascade.expensive: {expensive!r} is the only member; no cheap panel is left")

@@ -185,7 +185,7 @@ def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level
     iu = admissibility.pair_index(len(t.members))
     pairs_on = subsets[:, iu[0]] & subsets[:, iu[1]]
     phi_pairs = np.where(pairs_on, ref.phi[iu][None, :], np.nan)
-    has_front = t.frontier is not None and (t.frontier != ABSTAIN).any()
+    has_front = t.has_frontier
     return {
         "size": subsets.sum(1), "member_kappa": np.where(subsets, ref.member_kappa[None, :], np.nan),
         "phi_bar": admissibility.phi_bar_from(phi_pairs), "stacked": ks, "best_cv": kb,
