@@ -170,13 +170,19 @@ def decide(member_k: np.ndarray, phibar: float | None, kappa0: float, c: float, 
     return False, "; ".join(why)
 
 
+def agreement_proxy(votes: np.ndarray) -> float | None:
+    """The label-free agreement proxy (§3.3): the members' mean pairwise agreement on jointly voted items; None
+    when no pair of members voted on a common item."""
+    agree = _upper(agreement_matrix(votes))
+    agree = agree[~np.isnan(agree)]
+    return float(agree.mean()) if len(agree) else None
+
+
 def test(gold: np.ndarray, votes: np.ndarray, kappa0: float = 0.30, c: float = 0.5,
          phi0: float = 0.40) -> Admissibility:
     """Both coordinates from a labelled calibration set, and the call."""
     mk = member_kappas(gold, votes)
     pb = phi_bar(gold, votes)
-    agree = _upper(agreement_matrix(votes))
-    agree = agree[~np.isnan(agree)]
     ok, reason = decide(mk, pb, kappa0, c, phi0)
-    return Admissibility(pb, float(agree.mean()) if len(agree) else None, int(np.sum(reaches(mk, kappa0))),
+    return Admissibility(pb, agreement_proxy(votes), int(np.sum(reaches(mk, kappa0))),
                          len(mk), kappa0, c, phi0, ok, reason)

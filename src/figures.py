@@ -339,8 +339,10 @@ def noise_figure(doc: dict, path: Path) -> Path:
     """Noisy calibration labels (issue 12, beyond the paper): stacked κ on clean gold against the label-noise
     rate, one colour per TRIVIA+ noise type (WS, DW, DL, RF), the plain stacker solid and the others dashed,
     one panel per dataset and the simulated admissible panel; a native TRIVIA+ column is a marker at its rate."""
+    from .noise import parts as studied
+
     plt = _plt()
-    parts = {**doc["datasets"], **({"simulation": doc["simulation"]} if doc.get("simulation") else {})}
+    parts = studied(doc)
     nrows, ncols = _grid(len(parts), 3)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False)
     colours = dict(zip(("ws", "dw", "dl", "rf"), plt.get_cmap("tab10").colors))

@@ -99,7 +99,6 @@ def connect(path: str | Path) -> sqlite3.Connection:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 con.execute("PRAGMA journal_mode = WAL")
-                con.execute(_SCHEMA)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
     con.execute(_SCHEMA)
@@ -214,12 +213,12 @@ def test_names(members: Sequence[str]) -> list[str]:
 
 
 def agreement_proxy(votes: np.ndarray) -> float:
-    """The label-free agreement proxy: mean pairwise agreement on jointly voted items (§3.3)."""
-    from .admissibility import agreement_matrix, pair_index
+    """The label-free agreement proxy of a window (:func:`src.admissibility.agreement_proxy`, §3.3); NaN when
+    no pair of members voted on a common item (a window's metric is a number)."""
+    from .admissibility import agreement_proxy as proxy
 
-    vals = agreement_matrix(votes)[pair_index(votes.shape[1])]
-    vals = vals[np.isfinite(vals)]
-    return float(vals.mean()) if len(vals) else float("nan")
+    value = proxy(votes)
+    return float("nan") if value is None else value
 
 
 def holm_min(pvalues: np.ndarray) -> tuple[float, np.ndarray]:

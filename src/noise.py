@@ -423,15 +423,10 @@ def _mean(vals: list) -> float | None:
 
 
 def stacker_option(name: str) -> DictConfig:
-    """conf/stacker/<name>.yaml with its defaults list (other stacker options) merged first, as Hydra does."""
-    from .run import group_option
+    """conf/stacker/<name>.yaml as Hydra composes it (:func:`src.track.composed_option`)."""
+    from .track import composed_option
 
-    node = group_option("stacker", name)
-    defaults = list(node.pop("defaults", None) or []) or ["_self_"]
-    merged = OmegaConf.create()
-    for d in defaults if "_self_" in defaults else [*defaults, "_self_"]:
-        merged = OmegaConf.merge(merged, node if d == "_self_" else stacker_option(d))
-    return merged
+    return composed_option("stacker", name)
 
 
 def simulated_table(sim: dict) -> VerdictTable:
@@ -506,12 +501,17 @@ def compute(cfg: DictConfig) -> dict:
     return doc
 
 
+def parts(doc: dict) -> dict[str, dict]:
+    """noise.json's studied tables by name: each dataset, then the simulated panel when it ran."""
+    return {**doc["datasets"], **({"simulation": doc["simulation"]} if doc.get("simulation") else {})}
+
+
 def flat_metrics(doc: dict) -> dict[str, float]:
     """Headline numbers of noise.json as MLflow metrics."""
     from .track import metric_name
 
     out: dict[str, float] = {}
-    for name, ds in {**doc["datasets"], **({"simulation": doc["simulation"]} if doc.get("simulation") else {})}.items():
+    for name, ds in parts(doc).items():
         for k, v in ds["clean"]["stacked"].items():
             out[metric_name("noise", name, "clean", f"kappa_{k}")] = v
         for p in ds["points"]:

@@ -433,11 +433,16 @@ def suite_sections(suite: dict, fig) -> list[str]:
             "## Cost (paper Table 2, Appendix H)", "", cost_section(suite), ""] + cascade_section(suite, fig)
 
 
+def _figure_link(figure: str | Path, report_path: str | Path, caption: str) -> str:
+    """Markdown for a figure file, linked relative to the report, with its caption below."""
+    import os
+
+    return f"![{caption}]({os.path.relpath(Path(figure), Path(report_path).parent)})\n\n*{caption}*"
+
+
 def beyond_sections(docs: Mapping[str, tuple[dict, str | Path]], report_path: str | Path) -> list[str]:
     """The beyond-the-paper sections (``docs``: name → (document, figure path)), each with its figure
     (:data:`BEYOND`)."""
-    import os
-
     out: list[str] = []
     for name, (section, caption) in BEYOND.items():
         if name not in docs:
@@ -445,8 +450,7 @@ def beyond_sections(docs: Mapping[str, tuple[dict, str | Path]], report_path: st
         doc, figure = docs[name]
         out += section(doc)
         if Path(figure).exists():
-            rel = os.path.relpath(Path(figure), Path(report_path).parent)
-            out += [f"![{caption}]({rel})", "", f"*{caption}*", ""]
+            out += [_figure_link(figure, report_path, caption), ""]
     return out
 
 
@@ -454,13 +458,9 @@ def markdown(results: dict | None, suite: dict | None, fig_dir: str | Path, repo
              beyond: Mapping[str, tuple[dict, str | Path]] | None = None) -> str:
     """The report text, opening with the decision per dataset; figure links are relative to the report.
     ``beyond``: the beyond-the-paper studies' documents and figures (:data:`BEYOND`)."""
-    import os
-
-    rel = os.path.relpath(Path(fig_dir), Path(report_path).parent)
-
     def fig(key, caption):
         p = Path(fig_dir) / FIGURES[key]
-        return f"![{caption}]({rel}/{FIGURES[key]})\n\n*{caption}*" if p.exists() else f"_{caption}: not drawn_"
+        return _figure_link(p, report_path, caption) if p.exists() else f"_{caption}: not drawn_"
 
     meta = (results or {}).get("meta") or (suite or {}).get("meta") or {}
     parts = ["# RAIM report", ""]
@@ -557,7 +557,9 @@ def noise_section(doc: dict, brief: bool = False) -> list[str]:
     noisy labels with its paired Δκ against the clean-label fit, how often the ladder's call and the CV-best
     selection survive, and how far noisy *test* labels move the measured κ and the admissibility call.
     ``brief``: the headline lines only (the command's summary)."""
-    parts = {**doc["datasets"], **({"simulation": doc["simulation"]} if doc.get("simulation") else {})}
+    from .noise import parts as studied
+
+    parts = studied(doc)
     rate = doc["settings"]["default_rate"]
     head = []
     for name, ds in parts.items():

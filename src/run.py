@@ -22,21 +22,12 @@ from .errors import RaimError, one_line
 from .fsutil import atomic_write_text, to_json
 
 log = logging.getLogger("raim")
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 def dataset_names(cfg: DictConfig) -> list[str]:
     """The datasets selected by the ``dataset`` group: a list option (``all``: ``datasets`` maps each name to
     its raw folder) or one dataset's own spec."""
     return list(cfg.dataset.datasets) if "datasets" in cfg.dataset else [cfg.dataset.name]
-
-
-def group_option(group: str, name: str) -> DictConfig:
-    """Load one option of a config group by name (e.g. a dataset's frame when ``frame=auto``)."""
-    path = CONF_DIR / group / f"{name}.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"no config {group}/{name}.yaml under {CONF_DIR}")
-    return OmegaConf.load(path)
 
 
 def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
@@ -48,6 +39,8 @@ def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
     from .data import dataset_spec
 
     spec = cfg.dataset if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset else dataset_spec(dataset)
+    from .track import group_option
+
     return group_option("frame", spec["frame"])
 
 

@@ -154,12 +154,10 @@ def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str]
     import logging
 
     k = len(columns) if n_votes is None else n_votes
-    p = out.attrs.get("p_uncorrected")
     try:
         from .monitor import record_from
 
-        record_from(config, kind, columns[:k], np.asarray(X, dtype=float)[:, :k],
-                    out["p_hallucinated"] if p is None else p, item_ids)
+        record_from(config, kind, columns[:k], np.asarray(X, dtype=float)[:, :k], out.attrs["p_uncorrected"], item_ids)
     except Exception as e:  # noqa: BLE001 - recording is best effort by contract
         logging.getLogger("raim.serve").warning("monitor: votes of %d item(s) not recorded (%s: %s)", len(X),
                                                 type(e).__name__, e)
@@ -227,12 +225,11 @@ class PanelModel(mlflow.pyfunc.PythonModel):
                               compute=bool(cfg.get("compute", True)), progress=False)
         self.last_report = table.attrs.get("report", {})
         votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
-        out = stacked_output(self.stacker, vote_matrix(votes.astype("Float64").astype(float), self.columns,
-                                                       self.stacker.n_votes), cfg.get("prevalence"))
+        X = vote_matrix(votes.astype("Float64").astype(float), self.columns, self.stacker.n_votes)
+        out = stacked_output(self.stacker, X, cfg.get("prevalence"))
         cached = table.attrs.get("cached", {})
         out["uncached"] = [",".join(m for m in cached if not cached[m][i]) for i in range(len(out))]
-        record_votes(cfg, "panel", self.columns, votes.astype("Float64").to_numpy(dtype=float, na_value=np.nan),
-                     self.stacker.n_votes, out, items["item_id"].tolist())
+        record_votes(cfg, "panel", self.columns, X, self.stacker.n_votes, out, items["item_id"].tolist())
         return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
 
 

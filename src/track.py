@@ -283,17 +283,30 @@ NAMED_GROUPS = ("roster", "dataset", "frame")  # named by their own ``name`` val
 VALUE_GROUPS = ("stacker", "analysis", "suite")  # named by the conf/<group> option whose values they hold
 
 
-@functools.lru_cache(maxsize=None)
-def _option(group: str, name: str) -> tuple[tuple[str, str], ...]:
-    """conf/<group>/<name>.yaml composed with its defaults list (other options of the group), flattened."""
-    node = OmegaConf.load(ROOT / "conf" / group / f"{name}.yaml")
+def group_option(group: str, name: str) -> DictConfig:
+    """Load one option of a config group by name (e.g. a dataset's frame when ``frame=auto``)."""
+    path = ROOT / "conf" / group / f"{name}.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no config {group}/{name}.yaml under {ROOT / 'conf'}")
+    return OmegaConf.load(path)
+
+
+def composed_option(group: str, name: str) -> DictConfig:
+    """conf/<group>/<name>.yaml with its defaults list (other options of the group) merged first, as Hydra does."""
+    node = group_option(group, name)
     defaults = list(node.pop("defaults", None) or []) or ["_self_"]
     if "_self_" not in defaults:
         defaults.append("_self_")
     merged = OmegaConf.create()
     for d in defaults:
-        merged = OmegaConf.merge(merged, node if d == "_self_" else OmegaConf.create(dict(_option(group, d))))
-    return tuple(sorted(flatten(OmegaConf.to_container(merged, resolve=False)).items()))
+        merged = OmegaConf.merge(merged, node if d == "_self_" else composed_option(group, d))
+    return merged
+
+
+@functools.lru_cache(maxsize=None)
+def _option(group: str, name: str) -> tuple[tuple[str, str], ...]:
+    """:func:`composed_option`, flattened."""
+    return tuple(sorted(flatten(OmegaConf.to_container(composed_option(group, name), resolve=False)).items()))
 
 
 def option_name(group: str, values: Mapping) -> str | None:

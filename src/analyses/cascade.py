@@ -75,8 +75,8 @@ class Cascade(BaseEstimator):
 
     ``fit(X, y)`` fits ``stacker`` (default :class:`src.aggregate.StackedLogit`) on the cheap members' design and
     sets ``thresholds_`` / ``tie_prob_`` (one per share, :func:`band_thresholds` on those items' confidence);
-    :meth:`escalate` says which items of new X escalate at each share; :meth:`predict` merges the expensive
-    judge's verdicts in. Nothing of the items it predicts is seen by ``fit``.
+    :meth:`escalate` says which items of new X escalate at each share (:func:`merge` then takes the expensive
+    judge's verdicts there). Nothing of the items it is applied to is seen by ``fit``.
     """
 
     def __init__(self, stacker: StackedLogit | None = None, shares: tuple[float, ...] = (0.1,),
@@ -103,10 +103,6 @@ class Cascade(BaseEstimator):
         u = np.random.default_rng(self.random_state).random(conf.shape[1])[None, :]
         tau, q = self.thresholds_[:, None], self.tie_prob_[:, None]
         return (conf < tau) | ((conf == tau) & (u < q))
-
-    def predict(self, X: np.ndarray, expensive: np.ndarray) -> np.ndarray:
-        """S × n cascade verdicts: the expensive judge's where escalated and answered, else the panel's."""
-        return merge(self.stacker_.predict(X).astype(float), expensive, self.escalate(X))
 
 
 def merge(panel: np.ndarray, expensive: np.ndarray, escalated: np.ndarray) -> np.ndarray:
@@ -159,17 +155,16 @@ def _split(table: VerdictTable, expensive: str) -> tuple[VerdictTable, np.ndarra
 def crossfit_cascade(X: np.ndarray, y: np.ndarray, expensive: np.ndarray, folds: list, est: Cascade,
                      rng: np.random.Generator) -> dict:
     """Each fold's cascade fitted on its training clusters, applied to its held-out ones: the out-of-fold
-    panel verdicts and p, the S × n escalations and verdicts, and each fold's band half-widths τ."""
+    panel verdicts, the S × n escalations and verdicts (:func:`merge`), and each fold's band half-widths τ."""
     n, S = len(y), len(est.shares)
-    panel, p, esc = np.empty(n), np.empty(n), np.empty((S, n), bool)
+    panel, esc = np.empty(n), np.empty((S, n), bool)
     taus = []
     for tr, te in folds:
         f = clone(est).set_params(random_state=int(rng.integers(2**31))).fit(X[tr], y[tr])
         panel[te] = f.stacker_.predict(X[te])
-        p[te] = f.p_hallucinated(X[te])
         esc[:, te] = f.escalate(X[te])
         taus.append(f.thresholds_)
-    return {"panel": panel, "p": p, "escalated": esc, "verdicts": merge(panel, expensive, esc),
+    return {"panel": panel, "escalated": esc, "verdicts": merge(panel, expensive, esc),
             "tau": np.array(taus)}
 
 

@@ -103,8 +103,7 @@ class Scorer:
                  threads: int) -> None:
         from .runner import build_backend
 
-        if threads:
-            os.environ["RAIM_THREADS"] = str(threads)  # llama.cpp threads (not part of the identity)
+        os.environ["RAIM_THREADS"] = str(threads)  # llama.cpp threads, ≥ 1 (not part of the identity)
         self.member, self.backend_cfg, self.frames = member, backend_cfg, frames
         self.backend = build_backend(backend_cfg)
         got = identity_hash(self.backend.identity())
