@@ -78,10 +78,30 @@ def coverage(votes: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ bootstrap
 
 
+def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtype=np.float32) -> np.ndarray:
+    """``n_draws`` × ``n_clusters`` cluster multiplicities: per draw, ``n_clusters`` clusters picked uniformly
+    with replacement and counted — a Multinomial(n_clusters, 1/n_clusters) vector.
+
+    Each pick is ⌊u·n_clusters⌋ of one uniform double u (uniform to within 2⁻⁵³), so the generator is consumed one
+    64-bit word per pick, in draw order: any split into chunks gives the same draws. Built a block of rows at a
+    time, so its temporaries stay under half of :data:`MAX_WEIGHT_BYTES`.
+    """
+    out = np.empty((n_draws, n_clusters), dtype=dtype)
+    rows = max(1, MAX_WEIGHT_BYTES // (48 * max(n_clusters, 1)))
+    for a in range(0, n_draws, rows):
+        m = min(rows, n_draws - a)
+        u = rng.random((m, n_clusters))
+        u *= n_clusters
+        picks = u.astype(np.intp)
+        picks += np.arange(0, m * n_clusters, n_clusters)[:, None]
+        out[a:a + m] = np.bincount(picks.ravel(), minlength=m * n_clusters).reshape(m, n_clusters)
+    return out
+
+
 class ClusterBootstrap:
     """Paired cluster bootstrap (§2): B draws of whole clusters with replacement, shared by every comparator.
 
-    Draw b is a multinomial vector of cluster multiplicities (n_clusters clusters drawn uniformly); an item's
+    Draw b is a multinomial vector of cluster multiplicities (:func:`multiplicities`); an item's
     weight in a draw is its cluster's. Percentile intervals. The draws come from one generator in draw order, so
     the first B' draws of a B-draw bootstrap are the B'-draw bootstrap of the same seed (:meth:`head`), and draws
     made chunk by chunk equal draws made at once: the weights are kept when they fit in
@@ -102,10 +122,9 @@ class ClusterBootstrap:
 
     def _draws(self, chunk: int):
         """Weight chunks (≤ ``chunk`` draws × n_clusters), in draw order, from a fresh generator."""
-        nc = len(self.cluster_ids)
-        rng, p = np.random.default_rng(self.seed), np.full(nc, 1.0 / nc)
+        rng = np.random.default_rng(self.seed)
         for start in range(0, self.n_boot, chunk):
-            yield rng.multinomial(nc, p, size=min(chunk, self.n_boot - start)).astype(self.dtype)
+            yield multiplicities(rng, min(chunk, self.n_boot - start), len(self.cluster_ids), self.dtype)
 
     def chunks(self):
         """The B × n_clusters weights, as one kept matrix or chunk by chunk of draws."""

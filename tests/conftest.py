@@ -14,6 +14,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_mlflow_experiment():
+    """``mlflow.set_experiment`` (src.track.setup) leaves the experiment's id in a module global and in
+    ``$MLFLOW_EXPERIMENT_ID``: an id of one test's store. Both are cleared after each test, so a later test that
+    opens a run in its own new store does not look for an experiment that store never had."""
+    saved = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    yield
+    import sys
+
+    fluent = sys.modules.get("mlflow.tracking.fluent")
+    if fluent is not None:
+        fluent._active_experiment_id = None
+    if saved is None:
+        os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+    else:
+        os.environ["MLFLOW_EXPERIMENT_ID"] = saved
+
+
 @pytest.fixture
 def compose_cfg():
     """Compose conf/config.yaml with overrides, as `python -m src.run` would."""

@@ -196,7 +196,7 @@ def test_dawid_skene_is_a_sklearn_estimator_and_beats_chance(table):
 def test_dawid_skene_iterations_are_crowdkits(table, n_iter):
     """Same start, same E- and M-steps: after n iterations (crowd-kit forced on, no early stop) both agree."""
     with pytest.warns(ConvergenceWarning):
-        ds = DawidSkene(n_iter=n_iter, tol=0.0).fit(table.votes)
+        ds = DawidSkene(n_iter=n_iter, tol=0.0, accelerate=False).fit(table.votes)
     probas, priors, conf, _ = crowdkit_ds(table.votes, n_iter, -np.inf)
     assert ds.n_iter_ == n_iter and not ds.converged_
     np.testing.assert_allclose(ds.probas_, probas, rtol=0, atol=1e-8)
@@ -232,6 +232,27 @@ def test_dawid_skene_ends_at_an_em_fixed_point(table, panel):
     np.testing.assert_allclose(ds.priors_, priors, rtol=0, atol=1e-8)
     np.testing.assert_allclose(ds.confusion_, conf, rtol=0, atol=1e-8)
     np.testing.assert_allclose(ds.predict_proba(X), probas, rtol=0, atol=1e-8)
+
+
+SLOW_EM = [dict(n_clusters=57, accuracies=[0.54, 0.35, 0.72], rho=0.14, abstain_rate=0.21, seed=15),  # 21,161 steps
+           dict(n_clusters=100, accuracies=[0.72, 0.41, 0.84], rho=0.34, abstain_rate=0.28, seed=100),
+           dict(n_clusters=100, accuracies=[0.6, 0.55, 0.5], rho=0.1, abstain_rate=0.1, seed=1),
+           dict(n_clusters=300, accuracies=[0.85, 0.8, 0.75, 0.7, 0.65, 0.6], rho=0.2, abstain_rate=0.05)]
+
+
+@pytest.mark.parametrize("panel", SLOW_EM)
+def test_accelerated_dawid_skene_ends_at_plain_ems_fixed_point_in_fewer_steps(panel):
+    """SQUAREM reaches the fixed point plain EM creeps towards: same verdicts, posteriors within plain EM's own
+    stopping error, an EM step from it changes nothing, and far fewer EM steps on slowly converging panels."""
+    X = sim(**panel).votes
+    plain, fast = DawidSkene(accelerate=False).fit(X), DawidSkene().fit(X)
+    assert plain.converged_ and fast.converged_
+    assert np.array_equal(fast.predict(X), plain.predict(X))
+    np.testing.assert_allclose(fast.probas_, plain.probas_, rtol=0, atol=1e-6)
+    _, _, again = reference_em_step(X, np.asarray(fast.probas_, dtype=float))
+    np.testing.assert_allclose(again, fast.probas_, rtol=0, atol=1e-8)
+    if plain.n_iter_ > 3000:
+        assert fast.n_iter_ < plain.n_iter_ / 5
 
 
 def test_dawid_skene_recovers_known_confusion_matrices_and_beats_majority():
@@ -274,7 +295,7 @@ def test_dawid_skene_agrees_with_crowdkit_step_by_step_with_silent_and_constant_
     X = np.column_stack([table.votes, np.full(len(table.votes), ABSTAIN), np.ones(len(table.votes))])
     X[:3] = ABSTAIN
     with pytest.warns(ConvergenceWarning):
-        ds = DawidSkene(n_iter=10, tol=0.0).fit(X)
+        ds = DawidSkene(n_iter=10, tol=0.0, accelerate=False).fit(X)
     probas, priors, conf, _ = crowdkit_ds(X, 10, -np.inf)
     np.testing.assert_allclose(ds.probas_[3:], probas[3:], rtol=0, atol=1e-8)
     np.testing.assert_allclose(ds.priors_, priors, rtol=0, atol=1e-8)

@@ -117,6 +117,30 @@ def test_bootstrap_draws_in_chunks_and_heads_are_the_same_draws():
         kept.head(251)
 
 
+def test_multiplicities_are_multinomial_draws():
+    """Each draw counts n_clusters uniform picks: Multinomial(n_clusters, 1/n_clusters) (per cluster
+    Binomial(n, 1/n), covariance −1/n between clusters), whatever the block of rows it was built in."""
+    from scipy import stats
+
+    n, B = 6, 60_000
+    W = evaluate.multiplicities(np.random.default_rng(11), B, n, np.float64)
+    assert W.shape == (B, n) and (W.sum(axis=1) == n).all()
+    observed = np.stack([np.bincount(W[:, j].astype(int), minlength=n + 1) for j in range(n)])
+    expected = B * stats.binom.pmf(np.arange(n + 1), n, 1 / n)
+    keep = expected > 5
+    for row in observed:
+        assert stats.chisquare(row[keep], expected[keep] * row[keep].sum() / expected[keep].sum()).pvalue > 1e-3
+    cov = np.cov(W, rowvar=False)
+    assert np.allclose(np.diag(cov), 1 - 1 / n, atol=0.03)
+    assert np.allclose(cov[~np.eye(n, dtype=bool)], -1 / n, atol=0.03)
+
+
+def test_multiplicities_do_not_depend_on_their_row_blocks(monkeypatch):
+    whole = evaluate.multiplicities(np.random.default_rng(5), 40, 1000)
+    monkeypatch.setattr(evaluate, "MAX_WEIGHT_BYTES", 48 * 1000 * 3)  # blocks of 3 rows
+    assert np.array_equal(evaluate.multiplicities(np.random.default_rng(5), 40, 1000), whole)
+
+
 def test_paired_delta_calls():
     d = paired_delta(0.05, np.random.default_rng(0).normal(0.05, 0.01, 2000))
     assert d.call == "clear improvement" and d.ci[0] > 0 and d.p_one_sided < 0.01
