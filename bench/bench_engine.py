@@ -10,7 +10,8 @@ machine's load and thread settings printed before and after:
    per-item confusion indicators, built once) on the *same* draws, built once outside both clocks. The two must
    give the same counts before the ratio is printed.
 2. **Whole analysis** (``ladder.analyze``): the engine against the same ladder run the straightforward way —
-   scikit-learn's ``StratifiedGroupKFold``, statsmodels' Holm and the per-draw bootstrap of part 1 (same draws).
+   scikit-learn's ``StratifiedGroupKFold``, statsmodels' Holm, the per-draw bootstrap of part 1 (same draws) and
+   Dawid–Skene's plain EM steps to the same tolerance.
    The two results.json documents must be identical before the ratio is printed. Then the engine under a competing
    CPU load (``--load`` busy single-threaded numpy processes) against its quiet time, with BLAS held to one thread
    (as it runs) and with BLAS left to its default threads (what the hold is for).
@@ -37,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 from src import ladder, simulate, verdicts  # noqa: E402
-from src.aggregate import StackedLogit  # noqa: E402
+from src.aggregate import DawidSkene, StackedLogit  # noqa: E402
 from src.evaluate import ClusterBootstrap, indicators  # noqa: E402
 
 
@@ -80,16 +81,22 @@ def blas_unlimited():
         threadpoolctl.threadpool_limits = saved
 
 
+def plain_dawid_skene(**kw) -> DawidSkene:
+    """Dawid–Skene EM step after step to the same tolerance, without the SQUAREM extrapolation."""
+    return DawidSkene(accelerate=False, **kw)
+
+
 @contextlib.contextmanager
 def straightforward():
-    """The ladder with library folds and Holm and the per-draw bootstrap (the engine's code otherwise)."""
-    saved = ladder.cluster_folds, ladder.holm, ClusterBootstrap.counts
-    ladder.cluster_folds, ladder.holm = sklearn_folds, statsmodels_holm
+    """The ladder with library folds and Holm, the per-draw bootstrap and plain Dawid–Skene EM (the engine's
+    code otherwise)."""
+    saved = ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts
+    ladder.cluster_folds, ladder.holm, ladder.DawidSkene = sklearn_folds, statsmodels_holm, plain_dawid_skene
     ClusterBootstrap.counts = lambda self, gold, preds: loop_counts(self, gold, preds)
     try:
         yield
     finally:
-        ladder.cluster_folds, ladder.holm, ClusterBootstrap.counts = saved
+        ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts = saved
 
 
 # ----------------------------------------------------------------------------------------------- parts
