@@ -196,14 +196,15 @@ class DawidSkene(_VoteClassifier):
     (``n_iter_``; a :class:`~sklearn.exceptions.ConvergenceWarning` then). Unlike crowd-kit it does not stop on
     its ELBO check, which is not monotone and ends some fits after a few iterations.
 
-    ``accelerate=True`` reaches the same fixed point in fewer EM steps (SQUAREM, Varadhan & Roland 2008, "Simple
-    and globally convergent methods for accelerating the convergence of any EM algorithm", Scand. J. Stat.,
-    scheme S3): every cycle takes two EM steps from the parameters, extrapolates along them, and takes one EM step
-    from the extrapolated point, kept only when the parameters stay probabilities and the likelihood is at least
-    that of the two plain steps (otherwise the two plain steps are kept). So the likelihood never falls, and the
-    fit ends on a plain EM step under the same rule (``tol``). Slowly converging panels (13,800 plain steps on
-    the cpu roster's MedHallu) take a few dozen; ``accelerate=False`` is crowd-kit's sequence of iterates, step
-    for step. Fitted state:
+    ``accelerate=True`` reaches the fixed point plain EM creeps towards in fewer EM steps (SQUAREM, Varadhan &
+    Roland 2008, "Simple and globally convergent methods for accelerating the convergence of any EM algorithm",
+    Scand. J. Stat., scheme S3): every cycle takes two EM steps from the parameters, extrapolates along them, and
+    takes one EM step from the extrapolated point, kept only when the parameters stay probabilities and the
+    likelihood is at least that of the two plain steps (otherwise the two plain steps are kept). It starts once a
+    plain step moves no posterior by ``_LOCAL`` (started at once, it can jump to another fixed point), the
+    likelihood never falls, and the fit ends on a plain EM step under the same rule (``tol``). The cpu roster's
+    MedHallu takes about 1,000 EM steps instead of 13,785; ``accelerate=False`` is crowd-kit's sequence of
+    iterates, step for step. Fitted state:
 
     * ``priors_`` — (P(y=0), P(y=1)), the mean posterior over the items with at least one vote;
     * ``confusion_`` — K × 2 × 2, ``confusion_[j, t, o]`` = P(member j says o | true t); a member that never
