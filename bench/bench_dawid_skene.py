@@ -2,8 +2,9 @@
 
 Like for like: both sides run the same number of EM iterations from the same start (crowd-kit with
 ``tol=-inf``, so that its ELBO check never stops it; ours with ``tol=0``), and their posteriors, priors and
-confusion matrices are checked equal (1e-8) before any time is printed. The two sides alternate, each table
-``--repeats`` times; the figure is the median over repeats of the summed time over tables. crowd-kit gets its
+confusion matrices are checked equal (1e-8) before any time is printed. The two sides alternate (every
+table on one side, then on the other), ``--repeats`` rounds (min and median of the rounds), on a quiet machine
+(:func:`harness.settle`), its load and BLAS threads printed before and after. crowd-kit gets its
 long-format input prepared outside the clock (ours: ``accelerate=False``, crowd-kit's iterates step for step).
 Then, for information: our EM run to convergence, plain and SQUAREM-accelerated (the same verdicts asserted),
 against crowd-kit with its defaults (it stops after a few iterations on its non-monotone ELBO check), and how far apart
@@ -17,18 +18,20 @@ tables (``verdicts/tables/cpu/*.csv``, where present).
 
 from __future__ import annotations
 
-import argparse
-import os
+import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
-from threadpoolctl import threadpool_info
 
-from src import simulate, verdicts
-from src.aggregate import DawidSkene, _long_format
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness import interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
+from src import simulate, verdicts  # noqa: E402
+from src.aggregate import DawidSkene, _long_format  # noqa: E402
 
 warnings.filterwarnings("ignore", module="crowdkit")  # pandas FutureWarnings raised inside crowd-kit
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -64,46 +67,32 @@ def check_equal(ds: DawidSkene, ck, X: np.ndarray, name: str) -> None:
 def tables(a) -> dict[str, np.ndarray]:
     suite = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
     out = {name: t.votes for name, t in suite.by_dataset().items()}
-    for path in sorted(Path("verdicts/tables/cpu").glob("*.csv")):
+    for path in sorted((ROOT / "verdicts/tables/cpu").glob("*.csv")):
         if path.stem != "coverage":
             out[f"cpu/{path.stem}"] = verdicts.load(path).votes
     return out
 
 
-def thread_settings() -> str:
-    env = {v: os.environ.get(v, "unset") for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    pools = ", ".join(f"{p['internal_api']} {p['num_threads']}" for p in threadpool_info())
-    return f"{os.cpu_count()} cpus; {env}; thread pools: {pools or 'none'}; load average {os.getloadavg()}"
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--datasets", type=int, default=8)
-    ap.add_argument("--items", type=int, default=2000)
-    ap.add_argument("--members", type=int, default=10)
+    ap = workload_parser(__doc__, datasets=8, items=2000, members=10)
     ap.add_argument("--iters", type=int, default=50, help="EM iterations both sides run (like for like)")
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
 
-    print(thread_settings())
     data = tables(a)
     longs = {name: _long_format(X) for name, X in data.items()}
-    ours, theirs = np.zeros(a.repeats), np.zeros(a.repeats)
-    for r in range(a.repeats):
-        for name, X in data.items():  # interleaved: ours, then crowd-kit, table by table
-            t0 = time.perf_counter()
-            ds = DawidSkene(n_iter=a.iters, tol=0.0, accelerate=False).fit(X)
-            ours[r] += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            ck = crowdkit_fit(longs[name], a.iters, -np.inf)
-            theirs[r] += time.perf_counter() - t0
-            check_equal(ds, ck, X, name)
+    settle()
+    times, last = interleaved({  # ours, then crowd-kit, every table, in turn
+        "numpy": lambda: [DawidSkene(n_iter=a.iters, tol=0.0, accelerate=False).fit(X) for X in data.values()],
+        "crowd-kit": lambda: [crowdkit_fit(longs[name], a.iters, -np.inf) for name in data]}, a.repeats)
+    for (name, X), ds, ck in zip(data.items(), last["numpy"], last["crowd-kit"]):
+        check_equal(ds, ck, X, name)
     n_votes = sum(len(v) for v in longs.values())
-    print(f"{len(data)} tables ({n_votes} votes), {a.iters} EM iterations each, median of {a.repeats} repeats; "
-          f"equal to crowd-kit within 1e-8 (posteriors, priors, confusion)")
-    print(f"  numpy EM:  {np.median(ours):.3f} s   (repeats: {np.round(ours, 3).tolist()})")
-    print(f"  crowd-kit: {np.median(theirs):.3f} s   (repeats: {np.round(theirs, 3).tolist()})")
-    print(f"  speed-up: {np.median(theirs) / np.median(ours):.0f}x")
+    print(f"{len(data)} tables ({n_votes} votes), {a.iters} EM iterations each; equal to crowd-kit within 1e-8 "
+          f"(posteriors, priors, confusion)")
+    print(f"  numpy EM:  {summary(times['numpy'])}")
+    print(f"  crowd-kit: {summary(times['crowd-kit'])}")
+    print(f"  speed-up: {ratio(times['crowd-kit'], times['numpy'])}")
 
     print("to convergence (ours, tol 1e-10: plain EM steps, then SQUAREM-accelerated, same verdicts asserted) vs "
           "crowd-kit's defaults (n_iter=100, tol=1e-5), one run each:")
@@ -123,6 +112,8 @@ def main() -> None:
         print(f"  {name:16s} plain {plain.n_iter_:6d} it {t_plain:6.3f} s; accelerated {ds.n_iter_:5d} it "
               f"{t_ours:6.3f} s (converged {ds.converged_}); crowd-kit {len(ck.loss_history_):3d} it {t_ck:6.3f} s; "
               f"max posterior gap {gap:.3f}")
+    print(f"after: {machine()}")
+
 
 if __name__ == "__main__":
     main()
