@@ -42,6 +42,24 @@ def _grid(n: int, ncols: int = 4) -> tuple[int, int]:
     return int(np.ceil(n / ncols)), ncols
 
 
+def _small_multiples(n: int):
+    """One κ panel per dataset on a grid of up to four columns: (figure, the n panels); the grid's spare cells
+    are blanked. Title and legend follow with :func:`_figure_legend`."""
+    nr, nc = _grid(n)
+    fig, axes = _plt().subplots(nr, nc, figsize=(3.3 * nc, 2.6 * nr + 0.9), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat)[:n]
+
+
+def _label_panel(ax, title: str, xlabel: str) -> None:
+    """A small multiple's title, axis labels (κ up) and tick size."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel("κ", fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
 def fig2_member_kappa(results: dict, path: Path) -> Path:
     """Fig. 2: single-member competence per dataset."""
     plt = _plt()
@@ -204,27 +222,20 @@ def fig5_leave_one_out(suite: dict, path: Path, clip: float = 0.07) -> Path:
 
 def fig6_curves(suite: dict, path_a: Path, path_b: Path) -> list[Path]:
     """Fig. 6a (size) and Fig. 6b (labelling budget), one panel per dataset."""
-    plt = _plt()
     ds = suite["datasets"]
     names = list(ds)
-    nr, nc = _grid(len(names))
-    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.6 * nr + 0.9), squeeze=False, sharey=False)
-    for ax, n in zip(axes.flat, names):
+    fig, axes = _small_multiples(len(names))
+    for ax, n in zip(axes, names):
         sz = ds[n]["size"]
         ax.plot(sz["k"], sz["stacked"], "o-", ms=4, label="stacked")
         ax.plot(sz["k"], sz["majority"], ":", color="grey", label="majority")
         ax.axhline(sz["best_single"], color="#e6550d", lw=0.8, ls="--", label="best single (full sample)")
-        ax.set_title(n, fontsize=9)
-        ax.set_xlabel("panel size K", fontsize=8)
-        ax.set_ylabel("κ", fontsize=8)
+        _label_panel(ax, n, "panel size K")
         ax.set_xticks(sz["k"])
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(names):]:
-        ax.axis("off")
-    _figure_legend(fig, axes.flat[0], 3, "Fig. 6a — stacked κ against panel size (greedy decorrelating order)")
+    _figure_legend(fig, axes[0], 3, "Fig. 6a — stacked κ against panel size (greedy decorrelating order)")
     out = [_save(fig, path_a, tight=False)]
-    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.6 * nr + 0.9), squeeze=False)
-    for ax, n in zip(axes.flat, names):
+    fig, axes = _small_multiples(len(names))
+    for ax, n in zip(axes, names):
         cv = ds[n]["curve"]
         pts = [(int(b), v) for b, v in cv["budgets"].items() if v]
         if pts:
@@ -241,13 +252,8 @@ def fig6_curves(suite: dict, path_a: Path, path_b: Path) -> list[Path]:
         ax.axhline(cv["majority"], color="grey", ls=":", label="majority (label-free)")
         ax.axhline(cv["best_cv"], color="#e6550d", lw=0.8, ls="--", label="CV-best single")
         ax.axhline(cv["full"], color="black", lw=0.6, ls="-.", label="full stacker")
-        ax.set_title(f"{n} (train {cv['train_records']} records)", fontsize=9)
-        ax.set_xlabel("labelled records", fontsize=8)
-        ax.set_ylabel("κ", fontsize=8)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(names):]:
-        ax.axis("off")
-    _figure_legend(fig, axes.flat[0], 5,
+        _label_panel(ax, f"{n} (train {cv['train_records']} records)", "labelled records")
+    _figure_legend(fig, axes[0], 5,
                    "Fig. 6b — stacked κ against labelled records (● beats CV-best, ▲ beats majority, × neither)")
     out.append(_save(fig, path_b, tight=False))
     return out
@@ -308,10 +314,8 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
     ds = {n: d for n, d in (c.get("datasets") or {}).items() if "skipped" not in d}
     if not ds:
         return None
-    plt = _plt()
-    nr, nc = _grid(len(ds))
-    fig, axes = plt.subplots(nr, nc, figsize=(3.3 * nc, 2.6 * nr + 0.9), squeeze=False)
-    for ax, (n, d) in zip(axes.flat, ds.items()):
+    fig, axes = _small_multiples(len(ds))
+    for ax, (n, d) in zip(axes, ds.items()):
         pts = d["points"]
         x = [p["share"] for p in pts]
         ax.fill_between(x, [p["kappa"]["ci"][0] for p in pts], [p["kappa"]["ci"][1] for p in pts],
@@ -324,13 +328,8 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
         ax.axhline(d["alone"]["panel"]["kappa"]["estimate"], color="black", lw=0.8, ls="-.", label="cheap panel alone")
         if d["noninferior"]:
             ax.axvline(d["noninferior"]["share"], color="#31a354", lw=0.9, label="fewest escalations, non-inferior")
-        ax.set_title(n, fontsize=9)
-        ax.set_xlabel("share escalated", fontsize=8)
-        ax.set_ylabel("κ", fontsize=8)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(ds):]:
-        ax.axis("off")
-    _figure_legend(fig, axes.flat[0], 4, "Escalation cascade — κ against the share of items escalated")
+        _label_panel(ax, n, "share escalated")
+    _figure_legend(fig, axes[0], 4, "Escalation cascade — κ against the share of items escalated")
     return _save(fig, path, tight=False)
 
 
