@@ -594,21 +594,14 @@ def _main() -> None:
     @hydra.main(version_base=None, config_path="../conf", config_name="config")
     @one_line
     def main(cfg: DictConfig) -> None:
-        from . import figures, run
+        from . import figures, track
 
-        doc = compute(cfg)
-        out = run.write_json(doc, cfg.monitor.output)
-        fig = figures.monitor_figure(doc, cfg.monitor.figure)
+        doc, out, fig = track.run_study(cfg, "monitor", compute, cfg.monitor.output, cfg.monitor.figure,
+                                        figures.monitor_figure, summary_metrics, tags=lambda d: {"source": d["source"]},
+                                        series=window_series)
         rep = doc.get("replay")
         log.info("monitor written to %s (%d windows; alarms %s%s)", out, len(doc["windows"]), doc["alarms"],
                  f"; change at item {doc['stream']['change']}, delay {rep['delay']}" if rep else "")
-        if cfg.tracking.enabled:
-            from . import track
-
-            with track.start_run(cfg, "monitor", tags={"source": doc["source"]}):
-                track.log_metrics(summary_metrics(doc), series=window_series(doc))
-                track.log_json(doc, "monitor.json")
-                track.log_figures([fig])
 
     main()
 

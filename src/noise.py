@@ -429,15 +429,6 @@ def stacker_option(name: str) -> DictConfig:
     return composed_option("stacker", name)
 
 
-def simulated_table(sim: dict) -> VerdictTable:
-    """The simulated panel of ``noise.simulation`` (:func:`src.simulate.panel`), as a verdict table."""
-    from . import simulate, verdicts
-
-    args = {k: v for k, v in sim.items() if k != "enabled"}
-    frontier = "frontier" if args.get("frontier_accuracy") is not None else None
-    return verdicts.validate(simulate.panel(**args), source="simulation", frontier=frontier)
-
-
 def headline(ds: dict, rate: float) -> dict:
     """Per type at ``rate`` (or the native point): stacked κ lost to the noise by each stacker (Δκ vs its clean
     fit) and the share of the plain stacker's loss the others recover."""
@@ -464,10 +455,12 @@ def study(table: VerdictTable, stackers: dict, s: dict, ladder, native: dict | N
     from .ladder import AnalysisError, check_settings
 
     check_settings(ladder, next(iter(stackers.values())))
+    from . import simulate
+
     parts = dict(table.by_dataset())
     sim = s.get("simulation") or {}
     if sim.get("enabled"):
-        parts["simulation"] = simulated_table(sim)
+        parts["simulation"] = simulate.table("simulation", **{k: v for k, v in sim.items() if k != "enabled"})
     out = {}
     with threadpool_limits(1):
         for name, part in tqdm(parts.items(), desc="noise study", unit="dataset"):
@@ -529,22 +522,12 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 @hydra.main(version_base=None, config_path="../conf", config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    from . import figures, run
-
-    for path in (cfg.noise.output, cfg.noise.figure):
-        run.check_output(path)
-    doc = compute(cfg)
-    fig = figures.noise_figure(doc, Path(cfg.noise.figure))
-    if cfg.tracking.enabled:  # before noise.json: a failed tracking leaves the previous file in place
-        from . import track
-
-        with track.start_run(cfg, "noise", tags={"datasets": ",".join(doc["datasets"])}):
-            track.log_metrics(flat_metrics(doc))
-            track.log_json(doc, "noise.json")
-            track.log_figures([fig])
-    out = run.write_json(doc, cfg.noise.output)
+    from . import figures, track
     from .report import noise_section
 
+    doc, out, fig = track.run_study(cfg, "noise", compute, cfg.noise.output, Path(cfg.noise.figure),
+                                    figures.noise_figure, flat_metrics,
+                                    tags=lambda d: {"datasets": ",".join(d["datasets"])})
     print("\n".join(["", *noise_section(doc, brief=True), f"noise study: {out}, figure {fig}"]))
 
 

@@ -310,13 +310,14 @@ def posteriors(table, stacker, settings, folds: list[tuple]) -> tuple[np.ndarray
     return cf.proba, t
 
 
-def simulated_table(spec: Mapping):
-    """A simulated balanced panel (:func:`src.simulate.panel`) as a verdict table, named ``spec['name']``."""
-    from . import simulate, verdicts
+def simulated(spec: Mapping):
+    """A ``prevalence.simulations`` entry as a balanced verdict table (:func:`src.simulate.table`)."""
+    from . import simulate
 
-    df = simulate.panel(int(spec["n_clusters"]), 2, list(spec["accuracies"]), float(spec["rho"]),
-                        float(spec.get("abstain_rate", 0.0)), dataset=str(spec["name"]), seed=int(spec["seed"]))
-    return verdicts.validate(df, source=f"simulated panel {spec['name']}")
+    return simulate.table(f"simulated panel {spec['name']}", n_clusters=int(spec["n_clusters"]), per_cluster=2,
+                          accuracies=list(spec["accuracies"]), rho=float(spec["rho"]),
+                          abstain_rate=float(spec.get("abstain_rate", 0.0)), dataset=str(spec["name"]),
+                          seed=int(spec["seed"]))
 
 
 def check_study(s: Mapping) -> None:
@@ -346,7 +347,7 @@ def study(table, stacker, settings, s: Mapping) -> dict:
 
     check_study(s)
     sets = [] if table is None else [(name, "real", t) for name, t in table.by_dataset().items()]
-    sets += [(str(sim["name"]), "simulated", simulated_table(sim)) for sim in s.get("simulations") or []]
+    sets += [(str(sim["name"]), "simulated", simulated(sim)) for sim in s.get("simulations") or []]
     out: dict[str, dict] = {}
     bar = tqdm(total=len(sets) * len(s["prevalences"]), desc="prevalence", unit="cell", mininterval=2.0)
     for name, kind, t in sets:
@@ -449,21 +450,14 @@ def compute(cfg) -> dict:
 
 def run_study(cfg) -> None:
     """The entry's body: the study → JSON, figure, log lines, and an MLflow run of kind ``prevalence``."""
-    from . import figures, run
+    from . import figures, track
 
-    doc = compute(cfg)
-    out = run.write_json(doc, cfg.prevalence.output)
-    fig = figures.prevalence_figure(doc, cfg.prevalence.figure)
+    doc, out, fig = track.run_study(cfg, "prevalence", compute, cfg.prevalence.output, cfg.prevalence.figure,
+                                    figures.prevalence_figure, flat_metrics,
+                                    tags=lambda d: {"datasets": ",".join(d["datasets"])})
     for line in statements(doc):
         log.info("%s", line)
     log.info("prevalence study written to %s; figure %s", out, fig)
-    if cfg.tracking.enabled:
-        from . import track
-
-        with track.start_run(cfg, "prevalence", tags={"datasets": ",".join(doc["datasets"])}):
-            track.log_metrics(flat_metrics(doc))
-            track.log_json(doc, "prevalence.json")
-            track.log_figures([fig])
 
 
 def main() -> None:

@@ -47,6 +47,15 @@ def panel(
     return df
 
 
+def table(source: str, **panel_args):
+    """:func:`panel` validated as a verdict table named ``source``, its ``frontier`` column declared when the panel
+    has one (``frontier_accuracy``)."""
+    from .verdicts import validate
+
+    frontier = "frontier" if panel_args.get("frontier_accuracy") is not None else None
+    return validate(panel(**panel_args), source=source, frontier=frontier)
+
+
 def suite(n_datasets: int = 8, n_items: int = 2000, n_members: int = 10, seed: int = 0) -> pd.DataFrame:
     """Several simulated datasets of varied competence/correlation in one table (benchmarks)."""
     rng = np.random.default_rng(seed)

@@ -648,6 +648,26 @@ def log_json(obj: Any, name: str) -> None:
     mlflow.log_text(to_json(scrub(obj), default=str), name)
 
 
+def run_study(cfg: DictConfig, kind: str, compute, output: str | Path, figure: str | Path, draw, metrics,
+              tags=None, series=None) -> tuple[dict, Path, Path]:
+    """A study entry (``python -m src.<kind>``), in the order that loses nothing: both output paths checked before
+    any work, then ``compute(cfg)`` → document, ``draw(doc, figure)`` → figure, the MLflow run of kind ``kind``
+    (``metrics(doc)``, ``series(doc)`` per step, ``tags(doc)``, the document and the figure) when tracking is on,
+    and the JSON last, so that a failed tracking leaves the previous JSON in place. Returns (doc, JSON, figure)."""
+    from . import run
+
+    for path in (output, figure):
+        run.check_output(path)
+    doc = compute(cfg)
+    fig = draw(doc, figure)
+    if cfg.tracking.enabled:
+        with start_run(cfg, kind, tags=tags(doc) if tags else None):
+            log_metrics(metrics(doc), series=series(doc) if series else None)
+            log_json(doc, f"{kind}.json")
+            log_figures([fig])
+    return doc, run.write_json(doc, output), fig
+
+
 # ---------------------------------------------------------------------------------------------- analysis
 
 def summary_metrics(s: dict) -> tuple[dict[str, float], dict[str, str]]:

@@ -324,3 +324,17 @@ def test_panel_model_takes_a_prevalence(monkeypatch):
     p = st.predict_proba(X)[:, 1]
     out = model.predict(None, items, {"prevalence": "0.2"})
     assert out["p_hallucinated"].to_numpy(float) == pytest.approx(adjust(p, 0.5, 0.2))
+
+
+@pytest.mark.parametrize("module, key", [("src.prevalence", "prevalence"), ("src.monitor", "monitor")])
+def test_study_entries_refuse_a_directory_output_before_any_work(tmp_path, module, key):
+    """Like `python -m src.noise`: the output is checked before the study runs (src.track.run_study), so a bad
+    path costs nothing and leaves no figure behind."""
+    fig = tmp_path / "study.png"
+    p = subprocess.run([sys.executable, "-m", module, f"{key}.output={tmp_path}", f"{key}.figure={fig}",
+                        "tracking.enabled=false", f"hydra.run.dir={tmp_path}/h", "hydra.output_subdir=null"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    assert p.stderr.strip().splitlines()[-1] == \
+        f"error: output={tmp_path}: is a directory (give a file path, e.g. {tmp_path / 'results.json'})"
+    assert not fig.exists()

@@ -413,3 +413,45 @@ def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
             out = model.predict(example)
             assert len(out) == len(example) and set(out["label"]) <= {"hallucinated", "supported", "abstained"}
         assert results["truthfulqa"].members == ["qwen15b", "qwen05b", "smollm135m", "gemma270m"]
+
+
+def _study_parts(tmp_path: Path, computed: list):
+    """A study's compute / draw / metrics for :func:`src.track.run_study` (``computed`` records each compute)."""
+
+    def compute(cfg):
+        computed.append(True)
+        return {"datasets": {"a": 1}, "value": 0.5}
+
+    def draw(doc, path):
+        Path(path).write_bytes(b"png")
+        return Path(path)
+
+    return compute, draw, lambda doc: {"study/value": doc["value"]}
+
+
+def test_a_study_checks_its_outputs_before_any_work(tmp_path):
+    """prevalence, monitor and noise entries (src.track.run_study): a directory given as the output is refused
+    before the study is computed, naming the setting."""
+    computed: list = []
+    compute, draw, metrics = _study_parts(tmp_path, computed)
+    cfg = compose_cfg("tracking.enabled=false")
+    with pytest.raises(track.RaimError, match="is a directory"):
+        track.run_study(cfg, "study", compute, tmp_path, tmp_path / "s.png", draw, metrics)
+    assert not computed and not (tmp_path / "s.png").exists()
+
+
+def test_a_failed_tracking_leaves_the_previous_study_json_in_place(tmp_path, monkeypatch):
+    computed: list = []
+    compute, draw, metrics = _study_parts(tmp_path, computed)
+    out = tmp_path / "study.json"
+    out.write_text('{"previous": true}')
+    (tmp_path / "not_a_dir").write_text("")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/not_a_dir/m.db")  # the store cannot be made
+    cfg = compose_cfg()
+    with pytest.raises(Exception):
+        track.run_study(cfg, "study", compute, out, tmp_path / "s.png", draw, metrics)
+    assert computed and json.loads(out.read_text()) == {"previous": True}
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    doc, path, fig = track.run_study(compose_cfg("tracking.enabled=false"), "study", compute, out,
+                                     tmp_path / "s.png", draw, metrics)
+    assert path == out and json.loads(out.read_text()) == doc and fig.read_bytes() == b"png"
