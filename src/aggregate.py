@@ -301,9 +301,12 @@ class DawidSkene(_VoteClassifier):
         q2 = self._e(X0, X1, *theta1)
         theta2 = self._m(X0, X1, q2, weights)
         self.n_iter_ += 2
-        if np.abs(q1 - q).max() < self.tol or np.abs(q2 - q1).max() < self.tol:
+        if np.abs(q1 - q).max() < self.tol:  # the first plain step already moved nothing
             self.converged_ = True
-            return (q1, theta1) if np.abs(q1 - q).max() < self.tol else (q2, theta2)
+            return q1, theta1
+        if np.abs(q2 - q1).max() < self.tol:
+            self.converged_ = True
+            return q2, theta2
         flat = [np.concatenate([p.ravel(), c.ravel()]) for p, c in (theta, theta1, theta2)]
         r, v = flat[1] - flat[0], flat[2] - 2 * flat[1] + flat[0]
         alpha = min(-1.0, -float(np.linalg.norm(r) / max(np.linalg.norm(v), 1e-300)))
