@@ -1,4 +1,4 @@
-"""Benchmark: Dawid–Skene EM in numpy (src.aggregate.DawidSkene) against crowd-kit 1.4.2's, on the same tables.
+"""Benchmark: Dawid–Skene EM in numpy (src.core.aggregate.DawidSkene) against crowd-kit 1.4.2's, on the same tables.
 
 Like for like: both sides run the same number of EM iterations from the same start (crowd-kit with
 ``tol=-inf``, so that its ELBO check never stops it; ours with ``tol=0``), and their posteriors, priors and
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 from src import simulate, verdicts  # noqa: E402
-from src.aggregate import DawidSkene, _long_format  # noqa: E402
+from src.core.aggregate import DawidSkene, _long_format  # noqa: E402
 
 warnings.filterwarnings("ignore", module="crowdkit")  # pandas FutureWarnings raised inside crowd-kit
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -5,7 +5,7 @@ memory.
 
 Kept whole in float64, each dataset's bootstrap weights are B × clusters × 8 B (2000 × 125,000: 1.9 GB, plus the
 generator's int64 copy while drawing). The engine stores them in float32 (whole numbers under 2²⁴: exact), keeps
-them only under ``--max-weight-mb`` (:data:`src.evaluate.MAX_WEIGHT_BYTES`) and otherwise draws them again, chunk
+them only under ``--max-weight-mb`` (:data:`src.core.evaluate.MAX_WEIGHT_BYTES`) and otherwise draws them again, chunk
 by chunk of draws, on its single pass over the draws (the same draws: one generator, consumed in draw order).
 Prints the resident memory after building the table, the peak over the analysis, and the wall time;
 ``--max-weight-mb 4096`` keeps the weights whole, for comparison.
@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from harness import machine, settle, workload_parser  # noqa: E402
 from src import evaluate, ladder, simulate, verdicts  # noqa: E402
-from src.aggregate import StackedLogit  # noqa: E402
+from src.core.aggregate import StackedLogit  # noqa: E402
 
 
 def rss_mb() -> float:

@@ -2,9 +2,9 @@
 
     python bench/bench_suite.py [--datasets 8 --items 2000 --members 10 --repeats 3 --load 1 --loop-frac 0.1]
 
-1. **The whole suite** (:func:`src.analyses.run_suite`, the default settings of ``conf/suite/default.yaml``),
+1. **The whole suite** (:func:`src.studies.suite.run_suite`, the default settings of ``conf/suite/default.yaml``),
    repeated; then under a competing CPU load (``--load`` busy numpy processes) against its quiet time.
-2. **Its heavy parts against the loops a careful engineer would write** (:mod:`src.analyses.loops`: one
+2. **Its heavy parts against the loops a careful engineer would write** (:mod:`src.studies.suite.loops`: one
    scikit-learn stacker fit per draw, budget and fold or per (sub-)panel and fold, one ``admissibility.test`` per
    calibration sample, each dataset's bootstrap drawn once and scored per sub-panel / member). Both sides run the
    *same* reduced workload — ``--loop-frac`` of the draws and sub-panels, the same generators — interleaved and
@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 from src import ladder, simulate, verdicts  # noqa: E402
-from src.aggregate import StackedLogit  # noqa: E402
-from src.analyses import budget, loops, mechanism, panel, run_suite  # noqa: E402
-from src.analyses.reference import references, rng_for  # noqa: E402
+from src.core.aggregate import StackedLogit  # noqa: E402
+from src.studies.suite import budget, loops, mechanism, panel, run_suite  # noqa: E402
+from src.studies.suite.reference import references, rng_for  # noqa: E402
 
 
 class PreciseStacker(StackedLogit):

@@ -302,7 +302,7 @@ def serve_and_send(args: list[str], port: int, env: dict, requests: dict[str, di
 
 def served(tmp: Path) -> dict:
     """A stacker logged by a real analysis of simulated panels, served both ways."""
-    from src import simulate
+    from src.studies import simulate
 
     store = tmp / "serve"
     store.mkdir()

@@ -9,9 +9,9 @@ single judge say the panel pays — turns their votes into p(hallucinated) and a
     python -m src.predict --model-uri runs:/<run id>/stacker --roster cpu \
         --evidence "Paris is the capital of France." --candidate "The capital of France is Lyon."
 
-The model is a stacker logged by ``src.run`` (:class:`src.serve.StackerModel`; by model URI, or ``--run-id``
-with ``--dataset`` for a stacking run's dataset child) or a panel model (:class:`src.serve.PanelModel`, which
-carries its roster). A stacker is wrapped in a :class:`~src.serve.PanelModel` over exactly the roster members it
+The model is a stacker logged by ``src.run`` (:class:`src.mlops.serving.StackerModel`; by model URI, or ``--run-id``
+with ``--dataset`` for a stacking run's dataset child) or a panel model (:class:`src.mlops.serving.PanelModel`, which
+carries its roster). A stacker is wrapped in a :class:`~src.mlops.serving.PanelModel` over exactly the roster members it
 votes with, so scoring is the panel model's own code. Judging goes through the verdict cache
 (:func:`src.judges.runner.verdict_table`): the misses are scored first, with ``src.judges``' progress bars, then
 the panel reads every vote from the cache — an item seen before is never judged again, and ``--no-compute``
@@ -35,10 +35,10 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from .errors import ArgumentParser, RaimError, one_line
-from .serve import SCORED_CACHE
+from src.core.errors import ArgumentParser, RaimError, one_line
+from src.mlops.serving import SCORED_CACHE
+from src.io.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TEXT_FIELDS = ("question", "evidence")
 ITEM_FIELDS = ("candidate", *TEXT_FIELDS, "item_id", "frame")
 PASSED_THROUGH = ("gold",)  # copied to the output beside the verdicts (e.g. the items of src.data)
@@ -63,7 +63,7 @@ class Items:
 class Panel:
     """A loaded panel: the model that scores, the frame its stacker was calibrated under, where it came from."""
 
-    model: Any  # src.serve.PanelModel
+    model: Any  # src.mlops.serving.PanelModel
     calibrated_frame: str | None
     uri: str
     cache_dir: Path | None = None
@@ -73,8 +73,8 @@ class Panel:
 
 
 def _optional_text(rec, key: str) -> str:
-    """An optional string field of a :class:`src.data.Rec` ('' when absent, null or empty)."""
-    from .data import RawRecordError
+    """An optional string field of a :class:`src.io.datasets.Rec` ('' when absent, null or empty)."""
+    from src.io.datasets import RawRecordError
 
     v = rec.data.get(key)
     if v is None or (isinstance(v, float) and v != v):
@@ -86,7 +86,7 @@ def _optional_text(rec, key: str) -> str:
 
 def _check_fields(rec) -> None:
     """A field that is almost a known one (``evidnce``) is a typo that would silently drop the text: refuse."""
-    from .data import RawRecordError
+    from src.io.datasets import RawRecordError
 
     known = (*ITEM_FIELDS, *PASSED_THROUGH)
     for key in rec.data:
@@ -106,7 +106,7 @@ def _row(rec) -> dict[str, Any]:
 
 
 def _records(path: Path) -> list:
-    from .data import read_csv, read_jsonl, read_parquet
+    from src.io.datasets import read_csv, read_jsonl, read_parquet
 
     if path.suffix not in SUFFIXES:
         raise PredictError(f"{path}: an items file is JSON Lines, CSV or Parquet ({', '.join(SUFFIXES)})")
@@ -122,7 +122,7 @@ def read_items(path: str | Path) -> Items:
     """Items of a JSONL / CSV / Parquet file: ``candidate`` (required), ``question``, ``evidence``, ``item_id``,
     ``frame`` (optional); ``gold`` is carried to the output. Errors name the file, the line (row) and the
     field; an empty file and a repeated ``item_id`` are errors."""
-    from .data import RawRecordError
+    from src.io.datasets import RawRecordError
 
     recs = _records(Path(path))
     rows = [_row(r) for r in recs]
@@ -146,7 +146,7 @@ def one_item(candidate: str, question: str = "", evidence: str = "", item_id: st
 
 def assign_frames(items: Items, frames: Mapping[str, Any], forced: str | None, calibrated: str | None) -> Items:
     """Each item's prompt frame: ``forced``, else its own, else ``calibrated``, else by shape (see module doc)."""
-    from .data import RawRecordError
+    from src.io.datasets import RawRecordError
 
     df = items.frame.copy()
     if forced is not None:
@@ -176,7 +176,7 @@ def _run_tags(uri: str) -> dict[str, str]:
 def calibration_frame(tags: Mapping[str, str], frames: Mapping[str, Any]) -> str | None:
     """The frame a stacker's votes were judged under: its run's ``frame`` choice, or its dataset's frame
     (``frame=auto``); None when the run does not say."""
-    from .data import DatasetError, dataset_spec
+    from src.io.datasets import DatasetError, dataset_spec
 
     name = tags.get("frame")
     if name in frames:
@@ -195,7 +195,7 @@ def _load(uri: str):
     import mlflow
     from mlflow.exceptions import MlflowException
 
-    from .track import quiet_mlflow
+    from src.mlops.tracking import quiet_mlflow
 
     try:
         with quiet_mlflow():
@@ -211,7 +211,7 @@ def _load(uri: str):
 def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
     from omegaconf import OmegaConf
 
-    from .judges.__main__ import load_roster
+    from src.judges.__main__ import load_roster
 
     name = name or tags.get("roster")
     if not name:
@@ -221,9 +221,9 @@ def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
 
 
 def load_panel(uri: str, roster: str | None = None) -> Panel:
-    """A :class:`~src.serve.PanelModel` for ``uri``: a panel model as logged, or a stacker over ``roster``'s
+    """A :class:`~src.mlops.serving.PanelModel` for ``uri``: a panel model as logged, or a stacker over ``roster``'s
     members (default: the roster its run was tagged with)."""
-    from .serve import PanelModel, frame_configs, panel_roster
+    from src.mlops.serving import PanelModel, frame_configs, panel_roster
 
     inner = _load(uri)
     if type(inner).__name__ == "PanelModel":
@@ -246,7 +246,7 @@ def load_panel(uri: str, roster: str | None = None) -> Panel:
 
 def stacker_uri(run_id: str, dataset: str | None) -> str:
     """The stacker of a stacking run (its ``dataset`` child when the run is an analysis' parent)."""
-    from .registry import find_candidate
+    from src.mlops.registry import find_candidate
 
     return find_candidate(run_id, dataset).model_uri
 
@@ -261,7 +261,7 @@ def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = T
     ``engine``: where the misses are scored (:func:`src.judges.ray_engine.engine_from_args`; None: here)."""
     from mlflow.exceptions import MlflowException
 
-    from .judges.runner import NothingCached, verdict_table
+    from src.judges.runner import NothingCached, verdict_table
 
     model, cache_dir = panel.model, Path(cache_dir)
     raw = items.frame
@@ -289,7 +289,7 @@ def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = T
 
 def write_output(out: pd.DataFrame, path: str | Path) -> Path:
     """JSON Lines (abstentions as null) or CSV (abstentions as empty cells), by the file's suffix."""
-    from .fsutil import atomic_write_text
+    from src.io.files import atomic_write_text
 
     path = Path(path)
     if path.suffix == ".jsonl":
@@ -357,7 +357,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of a judge's identity)")
     ap.add_argument("--no-progress", action="store_true")
-    from .judges.ray_engine import add_engine_args
+    from src.judges.ray_engine import add_engine_args
 
     add_engine_args(ap)  # a batch job's misses on a Ray cluster: --engine ray
     return ap
@@ -376,7 +376,7 @@ def _items(a: argparse.Namespace) -> Items:
 def main(argv: list[str] | None = None) -> int:
     import mlflow
 
-    from .track import tracking_uri
+    from src.mlops.tracking import tracking_uri
 
     a = parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
               f"judging under {a.frame!r}", file=sys.stderr)
     cache_dir = a.cache_dir or panel.cache_dir or SCORED_CACHE
-    from .judges.ray_engine import engine_from_args
+    from src.judges.ray_engine import engine_from_args
 
     engine = None if a.no_compute else engine_from_args(a)
     out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress,

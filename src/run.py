@@ -17,9 +17,10 @@ from hydra.experimental.callback import Callback
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from . import ladder, verdicts
-from .errors import RaimError, one_line
-from .fsutil import atomic_write_text, to_json
+from src.core import ladder
+from src.core import verdicts
+from src.core.errors import RaimError, one_line
+from src.io.files import atomic_write_text, to_json
 
 log = logging.getLogger("raim")
 
@@ -33,13 +34,13 @@ def dataset_names(cfg: DictConfig) -> list[str]:
 def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
     """``frame=auto`` gives each dataset its own frame (§2); any other choice forces one frame everywhere.
     A single selected dataset's spec is the composed ``dataset`` node (so a spec found on Hydra's search path
-    works); a listed one is read from conf/dataset (:func:`src.data.dataset_spec`)."""
+    works); a listed one is read from conf/dataset (:func:`src.io.datasets.dataset_spec`)."""
     if cfg.frame.name != "auto":
         return cfg.frame
-    from .data import dataset_spec
+    from src.io.datasets import dataset_spec
 
     spec = cfg.dataset if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset else dataset_spec(dataset)
-    from .track import group_option
+    from src.mlops.tracking import group_option
 
     return group_option("frame", spec["frame"])
 
@@ -73,7 +74,7 @@ class MissingVerdicts(RaimError):
 
 def judge_command(cfg: DictConfig, datasets: list[str], members: list[str]) -> str:
     """The ``python -m src.judges`` command that computes the missing verdicts (``--members`` only for a subset)."""
-    from .judges.runner import compute_command
+    from src.judges.runner import compute_command
 
     subset = members if set(members) != {m.name for m in cfg.roster.members} else None
     return compute_command(cfg.roster.name, datasets, cfg.judge.per_dataset, subset)
@@ -133,9 +134,9 @@ def cached_table(cfg: DictConfig) -> verdicts.VerdictTable:
     counted."""
     import pandas as pd
 
-    from .data import read_items
-    from .judges.ray_engine import engine_from_cfg
-    from .judges.runner import NothingCached, cluster_subsample, member_names, verdict_table
+    from src.io.datasets import read_items
+    from src.judges.ray_engine import engine_from_cfg
+    from src.judges.runner import NothingCached, cluster_subsample, member_names, verdict_table
 
     policy = cfg.judge.get("missing", "error")
     if policy not in MISSING_POLICIES:
@@ -282,7 +283,7 @@ def main(cfg: DictConfig) -> float:
                     ", ".join(table.provenance["bad_cache_files"]))
     run_id = None
     if cfg.tracking.enabled:  # before results.json: a failed tracking leaves the previous results in place
-        from . import track
+        from src.mlops import tracking as track
 
         run_id = track.log_analysis(cfg, table, results, doc)
     for path in outputs:  # results.json depends on the inputs only (a DVC output): the run id goes beside it
@@ -290,13 +291,13 @@ def main(cfg: DictConfig) -> float:
     if run_id:
         atomic_write_text(outputs[-1].parent / RUN_ID_FILE, run_id + "\n")
     if cfg.get("metrics") or cfg.get("betas"):  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
-        from .track import write_stage_files
+        from src.mlops.tracking import write_stage_files
 
         write_stage_files(doc, cfg.get("metrics"), cfg.get("betas"))
     print("\n".join(["", "RAIM summary", *summary_lines(doc), *skipped_lines(doc),
                       f"results: {', '.join(map(str, outputs))}"]))
     if run_id:
-        from .track import ui_command
+        from src.mlops.tracking import ui_command
 
         print(f"MLflow run {run_id}; compare runs with: {ui_command(cfg)}")
     return float(np.mean([r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]))

@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 @pytest.fixture(autouse=True)
 def _no_inherited_mlflow_experiment():
-    """``mlflow.set_experiment`` (src.track.setup) leaves the experiment's id in a module global and in
+    """``mlflow.set_experiment`` (src.mlops.tracking.setup) leaves the experiment's id in a module global and in
     ``$MLFLOW_EXPERIMENT_ID``: an id of one test's store. Both are cleared after each test, so a later test that
     opens a run in its own new store does not look for an experiment that store never had."""
     saved = os.environ.get("MLFLOW_EXPERIMENT_ID")

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from src import admissibility, simulate, verdicts
-from src.verdicts import ABSTAIN
+from src.studies import simulate
+from src.core import admissibility
+from src.core import verdicts
+from src.core.verdicts import ABSTAIN
 
 
 def sim(**kw):
@@ -87,7 +89,7 @@ def test_exact_threshold_counts_although_floating_point_lands_just_under():
     """Stop-9 defect: κ = 0.30 exactly, computed as 0.2999999999999999, was not counted (84 of 812 tables)."""
     from fractions import Fraction
 
-    from src.evaluate import kappa
+    from src.core.evaluate import kappa
 
     # gold 1: 6 right, 11 wrong; gold 0: 11 right: κ = 3/10 exactly in rational arithmetic
     gold = np.array([1] * 17 + [0] * 11)

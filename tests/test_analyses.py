@@ -11,11 +11,13 @@ import pytest
 from omegaconf import OmegaConf
 from sklearn.linear_model import LogisticRegression
 
-from src import admissibility, simulate, verdicts
-from src.aggregate import StackedLogit
-from src.analyses import budget, common, cost, loops, mechanism, panel, run_suite
-from src.analyses.reference import reference
-from src.ladder import LadderSettings
+from src.studies import simulate
+from src.core import admissibility
+from src.core import verdicts
+from src.core.aggregate import StackedLogit
+from src.studies.suite import budget, common, cost, loops, mechanism, panel, run_suite
+from src.studies.suite.reference import reference
+from src.core.ladder import LadderSettings
 
 DOMINANT = [0.95] + [0.57] * 7  # one strong member, seven weak ones
 SPREAD = [0.82] * 8  # eight capable members
@@ -105,7 +107,7 @@ def test_pair_stats_give_admissibility_phi(small):
 
 
 def test_kappas_match_engine(small):
-    from src.evaluate import kappa
+    from src.core.evaluate import kappa
 
     P = np.vstack([small.stacked, small.best_cv, small.table.votes.T])
     np.testing.assert_allclose(common.kappas(small.gold, P), [kappa(small.gold, p) for p in P], atol=1e-12)
@@ -168,7 +170,7 @@ def test_a_fold_near_the_threshold_is_refitted_unmerged(small, monkeypatch):
 
 
 def test_each_dataset_bootstrap_is_drawn_once_and_shared(small):
-    from src.evaluate import ClusterBootstrap
+    from src.core.evaluate import ClusterBootstrap
 
     small.boots.clear()
     long = small.bootstrap(300, 0)
@@ -209,7 +211,7 @@ def test_dominant_member_panel(dominant):
     t = dominant.table
     assert not dominant.admissibility.admissible
     k_dom = dominant.member_kappa[0]
-    from src.evaluate import kappa
+    from src.core.evaluate import kappa
 
     assert kappa(dominant.gold, dominant.stacked) == pytest.approx(k_dom, abs=0.05)
     beta = StackedLogit().set_params(n_votes=len(t.members)).fit(t.votes, t.gold).coef_

@@ -1,4 +1,4 @@
-"""The escalation cascade (src/analyses/cascade.py) on simulated panels whose answer is known, and on the committed
+"""The escalation cascade (src/studies/suite/cascade.py) on simulated panels whose answer is known, and on the committed
 `cpu` verdicts."""
 
 from __future__ import annotations
@@ -9,12 +9,15 @@ import pytest
 from omegaconf import OmegaConf
 from sklearn.base import clone
 
-from src import figures, report, simulate, verdicts
-from src.aggregate import StackedLogit, crossfit
-from src.analyses import cascade, cost
+from src.present import report
+from src.present import figures
+from src.studies import simulate
+from src.core import verdicts
+from src.core.aggregate import StackedLogit, crossfit
+from src.studies.suite import cascade, cost
 from src.analyses.__main__ import flat_metrics
-from src.analyses.reference import reference, references
-from src.ladder import LadderSettings, dataset_folds
+from src.studies.suite.reference import reference, references
+from src.core.ladder import LadderSettings, dataset_folds
 
 CFG = {"enabled": True, "operating_points": [0.05, 0.1, 0.2, 0.3, 0.5], "budgets": [0.1, 0.2], "grid_step": 0.05,
        "margin": 0.05, "random_draws": 20}
@@ -146,7 +149,7 @@ def test_the_expensive_judge_is_the_frontier_or_the_costliest_member_and_the_pan
     keep = [0, 1, 3, 4]
     alone = crossfit(StackedLogit(n_votes=4), t.votes[:, keep], t.gold, ref.design.folds).pred
     d = doc["datasets"]["sim"]
-    from src.evaluate import kappa
+    from src.core.evaluate import kappa
 
     assert d["alone"]["panel"]["kappa"]["estimate"] == pytest.approx(kappa(t.gold, alone))
     assert d["alone"]["expensive"]["kappa"]["estimate"] == pytest.approx(kappa(t.gold, t.votes[:, 2]))
@@ -187,7 +190,7 @@ def test_abstentions_of_the_expensive_judge_keep_the_panel_verdict():
 
 
 def test_suite_block_figure_report_and_metrics(tmp_path):
-    from src.analyses import run_suite
+    from src.studies.suite import run_suite
 
     parts = [simulate.panel(80, 2, [0.8] * 6, rho=0.1, abstain_rate=0.02, dataset=n, seed=i, frontier_accuracy=0.9)
              for i, n in enumerate(("a", "b"))]

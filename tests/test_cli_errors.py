@@ -1,5 +1,5 @@
 """Every command answers a bad input with one line `error: …` naming the file / row / field, and exit status 2
-(no traceback, no Hydra banner); RAIM_DEBUG=1 brings the traceback back (src/errors.py)."""
+(no traceback, no Hydra banner); RAIM_DEBUG=1 brings the traceback back (src/core/errors.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ CASES = {
     "report: corrupt results.json": (lambda t: ["src.report", f"output={_garbage(t)}",
                                                 f"suite.output={t}/suite.json", f"suite.report={t}/report.md",
                                                 f"suite.figures_dir={t}/fig"], "r.json: not a readable JSON"),
-    # argparse's own errors (a bad or missing option) follow the same rule: one line, exit 2 (src.errors.ArgumentParser)
+    # argparse's own errors (a bad or missing option) follow the same rule: one line, exit 2 (src.core.errors.ArgumentParser)
     "judges: unknown engine": (lambda t: ["src.judges", "--engine", "spark"],
                                "python -m src.judges: argument --engine: invalid choice: 'spark'"),
     "data: an option without its value": (lambda t: ["src.data", "--datasets"],

@@ -1,4 +1,4 @@
-"""Builders of balanced binary items (src/data.py; paper Appendix J, Table 18)."""
+"""Builders of balanced binary items (src/io/datasets.py; paper Appendix J, Table 18)."""
 from __future__ import annotations
 
 import ast
@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from src import data
-from src.data import ITEM_COLUMNS, RawRecordError
+from src.io import datasets as data
+from src.io.datasets import ITEM_COLUMNS, RawRecordError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "raw"
@@ -370,10 +370,10 @@ def test_read_items_rejects_bad_lines_and_keeps_existing_output(tmp_path, fixtur
             data.read_items(path)
 
 
-# ---------------------------------------------------------------- a dataset from config alone (src.data.Fields)
+# ---------------------------------------------------------------- a dataset from config alone (src.io.datasets.Fields)
 
 GENERIC = ROOT / "tests" / "fixtures" / "data_generic"
-MYBENCH = {"_target_": "src.data.Fields", "path": "mybench/qa.jsonl", "question": "query", "evidence": "context",
+MYBENCH = {"_target_": "src.io.datasets.Fields", "path": "mybench/qa.jsonl", "question": "query", "evidence": "context",
            "candidate": "response", "gold": {"field": "hallucination", "labels": {"yes": 1, "no": 0, "unsure": None}}}
 QA = [json.loads(line) for line in (GENERIC / "raw" / "mybench" / "qa.jsonl").read_text().splitlines()]
 
@@ -496,7 +496,7 @@ def test_generic_balances_majority_with_seed(tmp_path):
     assert len(unbalanced) == 5
 
 
-PAIRS = {"_target_": "src.data.Fields", "path": "pairs/answers.json", "question": "question",
+PAIRS = {"_target_": "src.io.datasets.Fields", "path": "pairs/answers.json", "question": "question",
          "evidence": "passages", "cluster": "meta.topic",
          "pairs": {"supported": "answers.right", "hallucinated": {"field": "answers.wrong", "split": ";"}}}
 
@@ -607,7 +607,7 @@ def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, cap
     ({**MYBENCH, "candidat": "response"}, r"unexpected keyword argument 'candidat'"),
     ({**MYBENCH, "gold": {"field": "hallucination", "labels": {"yes": 2}}}, r"`gold.labels` maps each raw label"),
     ({**MYBENCH, "gold": {"field": "hallucination"}}, r"`gold`: missing \['labels'\]"),
-    ({"_target_": "src.data.Registered", "name": "nope"}, r"no registered builder 'nope'; registered: expertqa"),
+    ({"_target_": "src.io.datasets.Registered", "name": "nope"}, r"no registered builder 'nope'; registered: expertqa"),
     ({"_target_": "collections.OrderedDict"}, r"is not a dataset builder"),
 ])
 def test_bad_builder_node_is_one_line_naming_the_spec(tmp_path, node, match):
@@ -616,7 +616,7 @@ def test_bad_builder_node_is_one_line_naming_the_spec(tmp_path, node, match):
 
 
 def test_dataset_spec_and_unknown_names(tmp_path):
-    assert data.dataset_spec("wice")["builder"]["_target_"] == "src.data.Fields"
+    assert data.dataset_spec("wice")["builder"]["_target_"] == "src.io.datasets.Fields"
     specs = _specs(tmp_path, mybench=MYBENCH)
     assert data.dataset_spec("mybench", specs)["title"] == "Mybench" and data.dataset_names(specs) == ["mybench"]
     with pytest.raises(data.DatasetError, match=r"unknown dataset 'wice': no spec .*wice\.yaml; datasets: mybench"):

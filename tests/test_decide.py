@@ -1,4 +1,4 @@
-"""The deployment decision (src/decide.py): known answers on constructed ladder summaries, and its place in
+"""The deployment decision (src/core/decide.py): known answers on constructed ladder summaries, and its place in
 results.json (§2 calls, §3.3 admissibility)."""
 
 from __future__ import annotations
@@ -8,8 +8,11 @@ import json
 import pandas as pd
 import pytest
 
-from src import decide, ladder, simulate, verdicts
-from src.aggregate import StackedLogit
+from src.studies import simulate
+from src.core import ladder
+from src.core import decide
+from src.core import verdicts
+from src.core.aggregate import StackedLogit
 
 
 def summary(stacked: float = 0.60, single: float = 0.50, call: str = "win", admissible: bool = True,

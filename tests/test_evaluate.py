@@ -5,9 +5,9 @@ import pytest
 from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score, f1_score
 from statsmodels.stats.multitest import multipletests
 
-from src import evaluate
-from src.evaluate import ClusterBootstrap, best_single_call, from_counts, holm, indicators, paired_delta, scores
-from src.verdicts import ABSTAIN
+from src.core import evaluate
+from src.core.evaluate import ClusterBootstrap, best_single_call, from_counts, holm, indicators, paired_delta, scores
+from src.core.verdicts import ABSTAIN
 
 
 def random_pred(rng, gold, acc=0.7, abstain=0.1):

@@ -28,7 +28,7 @@ LEXICAL = {"_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "thre
 
 
 def items() -> pd.DataFrame:
-    from src.data import read_items
+    from src.io.datasets import read_items
 
     return read_items(FIX / "mini.jsonl")
 

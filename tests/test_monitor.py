@@ -1,4 +1,4 @@
-"""Live admissibility monitoring (src/monitor.py; issue 11 §3): recording from served models, the windowed drift
+"""Live admissibility monitoring (src/studies/monitor.py; issue 11 §3): recording from served models, the windowed drift
 and prevalence tests on replayed streams, the entry point's JSON, figure and MLflow step metrics."""
 
 from __future__ import annotations
@@ -17,9 +17,12 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from src import monitor, report, serve, simulate
-from src.aggregate import StackedLogit
-from src.verdicts import ABSTAIN
+from src.mlops import serving as serve
+from src.present import report
+from src.studies import monitor
+from src.studies import simulate
+from src.core.aggregate import StackedLogit
+from src.core.verdicts import ABSTAIN
 
 from test_serve import _prefill
 from test_track import tracking_store

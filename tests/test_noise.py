@@ -15,10 +15,12 @@ import pytest
 from hydra.utils import instantiate
 from scipy.stats import spearmanr
 
-from src import noise, simulate, verdicts
-from src.aggregate import NoiseRobustStackedLogit, StackedLogit, cluster_folds, crossfit
-from src.evaluate import kappa
-from src.ladder import LadderSettings
+from src.studies import noise
+from src.studies import simulate
+from src.core import verdicts
+from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit, cluster_folds, crossfit
+from src.core.evaluate import kappa
+from src.core.ladder import LadderSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 ACC = [0.78, 0.76, 0.74, 0.72, 0.70, 0.70]
@@ -187,7 +189,7 @@ def test_robust_stacker_recovers_the_clean_kappa_under_class_conditional_noise()
 
 def test_robust_stacker_records_the_clean_prevalence_its_posteriors_assume():
     """Served with a `prevalence` setting, a stacker's posteriors are shifted from its training prevalence
-    (src.prevalence.adjust): for the robust stacker that is the clean labels' prevalence, not the noisy share."""
+    (src.studies.prevalence.adjust): for the robust stacker that is the clean labels' prevalence, not the noisy share."""
     t = _sim(300, seed=4)
     y = _class_conditional(t.gold, 0.35, np.random.default_rng(0))  # 35 % of hallucinations labelled supported
     est = NoiseRobustStackedLogit(flip_rates=(0.0, 0.35)).fit(t.votes, y)
@@ -282,11 +284,11 @@ def test_entry_point_writes_json_figure_and_mlflow_run(tmp_path):
 
 
 def test_the_robust_stacker_is_logged_and_served_like_the_plain_one(tmp_path, monkeypatch, sim):
-    """`stacker=logreg_robust` runs are logged with their stacker as a pyfunc model (src.serve.log_stacker): it
+    """`stacker=logreg_robust` runs are logged with their stacker as a pyfunc model (src.mlops.serving.log_stacker): it
     must load, predict its own input example and give the robust stacker's probabilities."""
     import mlflow
 
-    from src import serve
+    from src.mlops import serving as serve
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'm.db'}")

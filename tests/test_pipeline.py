@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from src import track
+from src.mlops import tracking as track
 
 from test_track import QUIET, ROOT, free_port, post_json, server, tracking_store, write_panels
 

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src import predict, serve
-from src.aggregate import StackedLogit
+from src import predict
+from src.mlops import serving as serve
+from src.core.aggregate import StackedLogit
 
 from test_track import QUIET, tracking_store
 

@@ -1,4 +1,4 @@
-"""Prior-shift correction and label-free prevalence estimate (src/prevalence.py; issue 11 §2)."""
+"""Prior-shift correction and label-free prevalence estimate (src/studies/prevalence.py; issue 11 §2)."""
 
 import json
 import os
@@ -13,9 +13,9 @@ from scipy.optimize import minimize_scalar
 from scipy.special import expit, logit
 from sklearn.metrics import brier_score_loss, f1_score, balanced_accuracy_score
 
-from src import prevalence
-from src.aggregate import StackedLogit
-from src.prevalence import PrevalenceError, adjust, estimate
+from src.studies import prevalence
+from src.core.aggregate import StackedLogit
+from src.studies.prevalence import PrevalenceError, adjust, estimate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -157,7 +157,7 @@ def test_windows_hold_the_prevalence_and_respect_the_bootstrap():
     idx = prevalence.windows(y, clusters, 0.1, 40, n_boot=6, n_draws=3, seed=0)
     assert idx.shape == (6, 3, 40)
     assert (y[idx[..., :4]] == 1).all() and (y[idx[..., 4:]] == 0).all()
-    from src.evaluate import ClusterBootstrap
+    from src.core.evaluate import ClusterBootstrap
 
     w = ClusterBootstrap(clusters, 6, 0).item_weights()
     for b in range(6):
@@ -172,7 +172,7 @@ def test_windows_hold_the_prevalence_and_respect_the_bootstrap():
 @pytest.fixture(scope="module")
 def sim_doc():
     """The study on a simulated admissible panel only (no real table), small settings."""
-    from src.ladder import LadderSettings
+    from src.core.ladder import LadderSettings
 
     s = {"prevalences": [0.05, 0.2], "window": 200, "n_boot": 40, "n_draws": 5, "seed": 0, "level": 0.95,
          "ece_bins": 10, "tol": 1e-6, "max_iter": 1000,
@@ -241,11 +241,11 @@ def test_entry_point_on_the_committed_caches(tmp_path, compose_cfg):
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """A stacker logged as MLflow logs it (src.serve.log_stacker), and one logged the old way: a signature
+    """A stacker logged as MLflow logs it (src.mlops.serving.log_stacker), and one logged the old way: a signature
     without parameters and a stacker without ``train_prevalence_``."""
     import mlflow
 
-    from src import serve
+    from src.mlops import serving as serve
     from test_track import tracking_store
 
     rng = np.random.default_rng(0)
@@ -307,7 +307,7 @@ def test_an_old_logged_model_still_loads_and_predicts(logged):
 
 
 def test_panel_model_takes_a_prevalence(monkeypatch):
-    from src import serve
+    from src.mlops import serving as serve
     from src.judges import runner
 
     X = np.array([[1, 1], [1, 0], [0, 0], [0, 1]], float)
@@ -328,7 +328,7 @@ def test_panel_model_takes_a_prevalence(monkeypatch):
 
 @pytest.mark.parametrize("module, key", [("src.prevalence", "prevalence"), ("src.monitor", "monitor")])
 def test_study_entries_refuse_a_directory_output_before_any_work(tmp_path, module, key):
-    """Like `python -m src.noise`: the output is checked before the study runs (src.track.run_study), so a bad
+    """Like `python -m src.noise`: the output is checked before the study runs (src.mlops.tracking.run_study), so a bad
     path costs nothing and leaves no figure behind."""
     fig = tmp_path / "study.png"
     p = subprocess.run([sys.executable, "-m", module, f"{key}.output={tmp_path}", f"{key}.figure={fig}",

@@ -1,4 +1,4 @@
-"""Promotion to the model registry (src/registry.py): refused unless the decision is to deploy the panel
+"""Promotion to the model registry (src/mlops/registry.py): refused unless the decision is to deploy the panel
 (admissible, a win vs the CV-best single, the κ floor reached); the log-panel command."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 
-from src import registry
+from src.mlops import registry
 
 from test_track import QUIET, ROOT, children, log_simulated, tracking_store
 
@@ -102,7 +102,7 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
     and example; the registry promoted that model, which failed on every input, its own example included."""
     import mlflow
 
-    from src import serve
+    from src.mlops import serving as serve
     from test_track import GOOD, simulate
 
     df = simulate.panel(150, 2, dataset="good", seed=1, **GOOD)
@@ -110,7 +110,8 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
     (tmp_path / "v.csv").write_text(df.to_csv(index=False))
     with tracking_store(tmp_path):
         from test_track import analysis_overrides, compose_cfg
-        from src import run, track
+        from src import run
+        from src.mlops import tracking as track
 
         cfg = compose_cfg(*analysis_overrides(tmp_path / "v.csv", tmp_path / "r.json"))
         table, results, doc = run.analyse(cfg)
@@ -128,7 +129,7 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
 def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
     import mlflow
 
-    from src import serve
+    from src.mlops import serving as serve
 
     with tracking_store(tmp_path):
         rid, cfg, table, results, doc = log_simulated(tmp_path, which=("good",))

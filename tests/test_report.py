@@ -1,4 +1,4 @@
-"""The figures (src/figures.py), the generated report (src/report.py) that opens with the deployment decision,
+"""The figures (src/present/figures.py), the generated report (src/present/report.py) that opens with the deployment decision,
 and the suite/report entry points end to end."""
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from src import decide, figures, ladder, report, simulate, verdicts
-from src.aggregate import StackedLogit
-from src.analyses import run_suite
+from src.present import report
+from src.present import figures
+from src.studies import simulate
+from src.core import ladder
+from src.core import decide
+from src.core import verdicts
+from src.core.aggregate import StackedLogit
+from src.studies.suite import run_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ("Table 1", "Table 4", "Table 5", "Table 6", "Table 7", "Table 15", "Table 16", "Table 17", "Table 22",

@@ -86,7 +86,7 @@ def test_composes_with_defaults_and_builds_without_network(compose_cfg):
 
 
 def test_server_model_and_key_come_from_the_environment_only(compose_cfg, monkeypatch):
-    from src import track
+    from src.mlops import tracking as track
 
     text = (ROOT / "conf" / "roster" / "openai_server.yaml").read_text()
     assert "${oc.env:RAIM_OPENAI_API_KEY,null}" in text and "tok-" not in text and "sk-" not in text
@@ -127,8 +127,9 @@ def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, c
                                                                   capsys):
     import mlflow
 
-    from src import predict, serve
-    from src.aggregate import StackedLogit
+    from src import predict
+    from src.mlops import serving as serve
+    from src.core.aggregate import StackedLogit
 
     from test_track import tracking_store
 

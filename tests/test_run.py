@@ -8,9 +8,11 @@ import sys
 import pandas as pd
 import pytest
 
-from src import run, simulate, verdicts
-from src.ladder import COMPARATORS
-from src.verdicts import VerdictError
+from src import run
+from src.studies import simulate
+from src.core import verdicts
+from src.core.ladder import COMPARATORS
+from src.core.verdicts import VerdictError
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -68,8 +70,9 @@ def test_stacker_group_switches_abstention_encoding(compose_cfg, table_csv):
 
 
 def test_members_that_never_voted_are_set_aside(tmp_path):
-    from src import ladder, verdicts
-    from src.aggregate import StackedLogit
+    from src.core import ladder
+    from src.core import verdicts
+    from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=60, accuracies=[0.9, 0.8, 0.7], seed=2)
     df["m02"] = None  # e.g. an evidence-based judge on an ungrounded set, or a member not run yet
@@ -210,7 +213,7 @@ def test_bad_cache_lines_are_reported_by_file_and_line_and_never_become_votes(co
 def test_bad_cache_lines_are_counted_in_mlflow(compose_cfg, cache_copy, tmp_path):
     import mlflow
 
-    from src import track
+    from src.mlops import tracking as track
     from test_track import tracking_store
 
     f = _member_file(cache_copy, "minilm")
@@ -261,8 +264,8 @@ def test_cli_run_on_the_committed_caches_ends_with_a_summary_and_no_mlflow_chatt
 
 def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
     """Stop-9 defect: a member that voted on 2 of 193 items (κ 1.0 there) became the oracle and the CV-best."""
-    from src import ladder
-    from src.aggregate import StackedLogit
+    from src.core import ladder
+    from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=100, accuracies=[0.75, 0.7, 0.65], rho=0.2, seed=3)
     df["lucky"] = pd.array([pd.NA] * len(df), dtype="Int64")
@@ -277,8 +280,8 @@ def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
 
 def test_best_on_average_needs_coverage_on_every_dataset():
     """Stop-9 defect: best_avg picked a member that voted on one dataset only: κ 0 with [0, 0] elsewhere."""
-    from src import ladder
-    from src.aggregate import StackedLogit
+    from src.core import ladder
+    from src.core.aggregate import StackedLogit
 
     a = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.95], rho=0.2, dataset="a", seed=1)
     b = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.55], rho=0.2, dataset="b", seed=2)
@@ -293,8 +296,8 @@ def test_best_on_average_needs_coverage_on_every_dataset():
 
 
 def test_a_dataset_with_no_eligible_member_is_one_clear_error():
-    from src import ladder
-    from src.aggregate import StackedLogit
+    from src.core import ladder
+    from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=60, accuracies=[0.8, 0.7], rho=0.2, abstain_rate=0.7, seed=5)
     with pytest.raises(ladder.AnalysisError, match=r"dataset 'sim': no member answers at least 0.5 of the items"):

@@ -17,7 +17,9 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src import fsutil, simulate, track
+from src.mlops import tracking as track
+from src.studies import simulate
+from src.io import files as fsutil
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
@@ -218,7 +220,7 @@ import sys, time
 from pathlib import Path
 import mlflow
 from hydra import compose, initialize_config_dir
-from src import track
+from src.mlops import tracking as track
 tmp = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=None):
     cfg = compose(config_name="config", overrides=[f"tracking.uri=sqlite:///{tmp}/new.db"])
@@ -233,7 +235,7 @@ with track.quiet_mlflow():
 
 
 def test_concurrent_first_runs_on_a_new_store_all_succeed(tmp_path):
-    """Without :func:`src.track.store_lock` this fails nearly every time (N=3): alembic's "Online migration expected
+    """Without :func:`src.mlops.tracking.store_lock` this fails nearly every time (N=3): alembic's "Online migration expected
     to match one row when updating … in 'alembic_version'; 0 found" or sqlite "database is locked"."""
     import mlflow
 
@@ -293,7 +295,7 @@ def test_stage_files_are_written_atomically(tmp_path, monkeypatch):
 def test_suite_json_holds_no_timings(tmp_path, monkeypatch):
     """suite.json is a DVC output: wall times would make every rerun differ (they go to MLflow)."""
     import src.analyses.__main__ as suite_main
-    from src import figures
+    from src.present import figures
 
     doc = {"datasets": {}, "cost": {}, "timings": {"budget": 12.5, "panel": 3.25}}
     monkeypatch.setattr(suite_main, "compute", lambda cfg: (json.loads(json.dumps(doc)), None))

@@ -1,4 +1,4 @@
-"""Serving (src/serve.py): the promoted stacker behind `mlflow models serve`, and the panel model (tiny roster)."""
+"""Serving (src/mlops/serving.py): the promoted stacker behind `mlflow models serve`, and the panel model (tiny roster)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src import registry, serve
-from src.aggregate import StackedLogit
-from src.errors import RaimError
+from src.mlops import registry
+from src.mlops import serving as serve
+from src.core.aggregate import StackedLogit
+from src.core.errors import RaimError
 
 from malformed import serving_requests
 from test_track import compose_cfg, free_port, log_simulated, post_json, server, tracking_store

@@ -1,4 +1,4 @@
-"""MLflow tracking (src/track.py): what one analysis logs, nesting, hashes, the stacker model, no secrets.
+"""MLflow tracking (src/mlops/tracking.py): what one analysis logs, nesting, hashes, the stacker model, no secrets.
 
 Every test here uses a throwaway sqlite store under pytest's tmp dir, never the repo's mlflow.db. The
 helpers at the top are shared with test_registry / test_serve / test_pipeline.
@@ -22,7 +22,10 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src import run, serve, simulate, track
+from src import run
+from src.mlops import serving as serve
+from src.mlops import tracking as track
+from src.studies import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1",
@@ -395,7 +398,7 @@ def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
     import mlflow
     from mlflow.models import Model
 
-    from src import serve
+    from src.mlops import serving as serve
 
     with tracking_store(tmp_path):
         cfg = compose_cfg("analysis=fast", "analysis.abstention_contrast=false", f"output={tmp_path}/r.json")
@@ -416,7 +419,7 @@ def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
 
 
 def _study_parts(tmp_path: Path, computed: list):
-    """A study's compute / draw / metrics for :func:`src.track.run_study` (``computed`` records each compute)."""
+    """A study's compute / draw / metrics for :func:`src.mlops.tracking.run_study` (``computed`` records each compute)."""
 
     def compute(cfg):
         computed.append(True)
@@ -430,7 +433,7 @@ def _study_parts(tmp_path: Path, computed: list):
 
 
 def test_a_study_checks_its_outputs_before_any_work(tmp_path):
-    """prevalence, monitor and noise entries (src.track.run_study): a directory given as the output is refused
+    """prevalence, monitor and noise entries (src.mlops.tracking.run_study): a directory given as the output is refused
     before the study is computed, naming the setting."""
     computed: list = []
     compute, draw, metrics = _study_parts(tmp_path, computed)

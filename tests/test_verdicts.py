@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from src import verdicts
-from src.verdicts import ABSTAIN, VerdictError
+from src.core import verdicts
+from src.core.verdicts import ABSTAIN, VerdictError
 
 GOOD = "item_id,cluster_id,dataset,gold,a,b,sonnet,a@logodds\n" \
        "i1,c1,d,0,0,,0,-1.5\n" \

@@ -1,7 +1,7 @@
 """``python -m src.analyses [verdicts=PATH] [suite=fast] …``: the analysis suite on the configured verdicts.
 
 Same config as ``python -m src.run``. Reads the table of :func:`src.run.load_table`, runs
-:func:`src.analyses.run_suite`, writes ``suite.output`` (results/suite.json) and the figures of
+:func:`src.studies.suite.run_suite`, writes ``suite.output`` (results/suite.json) and the figures of
 :mod:`src.figures` under ``suite.figures_dir`` (those of Figs. 2 and 3b need the ladder's ``output``,
 results/results.json), and logs them to MLflow when ``tracking.enabled``.
 """
@@ -16,9 +16,9 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from .. import run
-from ..errors import one_line
-from . import cascade, cost, run_suite
+from src import run
+from src.core.errors import one_line
+from src.studies.suite import cascade, cost, run_suite
 
 log = logging.getLogger("raim.suite")
 
@@ -41,7 +41,7 @@ def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
 
 def flat_metrics(doc: dict) -> dict[str, float]:
     """Headline numbers of suite.json as MLflow metrics."""
-    from ..track import metric_name
+    from src.mlops.tracking import metric_name
 
     out: dict[str, float] = {}
     for name, d in doc["datasets"].items():
@@ -74,7 +74,7 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 @hydra.main(version_base=None, config_path="../../conf", config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    from .. import figures
+    from src.present import figures
 
     doc, results = compute(cfg)
     timings = doc.pop("timings")  # wall times vary run to run: logged, never in suite.json (a DVC output)
@@ -83,7 +83,7 @@ def main(cfg: DictConfig) -> None:
     log.info("suite written to %s; %d figures under %s; timings %s", out, len(figs), cfg.suite.figures_dir,
              {k: round(v, 1) for k, v in timings.items()})
     if cfg.tracking.enabled:
-        from .. import track
+        from src.mlops import tracking as track
 
         with track.start_run(cfg, "suite", tags={"datasets": ",".join(doc["datasets"])}):
             track.log_metrics({**flat_metrics(doc), **{f"timing/{k}_s": v for k, v in timings.items()}})

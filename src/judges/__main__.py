@@ -3,7 +3,7 @@
     python -m src.judges --roster cpu --datasets medhallu wice truthfulqa expertqa \
         --items-dir datasets --per-dataset 200 --compute
 
-Reads ``<items-dir>/<dataset>.jsonl`` (``src.data.read_items``), takes a whole-cluster, gold-stratified
+Reads ``<items-dir>/<dataset>.jsonl`` (``src.io.datasets.read_items``), takes a whole-cluster, gold-stratified
 subsample (seed 0) when ``--per-dataset`` is given, scores missing verdicts with ``--compute`` (dataset by
 dataset, member by member; kill it at any time and rerun the same command to resume), and writes
 ``<tables-dir>/<roster>/<dataset>.csv`` plus ``coverage.csv`` / ``coverage.json`` (Table 22 shape with κ,
@@ -24,11 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import ArgumentParser, RaimError, one_line
-from ..fsutil import atomic_write_text, to_json
-from .frames import is_frame_cfg
-from .ray_engine import add_engine_args, engine_from_args
-from .runner import (
+from src.core.errors import ArgumentParser, RaimError, one_line
+from src.io.files import atomic_write_text, to_json
+from src.judges.frames import is_frame_cfg
+from src.judges.ray_engine import add_engine_args, engine_from_args
+from src.io.paths import CONF_DIR, ROOT
+from src.judges.runner import (
     compute_command,
     cluster_subsample,
     coverage_audit,
@@ -38,19 +39,16 @@ from .runner import (
     verdict_table,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "conf"
-
 
 def load_roster(name: str):
     """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml."""
     from hydra import compose, initialize_config_dir
 
-    path = CONF / "roster" / f"{name}.yaml"
+    path = CONF_DIR / "roster" / f"{name}.yaml"
     if not path.exists():
-        avail = sorted(p.stem for p in (CONF / "roster").glob("*.yaml"))
+        avail = sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
         raise RaimError(f"no roster {name!r}; available: {avail}")
-    with initialize_config_dir(config_dir=str(CONF / "roster"), version_base=None):
+    with initialize_config_dir(config_dir=str(CONF_DIR / "roster"), version_base=None):
         return compose(config_name=name)
 
 
@@ -58,8 +56,8 @@ def load_frame_cfgs():
     from hydra import compose, initialize_config_dir
 
     out = {}
-    with initialize_config_dir(config_dir=str(CONF / "frame"), version_base=None):
-        for p in sorted((CONF / "frame").glob("*.yaml")):
+    with initialize_config_dir(config_dir=str(CONF_DIR / "frame"), version_base=None):
+        for p in sorted((CONF_DIR / "frame").glob("*.yaml")):
             cfg = compose(config_name=p.stem)
             if is_frame_cfg(cfg):  # skip selectors such as `auto`
                 out[p.stem] = cfg
@@ -72,14 +70,14 @@ def read_dataset(items_dir: Path, name: str) -> pd.DataFrame:
         raise RaimError(
             f"{path} not found: build the items first (python -m src.data --raw-dir <raw> --out-dir {items_dir})"
         )
-    from src.data import read_items
+    from src.io.datasets import read_items
 
     return read_items(path)
 
 
 def _relative(text: str) -> str:
     """Paths under the repository written relative to it (committed files carry no machine paths)."""
-    return text.replace(str(REPO) + "/", "")
+    return text.replace(str(ROOT) + "/", "")
 
 
 AUDIT_HEAD = ("roster", "per_dataset", "seed")
@@ -126,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m src.judges", description=__doc__.splitlines()[0])
     ap.add_argument("--roster", default="cpu")
     ap.add_argument("--datasets", nargs="+", default=["medhallu", "wice", "truthfulqa", "expertqa"])
-    ap.add_argument("--items-dir", type=Path, default=REPO / "datasets")
-    ap.add_argument("--cache-dir", type=Path, default=REPO / "verdicts" / "cache")
-    ap.add_argument("--tables-dir", type=Path, default=REPO / "verdicts" / "tables")
+    ap.add_argument("--items-dir", type=Path, default=ROOT / "datasets")
+    ap.add_argument("--cache-dir", type=Path, default=ROOT / "verdicts" / "cache")
+    ap.add_argument("--tables-dir", type=Path, default=ROOT / "verdicts" / "tables")
     ap.add_argument("--per-dataset", type=_size, default=0, help="whole-cluster stratified subsample size (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--members", default="", help="comma-separated subset of members to compute")

@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .frames import canonical_hash
+from src.judges.frames import canonical_hash
 
 
 def item_content_hash(item: Mapping[str, Any]) -> str:

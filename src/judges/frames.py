@@ -17,8 +17,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+from src.io.paths import conf_group
 
-FRAME_DIR = Path(__file__).resolve().parents[2] / "conf" / "frame"
+FRAME_DIR = conf_group("frame")
 _REQUIRED = ("name", "system", "document", "context", "candidate", "instruction", "labels")
 
 

@@ -42,13 +42,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import RaimError
-from .cache import identity_hash
-from .frames import Frame
+from src.core.errors import RaimError
+from src.judges.cache import identity_hash
+from src.judges.frames import Frame
+from src.io.paths import CONF_DIR
 
 log = logging.getLogger("raim.judges.ray")
 
-CONFIG = Path(__file__).resolve().parents[2] / "conf" / "config.yaml"
+CONFIG = CONF_DIR / "config.yaml"
 ENGINES = ("local", "ray")
 GPU_BACKENDS = ("src.judges.backends.vllm_backend.", "src.judges.backends.hf.")
 
@@ -101,7 +102,7 @@ class Scorer:
 
     def __init__(self, member: str, backend_cfg: Any, judge_hash: str, frames: dict[str, Frame],
                  threads: int) -> None:
-        from .runner import build_backend
+        from src.judges.runner import build_backend
 
         os.environ["RAIM_THREADS"] = str(threads)  # llama.cpp threads, ≥ 1 (not part of the identity)
         self.member, self.backend_cfg, self.frames = member, backend_cfg, frames
@@ -112,7 +113,7 @@ class Scorer:
                                  f"driver's {judge_hash[:16]}; install the same RAIM commit and weights on every node")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from .runner import local_scores
+        from src.judges.runner import local_scores
 
         items = [pickle.loads(b) for b in batch["item"]]
         frames = [self.frames[str(f)] for f in batch["frame"]]

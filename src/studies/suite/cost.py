@@ -114,7 +114,7 @@ def paper(cfg: Mapping) -> dict:
 def measured_from_cache(cache_dir: str | Path, names: list[str]) -> dict[str, dict]:
     """Mean seconds per verdict and prompt tokens per item of each judge, read off its verdict-cache records
     (``<cache_dir>/<name>/*.jsonl``); judges without records are absent."""
-    from ..judges.cache import iter_records
+    from src.judges.cache import iter_records
 
     out = {}
     for name in names:

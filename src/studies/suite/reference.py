@@ -1,8 +1,8 @@
 """Per-dataset reference quantities every analysis of the suite reads (computed once, engine functions only).
 
 The reported stacker's out-of-fold predictions and the CV-best single judge come from
-:func:`src.aggregate.crossfit` on :func:`src.aggregate.cluster_folds` with the ladder's settings (or the folds
-the ladder already used, :func:`src.ladder.dataset_folds`), so they are the very predictions behind results.json
+:func:`src.core.aggregate.crossfit` on :func:`src.core.aggregate.cluster_folds` with the ladder's settings (or the folds
+the ladder already used, :func:`src.core.ladder.dataset_folds`), so they are the very predictions behind results.json
 (Table 1); the admissibility coordinates come from :mod:`src.admissibility` (§3.3). Each dataset's paired cluster
 bootstrap (§2) is drawn once per seed, at the most draws any analysis asks, and every analysis takes the first
 draws it needs (:meth:`Reference.bootstrap`).
@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.base import clone
 
-from .. import admissibility
-from ..aggregate import BestSingle, MajorityVote, StackedLogit, crossfit
-from ..evaluate import ClusterBootstrap
-from ..ladder import LadderSettings, design_matrix
-from ..verdicts import VerdictTable
-from . import common
+from src.core import admissibility
+from src.core.aggregate import BestSingle, MajorityVote, StackedLogit, crossfit
+from src.core.evaluate import ClusterBootstrap
+from src.core.ladder import LadderSettings, design_matrix
+from src.core.verdicts import VerdictTable
+from src.studies.suite import common
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Reference:
 
 def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
               folds: list[tuple] | None = None) -> Reference:
-    """``folds``: the dataset's cluster folds when already computed (else :func:`src.aggregate.cluster_folds`)."""
+    """``folds``: the dataset's cluster folds when already computed (else :func:`src.core.aggregate.cluster_folds`)."""
     y, votes = table.gold, table.votes
     d = common.design(table, stacker, s.n_splits, s.seed, s.features, folds)
     X, _ = design_matrix(table, list(s.features))

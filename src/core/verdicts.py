@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .errors import RaimError
+from src.core.errors import RaimError
 
 ABSTAIN = 0.5
 REQUIRED = ("item_id", "cluster_id", "gold")

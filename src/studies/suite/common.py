@@ -10,9 +10,9 @@ fitted and scored for many weightings and panels at once.
 * :func:`oof_many` cross-fits such problems on the reported stacker's folds and pools the out-of-fold
   predictions (Table 7, Fig. 5, Fig. 6, Appendix C sub-panels).
 * the members' pairwise error correlation φ (§3.3) for many weightings of the items at once (Table 6 draws)
-  comes from :func:`src.admissibility.pair_stats` / :func:`src.admissibility.phi_from_stats`.
+  comes from :func:`src.core.admissibility.pair_stats` / :func:`src.core.admissibility.phi_from_stats`.
 * :func:`member_counts` / :func:`kappas` give each member's confusion counts and Cohen's κ through
-  :func:`src.evaluate.from_counts`, for many weightings at once.
+  :func:`src.core.evaluate.from_counts`, for many weightings at once.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import numpy as np
 from scipy import sparse
 from sklearn.base import clone
 
-from ..aggregate import StackedLogit, cluster_folds
-from ..evaluate import from_counts, indicators
-from ..verdicts import ABSTAIN, VerdictTable
+from src.core.aggregate import StackedLogit, cluster_folds
+from src.core.evaluate import from_counts, indicators
+from src.core.verdicts import ABSTAIN, VerdictTable
 
 # --------------------------------------------------------------------------------------------- the stacker
 
@@ -55,7 +55,7 @@ def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
            features: list[str] = (), folds: list[tuple] | None = None) -> Design:
     """The reported stacker's features (votes, abstention encoding, extras) and its cluster folds (§2; ``folds``
     when already computed)."""
-    from ..ladder import design_matrix
+    from src.core.ladder import design_matrix
 
     X, extra_names = design_matrix(table, list(features))
     K = len(table.members)
@@ -286,7 +286,7 @@ def oof_many(d: Design, W: np.ndarray | None = None, mask: np.ndarray | None = N
 
 
 def counts(gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
-    """Confusion counts (the six cells of :func:`src.evaluate.indicators`) of P prediction vectors → P × 6.
+    """Confusion counts (the six cells of :func:`src.core.evaluate.indicators`) of P prediction vectors → P × 6.
 
     ``preds`` is P × n; values 0, 1 or ABSTAIN.
     """

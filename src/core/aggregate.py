@@ -17,7 +17,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.linear_model import LogisticRegression
 
-from .verdicts import ABSTAIN
+from src.core.verdicts import ABSTAIN
 
 _EPS = 1e-3
 
@@ -82,7 +82,7 @@ class StackedLogit(_VoteClassifier):
         self.lr_.fit(self.features(X), y)
         self.coef_ = self.lr_.coef_.ravel().copy()
         self.intercept_ = float(self.lr_.intercept_[0])
-        self.train_prevalence_ = float(np.mean(y))  # the prior its posteriors assume (src.prevalence.adjust)
+        self.train_prevalence_ = float(np.mean(y))  # the prior its posteriors assume (src.studies.prevalence.adjust)
         return self
 
     def _p1(self, X: np.ndarray) -> np.ndarray:
@@ -150,7 +150,7 @@ class WeightedVote(_VoteClassifier):
 def eligible(X: np.ndarray, min_coverage: float) -> np.ndarray:
     """Members that answer at least ``min_coverage`` of the items (a judge that voted on 2 of 193 items must not
     become the best single on its κ over those two); coverage is label-free, so this leaks nothing."""
-    from .evaluate import coverage  # local import, as in BestSingle.fit
+    from src.core.evaluate import coverage  # local import, as in BestSingle.fit
 
     cov = coverage(X) if len(X) else np.zeros(np.shape(X)[1])
     return cov >= min_coverage - 1e-12
@@ -168,7 +168,7 @@ class BestSingle(_VoteClassifier):
         self.min_coverage = min_coverage
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> "BestSingle":
-        from .evaluate import kappa  # local import: evaluate depends on nothing here
+        from src.core.evaluate import kappa  # local import: evaluate depends on nothing here
 
         self._set_classes(X, y)
         X = np.asarray(X, dtype=float)
@@ -507,6 +507,6 @@ class NoiseRobustStackedLogit(StackedLogit):
         self.intercept_, self.coef_ = float(res.x[0]), res.x[1:].copy()
         self.lr_.intercept_, self.lr_.coef_ = np.array([self.intercept_]), self.coef_[None, :].copy()
         # its posteriors are of the clean label: their prior is the clean prevalence the noise model implies
-        # (E[ỹ] = ρ₀ + (1 − ρ₀ − ρ₁)·π), not the noisy labels' share (src.prevalence.adjust reads it)
+        # (E[ỹ] = ρ₀ + (1 − ρ₀ − ρ₁)·π), not the noisy labels' share (src.studies.prevalence.adjust reads it)
         self.train_prevalence_ = float(np.clip((y.mean() - r0) / scale, 1e-6, 1 - 1e-6))
         return self

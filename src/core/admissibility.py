@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .evaluate import kappa
-from .verdicts import ABSTAIN
+from src.core.evaluate import kappa
+from src.core.verdicts import ABSTAIN
 
 # Thresholds are compared with this tolerance: a κ of exactly 0.30 computed as 0.2999999999999999 reaches κ₀.
 TOL = 1e-9

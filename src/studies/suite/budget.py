@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import admissibility
-from ..evaluate import from_counts, kappa
-from . import common
-from .reference import Reference
+from src.core import admissibility
+from src.core.evaluate import from_counts, kappa
+from src.studies.suite import common
+from src.studies.suite.reference import Reference
 
 
 def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.random.Generator,

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.base import clone
 
-from . import admissibility
-from .aggregate import BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, cluster_folds, crossfit
-from .aggregate import eligible
-from .decide import check_floor, decide
-from .errors import RaimError
-from .evaluate import METRICS, ClusterBootstrap, Delta, best_single_call, coverage, from_counts, holm, indicators
-from .evaluate import interval, paired_delta
-from .verdicts import ABSTAIN, VerdictTable
+from src.core import admissibility
+from src.core.aggregate import BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, cluster_folds, crossfit
+from src.core.aggregate import eligible
+from src.core.decide import check_floor, decide
+from src.core.errors import RaimError
+from src.core.evaluate import METRICS, ClusterBootstrap, Delta, best_single_call, coverage, from_counts, holm, indicators
+from src.core.evaluate import interval, paired_delta
+from src.core.verdicts import ABSTAIN, VerdictTable
 
 COMPARATORS = ("avg_member", "majority", "dawid_skene", "acc_weighted", "logodds_weighted",
                "best_avg", "best_cv", "oracle", "stacked", "frontier")

@@ -12,16 +12,16 @@ calibrated on held-out labelled data, else escalate). Here:
   its decision threshold t (0.5): the items inside the band ``t ± τ`` escalate;
 * per operating point (a target share s of items escalated), τ is chosen on each fold's **training** clusters
   only — the s-quantile of the fold stacker's confidence there — and applied to that fold's held-out clusters
-  (:class:`Cascade`; the folds are the ladder's, :func:`src.ladder.dataset_folds`). The stacker sees discrete
+  (:class:`Cascade`; the folds are the ladder's, :func:`src.core.ladder.dataset_folds`). The stacker sees discrete
   votes, so many items share one p: items exactly at τ escalate with the probability that makes the training
   share s exact (a randomised threshold, seeded);
 * an escalated item takes the expensive judge's verdict; where that judge abstains it keeps the panel's;
 * the expensive judge is the table's frontier column when it has one (the cheap panel is then every member),
-  else the roster's most expensive member by the cost model (:mod:`src.analyses.cost`: measured seconds per
+  else the roster's most expensive member by the cost model (:mod:`src.studies.suite.cost`: measured seconds per
   verdict from the verdict cache, or the configured throughput), the rest being the cheap panel, whose stacker
   is fitted on the cheap members only;
 * κ / bacc / F1 of every operating point with paired cluster-bootstrap 95% intervals on the ladder's own draws
-  (:meth:`src.analyses.reference.Reference.bootstrap`), the paired Δκ against the expensive judge alone and the
+  (:meth:`src.studies.suite.reference.Reference.bootstrap`), the paired Δκ against the expensive judge alone and the
   panel alone, the realised share escalated, and the cost per 1k items (cheap panel on every item + the share
   escalated × the expensive judge);
 * the headline: the fewest escalations from which the cascade is **non-inferior** to the expensive judge alone
@@ -38,13 +38,13 @@ from collections.abc import Mapping
 import numpy as np
 from sklearn.base import BaseEstimator, clone
 
-from ..aggregate import StackedLogit
-from ..errors import RaimError
-from ..evaluate import from_counts, interval, paired_delta
-from ..ladder import LadderSettings, design_matrix
-from ..verdicts import ABSTAIN, VerdictTable
-from . import common
-from .reference import Reference, rng_for
+from src.core.aggregate import StackedLogit
+from src.core.errors import RaimError
+from src.core.evaluate import from_counts, interval, paired_delta
+from src.core.ladder import LadderSettings, design_matrix
+from src.core.verdicts import ABSTAIN, VerdictTable
+from src.studies.suite import common
+from src.studies.suite.reference import Reference, rng_for
 
 ROUND = 12  # confidences are rounded to this many decimals, so items of one vote pattern tie exactly
 
@@ -73,7 +73,7 @@ def band_thresholds(conf: np.ndarray, shares: np.ndarray) -> tuple[np.ndarray, n
 class Cascade(BaseEstimator):
     """The cheap panel's stacker and, per target share, the uncertainty band learnt on the items it is fitted on.
 
-    ``fit(X, y)`` fits ``stacker`` (default :class:`src.aggregate.StackedLogit`) on the cheap members' design and
+    ``fit(X, y)`` fits ``stacker`` (default :class:`src.core.aggregate.StackedLogit`) on the cheap members' design and
     sets ``thresholds_`` / ``tie_prob_`` (one per share, :func:`band_thresholds` on those items' confidence);
     :meth:`escalate` says which items of new X escalate at each share (:func:`merge` then takes the expensive
     judge's verdicts there). Nothing of the items it is applied to is seen by ``fit``.
@@ -246,7 +246,7 @@ def _at_budgets(points: list[dict], budgets: list) -> dict:
 def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
         cfg: Mapping, costs: Mapping, seed: int) -> dict:
     """The ``cascade`` block of suite.json. ``costs``: the suite's cost block of this panel
-    (:func:`src.analyses.cost.compute`: each member's and the frontier's cost per 1k items)."""
+    (:func:`src.studies.suite.cost.compute`: each member's and the frontier's cost per 1k items)."""
     if not cfg.get("enabled", True):
         return {}
     shares = grid(cfg)
@@ -274,7 +274,7 @@ def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogi
 def flat_metrics(block: Mapping) -> dict[str, float]:
     """The cascade's headline numbers as MLflow metrics: κ at the budgets, the fewest escalations non-inferior
     and the calls saved there (0 where none is) per dataset, and their mean over the datasets."""
-    from ..track import metric_name
+    from src.mlops.tracking import metric_name
 
     out: dict[str, float] = {}
     for name, d in (block.get("datasets") or {}).items():

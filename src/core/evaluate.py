@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from .verdicts import ABSTAIN
+from src.core.verdicts import ABSTAIN
 
 METRICS = ("kappa", "bacc", "f1")
 # count columns: gold=1 & pred=1, gold=1 & pred=0, gold=1 & abstain, gold=0 & pred=1, gold=0 & pred=0, gold=0 & abstain

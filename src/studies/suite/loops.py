@@ -1,7 +1,7 @@
 """Straightforward loop implementations of the suite's heavy analyses (the yardstick of the vectorised ones).
 
 One scikit-learn stacker fit per (draw, budget, fold) or per (sub-)panel and fold, one
-:func:`src.admissibility.test` per calibration sample, one bootstrap scoring per sub-panel on draws made once:
+:func:`src.core.admissibility.test` per calibration sample, one bootstrap scoring per sub-panel on draws made once:
 the obvious code.
 Given the same generator they draw exactly what the vectorised functions draw, so tests compare the two
 result for result, and ``bench/bench_suite.py`` times them against each other.
@@ -12,12 +12,12 @@ from __future__ import annotations
 import numpy as np
 from sklearn.base import clone
 
-from .. import admissibility
-from ..aggregate import BestSingle, StackedLogit, crossfit
-from ..evaluate import ClusterBootstrap, interval, kappa, paired_delta
-from ..ladder import design_matrix
-from . import common
-from .reference import Reference
+from src.core import admissibility
+from src.core.aggregate import BestSingle, StackedLogit, crossfit
+from src.core.evaluate import ClusterBootstrap, interval, kappa, paired_delta
+from src.core.ladder import design_matrix
+from src.studies.suite import common
+from src.studies.suite.reference import Reference
 
 
 def _fit_predict(stacker, X, y, tr, te) -> np.ndarray:

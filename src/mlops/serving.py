@@ -1,0 +1,527 @@
+"""MLflow pyfunc models that RAIM serves.
+
+* :class:`StackerModel` wraps a fitted :class:`src.core.aggregate.StackedLogit` (the per-dataset meta-learner of §2).
+  Input: one column per panel member holding its verdict (1 = hallucinated, 0 = supported, 0.5 or null =
+  abstained). Output: ``p_hallucinated`` (the stacker's probability), ``verdict`` (1 iff p ≥ threshold) and
+  ``label``. This is what ``mlflow models serve`` answers.
+* :class:`PanelModel` takes raw items (question, evidence, candidate), runs the configured roster's judges
+  through the verdict cache (a hit never loads a model) and stacks their verdicts with a fitted stacker.
+
+``python -m src.serve model`` serves either behind MLflow's scoring server with strict inputs
+(:class:`StrictInputs`). Logging and registering them is :mod:`src.track`'s and :mod:`src.registry`'s: both
+import this module, which imports neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+
+from src.core.errors import ArgumentParser, RaimError, one_line
+from src.io.paths import CONF_DIR, PACKAGE_DIR, ROOT
+
+SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
+OUTPUT_COLUMNS = ("p_hallucinated", "verdict", "label")
+ITEM_INPUT = ("item_id", "question", "evidence", "candidate")
+PANEL_OPTIONAL = ("question", "evidence", "item_id", "frame", "dataset")
+
+
+class InputError(RaimError, ValueError):
+    """A scoring request that does not match the model's inputs; one line naming the row and the column."""
+
+
+def check_columns(given: Iterable[str], columns: list[str], where: str = "") -> None:
+    """Exactly the model's columns: an unknown (e.g. misspelt) or a missing member column is an error; a member
+    that abstained is given as null or 0.5, never by leaving its column out."""
+    given = list(given)
+    unknown = [c for c in given if c not in columns]
+    missing = [c for c in columns if c not in given]
+    if unknown or missing:
+        parts = ([f"unknown column(s) {unknown}"] if unknown else []) + ([f"missing column(s) {missing}"] if missing
+                                                                       else [])
+        raise InputError(f"{where}{' and '.join(parts)}; the model takes exactly {columns} "
+                         f"(a member that abstained: null or 0.5)")
+
+
+def _number(v: Any) -> float | None:
+    """A JSON/pandas scalar as a float; None for a null; raises TypeError for anything else."""
+    if v is None or v is pd.NA or (isinstance(v, float) and np.isnan(v)):
+        return None
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError
+    return float(v)
+
+
+def votes_from_rows(rows: list[Mapping[str, Any]], columns: list[str], n_votes: int | None = None) -> np.ndarray:
+    """The stacker's input matrix from request rows (1-based row numbers in every error): a vote is 0, 1, or
+    0.5 / null (abstained); columns past ``n_votes`` are continuous features (finite numbers, never null)."""
+    from src.core.verdicts import ABSTAIN
+
+    k = len(columns) if n_votes is None else n_votes
+    if not rows:
+        raise InputError("no rows to score")
+    X = np.empty((len(rows), len(columns)))
+    for r, row in enumerate(rows, 1):
+        if not isinstance(row, Mapping):
+            raise InputError(f"row {r}: expected an object of member columns, got {type(row).__name__}")
+        check_columns(row.keys(), columns, f"row {r}: ")
+        for j, c in enumerate(columns):
+            try:
+                x = _number(row[c])
+            except TypeError:
+                x = "bad"
+            vote_ok = x is None or x in (0.0, 1.0, ABSTAIN)
+            if (j < k and not vote_ok) or (j >= k and (x is None or x == "bad" or not np.isfinite(x))):
+                want = "a vote: 0, 1, or 0.5 / null (abstained)" if j < k else "a finite number"
+                shown = f"{x:g}" if isinstance(x, float) else repr(row[c])[:40]
+                raise InputError(f"row {r}: column {c!r}: {shown} is not {want}")
+            X[r - 1, j] = ABSTAIN if x is None else x
+    return X
+
+
+def vote_matrix(frame: pd.DataFrame, columns: list[str], n_votes: int | None = None) -> np.ndarray:
+    """:func:`votes_from_rows` over a DataFrame (its columns checked first: exactly the model's)."""
+    if not isinstance(frame, pd.DataFrame):
+        frame = pd.DataFrame(frame)
+    check_columns(frame.columns, columns)
+    return votes_from_rows(frame.to_dict("records"), columns, n_votes)
+
+
+def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFrame:
+    """p(hallucinated), verdict and label per row; a row where every member abstained has no verdict: its
+    p and verdict are null and its label is ``abstained`` (the intercept alone is not an answer).
+    ``prevalence`` (the inference parameter): p under that deployment prevalence, or ``"estimate"`` its EM
+    estimate over the batch's answered rows (:func:`src.studies.prevalence.served`); the verdict is then corrected
+    p ≥ threshold. ``attrs``: the prevalence used and the uncorrected p."""
+    from src.studies.prevalence import PrevalenceError, served
+    from src.core.verdicts import ABSTAIN
+
+    k = X.shape[1] if stacker.n_votes is None else stacker.n_votes
+    none = (X[:, :k] == ABSTAIN).all(axis=1)
+    p_fit = stacker.predict_proba(X)[:, 1]
+    p = p_fit.copy()
+    try:
+        p[~none], used = served(p_fit[~none], stacker, prevalence)
+    except PrevalenceError as e:
+        raise _invalid(InputError(str(e))) from None
+    verdict = (p >= stacker.threshold).astype(int)
+    label = np.where(none, "abstained", np.where(verdict == 1, "hallucinated", "supported"))
+    out = pd.DataFrame({"p_hallucinated": pd.array(np.where(none, np.nan, p), dtype="Float64"),
+                        "verdict": pd.array([pd.NA if n else int(v) for n, v in zip(none, verdict)], dtype="Int64"),
+                        "label": label})
+    out.attrs.update(prevalence=used, p_uncorrected=np.where(none, np.nan, p_fit))
+    return out
+
+
+def _invalid(e: InputError):
+    """An MLflow error the scoring server answers with HTTP 400 and this one line (no stack trace)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    return MlflowException(str(e), error_code=INVALID_PARAMETER_VALUE)
+
+
+class StackerModel(mlflow.pyfunc.PythonModel):
+    """A fitted stacker over member verdicts → p(hallucinated) and the verdict."""
+
+    _skip_type_hint_validation = True  # the explicit signature validates inputs (MLflow warns otherwise)
+
+    def __init__(self, stacker, columns: list[str]):
+        self.stacker = stacker
+        self.columns = list(columns)
+
+    def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        try:
+            X = vote_matrix(model_input, self.columns, self.stacker.n_votes)
+        except InputError as e:
+            raise _invalid(e) from None
+        out = stacked_output(self.stacker, X, (params or {}).get("prevalence"))
+        record_votes(params, "stacker", self.columns, X, self.stacker.n_votes, out)
+        return out
+
+
+def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str], X: np.ndarray,
+                 n_votes: int | None, out: pd.DataFrame, item_ids: list | None = None) -> None:
+    """Live monitoring (issue 11 §3, :mod:`src.monitor`): the scored items' member votes (never the text) and
+    the stacker's p(hallucinated) as fitted (before any prevalence correction) go to the store named by the panel
+    model's config ``monitor_store`` or ``$RAIM_MONITOR_STORE``; off when neither is set. A failure to record is
+    logged, never raised: it must not fail the prediction."""
+    import logging
+
+    k = len(columns) if n_votes is None else n_votes
+    try:
+        from src.studies.monitor import record_from
+
+        record_from(config, kind, columns[:k], np.asarray(X, dtype=float)[:, :k], out.attrs["p_uncorrected"], item_ids)
+    except Exception as e:  # noqa: BLE001 - recording is best effort by contract
+        logging.getLogger("raim.serve").warning("monitor: votes of %d item(s) not recorded (%s: %s)", len(X),
+                                                type(e).__name__, e)
+
+
+class PanelModel(mlflow.pyfunc.PythonModel):
+    """Raw items → the roster's judges (through the verdict cache) → the stacked verdict.
+
+    Input columns: ``candidate`` (required), ``question``, ``evidence``, ``item_id``, ``frame``, ``dataset``.
+    An item without ``item_id`` gets one from its content, so a repeated item is a cache hit; an item without
+    ``frame`` is scored under the model's default frame. ``model_config`` (overridable at load time):
+    ``cache_dir`` (the verdict cache), ``compute`` (score cache misses; False: a miss is an abstention, named in
+    the ``uncached`` output column). Output: ``item_id``, one column per member (its vote; null = abstained),
+    ``p_hallucinated``, ``verdict``, ``label``, ``uncached`` (comma-separated members whose verdict was neither
+    cached nor computed; empty when every member judged). The roster holds exactly the members the stacker votes
+    with, in its column order.
+    """
+
+    _skip_type_hint_validation = True
+
+    def __init__(self, roster: dict, frames: dict[str, dict], default_frame: str, stacker, columns: list[str]):
+        self.roster = roster
+        self.frames = frames
+        self.default_frame = default_frame
+        self.stacker = stacker
+        self.columns = list(columns)
+        self.config: dict = {}
+
+    def load_context(self, context) -> None:
+        self.config = dict(getattr(context, "model_config", None) or {})
+
+    def items(self, frame: pd.DataFrame) -> pd.DataFrame:
+        from src.judges.cache import item_content_hash
+
+        df = pd.DataFrame(frame).copy()
+        unknown = [c for c in df.columns if c not in ("candidate", *PANEL_OPTIONAL)]
+        if unknown:
+            raise InputError(f"unknown column(s) {unknown}; a panel model takes 'candidate' and optionally "
+                             f"{list(PANEL_OPTIONAL)}")
+        if "candidate" not in df:
+            raise InputError("each item needs a 'candidate' (the text to judge)")
+        bad = df["candidate"].isna() | (df["candidate"].astype(str).str.strip() == "")
+        if bad.any():
+            raise InputError(f"row {int(np.flatnonzero(bad.to_numpy())[0]) + 1}: column 'candidate': empty")
+        for c in ("question", "evidence"):
+            if c not in df:
+                df[c] = ""
+            df[c] = df[c].fillna("").astype(str)
+        ids = [f"item-{item_content_hash(r)}" for r in df[["question", "evidence", "candidate"]].to_dict("records")]
+        df["item_id"] = df["item_id"].fillna(pd.Series(ids)).astype(str) if "item_id" in df else ids
+        df["frame"] = df["frame"].fillna(self.default_frame) if "frame" in df else self.default_frame
+        df["dataset"] = df["dataset"].fillna("served") if "dataset" in df else "served"
+        df["cluster_id"] = df["item_id"]
+        return df
+
+    def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
+        from src.judges.runner import verdict_table
+
+        cfg = {**self.config, **(params or {})}
+        try:
+            items = self.items(model_input)
+        except InputError as e:
+            raise _invalid(e) from None
+        table = verdict_table(self.roster, items, self.frames, Path(cfg.get("cache_dir", SCORED_CACHE)),
+                              compute=bool(cfg.get("compute", True)), progress=False)
+        self.last_report = table.attrs.get("report", {})
+        votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
+        X = vote_matrix(votes.astype("Float64").astype(float), self.columns, self.stacker.n_votes)
+        out = stacked_output(self.stacker, X, cfg.get("prevalence"))
+        cached = table.attrs.get("cached", {})
+        out["uncached"] = [",".join(m for m in cached if not cached[m][i]) for i in range(len(out))]
+        record_votes(cfg, "panel", self.columns, X, self.stacker.n_votes, out, items["item_id"].tolist())
+        return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
+
+
+def panel_signature(columns: list[str], n_votes: int):
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    inputs = Schema([ColSpec("string", "candidate")] + [ColSpec("string", c, required=False)
+                                                        for c in PANEL_OPTIONAL])
+    outputs = Schema([ColSpec("string", "item_id")]
+                     + [ColSpec("long" if j < n_votes else "double", c, required=False) for j, c in enumerate(columns)]
+                     + list(stacker_signature(columns, n_votes).outputs.inputs) + [ColSpec("string", "uncached")])
+    return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
+
+
+def frame_configs() -> dict[str, dict]:
+    """Every prompt frame under conf/frame, as plain data (baked into a panel model)."""
+    import yaml
+
+    out = {}
+    for p in sorted((CONF_DIR / "frame").glob("*.yaml")):
+        node = yaml.safe_load(p.read_text())
+        if isinstance(node, dict) and node.get("name", p.stem) != "auto":
+            out[p.stem] = node
+    return out
+
+
+def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | None,
+                 drop_frontier: bool = False) -> dict:
+    """``roster`` cut to exactly the members the stacker votes with, in its column order (e.g. on a dataset where
+    some members never voted, they are not inputs); names the stacker columns the roster lacks."""
+    votes = list(columns[: n_votes or len(columns)])
+    by_name = {m["name"]: m for m in roster["members"]}
+    absent = [c for c in votes if c not in by_name]
+    if absent:
+        raise RaimError(f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not have "
+                        f"(its members: {list(by_name)})")
+    kept = {k: v for k, v in roster.items() if not (drop_frontier and k == "frontier")}
+    return {**kept, "members": [by_name[c] for c in votes]}
+
+
+def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "claim",
+              cache_dir: str | Path | None = None, compute: bool = True, name: str = "panel"):
+    """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``."""
+    from omegaconf import OmegaConf
+
+    if not isinstance(roster, dict):
+        roster = OmegaConf.to_container(roster, resolve=True)
+    roster = panel_roster(roster, columns, stacker.n_votes)
+    members = [m["name"] for m in roster["members"]]
+    frames = frame_configs()
+    if default_frame not in frames:
+        raise ValueError(f"default frame {default_frame!r} not among {sorted(frames)}")
+    example = pd.DataFrame({"question": [""], "evidence": ["Paris is the capital of France."],
+                            "candidate": ["The capital of France is Paris."]})
+    return _log_pyfunc(name, PanelModel(roster, frames, default_frame, stacker, columns),
+                       panel_signature(list(columns), stacker.n_votes or len(columns)), example,
+                       model_config={"cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
+                                     "compute": bool(compute), "monitor_store": ""},  # "": $RAIM_MONITOR_STORE
+                       metadata={"roster": roster.get("name"), "members": members, "default_frame": default_frame})
+
+
+@contextlib.contextmanager
+def _pins_from_this_environment() -> Iterator[None]:
+    """MLflow checks a model's pinned requirements against the environment when it saves the model and again when
+    it loads it back to validate the input example, rebuilding a map of every installed package to do it (~1.5 s
+    of a ``src.run`` that logs four stackers). RAIM's pins are read from this interpreter
+    (:func:`pip_requirements`), so while RAIM logs its own models that check cannot find a mismatch and is skipped
+    (tests/test_track.py checks the pins against the installed distributions). Loading a model anywhere else
+    still runs it."""
+    import mlflow.pyfunc
+    from mlflow.utils import environment
+
+    modules = [m for m in (environment, mlflow.pyfunc) if hasattr(m, "warn_dependency_requirement_mismatches")]
+    checks = [m.warn_dependency_requirement_mismatches for m in modules]
+    try:
+        for m in modules:
+            m.warn_dependency_requirement_mismatches = lambda requirements: None
+        yield
+    finally:
+        for m, check in zip(modules, checks):
+            m.warn_dependency_requirement_mismatches = check
+
+
+def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, **kwargs):
+    with _pins_from_this_environment():
+        return mlflow.pyfunc.log_model(
+            name=name,
+            python_model=model,
+            code_paths=[str(PACKAGE_DIR)],  # pickled objects refer to src.* (the stacker, the judges): ship it
+            signature=signature,
+            input_example=example,
+            pip_requirements=pip_requirements(),
+            **kwargs,
+        )
+
+
+def stacker_signature(columns: list[str], n_votes: int | None = None):
+    """Every column required (a vote: 0, 1, or null / 0.5 = abstained; then continuous features); the output's
+    p and verdict are null for a row where every member abstained (its label is ``abstained``)."""
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    inputs = Schema([ColSpec("double", c, required=True) for c in columns])
+    outputs = Schema([ColSpec("double", "p_hallucinated", required=False), ColSpec("long", "verdict", required=False),
+                      ColSpec("string", "label")])
+    return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
+
+
+def inference_params():
+    """The parameters a served model takes at inference: ``prevalence`` — the deployment's hallucinated share
+    as text ("0.1"; MLflow types a parameter once, and it must also carry ``"estimate"``: the EM estimate over
+    the request's rows, :mod:`src.prevalence`); unset: the posteriors as fitted."""
+    from mlflow.types import ParamSchema, ParamSpec
+
+    return ParamSchema([ParamSpec("prevalence", "string", None)])
+
+
+def pip_requirements() -> list[str]:
+    """Exact pins of what unpickling and running the models needs (inference of these is slow and wrong)."""
+    import cloudpickle
+    import sklearn
+
+    import mlflow
+
+    return [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"numpy=={np.__version__}",
+            f"pandas=={pd.__version__}", f"scipy=={__import__('scipy').__version__}",
+            f"cloudpickle=={cloudpickle.__version__}"]
+
+
+def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None, name: str = "stacker"):
+    """Log a fitted stacker as a pyfunc model in the active run; returns MLflow's ``ModelInfo``.
+
+    The model must accept exactly its signature's columns and predict its own input example: checked before
+    anything is logged (a stacker fitted on other columns than ``columns`` raises here, not at serving time)."""
+    if example is None:
+        example = pd.DataFrame([[1.0] * len(columns), [0.0] * len(columns)], columns=columns)
+    example = example.head(5)
+    model = StackerModel(stacker, columns)
+    n_in = getattr(stacker, "n_features_in_", len(columns))
+    if n_in != len(columns) or list(example.columns) != list(columns):
+        raise ValueError(f"stacker fitted on {n_in} columns cannot be logged with columns {list(columns)} "
+                         f"(example columns {list(example.columns)})")
+    model.predict(None, example)  # raises if the stacker cannot score its own example
+    return _log_pyfunc(name, model, stacker_signature(columns, stacker.n_votes), example,
+                       metadata={"columns": list(columns), "threshold": float(stacker.threshold)})
+
+
+def self_check(model_uri: str) -> str | None:
+    """Why a logged model cannot serve (None: it loads, its signature names its input example's columns, and it
+    predicts that example: one answer per row)."""
+    from mlflow.models import Model
+
+    try:
+        path = mlflow.artifacts.download_artifacts(model_uri)
+        meta = Model.load(path)
+        example = meta.load_input_example(path)
+        if example is None:
+            return "it has no input example"
+        example = pd.DataFrame(example)
+        names = meta.signature.inputs.input_names() if meta.signature and meta.signature.inputs else None
+        if names is not None and set(names) != set(example.columns):
+            return f"its signature takes {names} but its input example has {list(example.columns)}"
+        out = mlflow.pyfunc.load_model(path).predict(example)
+        if len(out) != len(example):
+            return f"it answered {len(out)} rows for an example of {len(example)}"
+    except Exception as e:  # any failure to load or predict is the reason to refuse
+        return f"it cannot predict its own input example ({type(e).__name__}: {' '.join(str(e).split())[:300]})"
+    return None
+
+
+# ------------------------------------------------------------------------------------------- strict serving
+
+
+def request_rows(body: bytes) -> list | None:
+    """The rows of an MLflow JSON scoring request (``dataframe_records``, ``dataframe_split``, ``inputs`` /
+    ``instances`` as records or columns); None for a payload MLflow itself must judge (not JSON, other keys)."""
+    import json
+
+    try:
+        payload = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    if "dataframe_records" in payload:
+        rows = payload["dataframe_records"]
+        return rows if isinstance(rows, list) else [rows]
+    if "dataframe_split" in payload:
+        split = payload["dataframe_split"]
+        if not isinstance(split, dict) or not isinstance(split.get("data"), list):
+            raise InputError("dataframe_split needs 'columns' and 'data' (a list of rows)")
+        cols = list(split.get("columns") or [])
+        for r, row in enumerate(split["data"], 1):
+            if not isinstance(row, list) or len(row) != len(cols):
+                raise InputError(f"row {r}: {len(row) if isinstance(row, list) else 'no'} values for "
+                                 f"{len(cols)} columns {cols}")
+        return [dict(zip(cols, row)) for row in split["data"]]
+    for key in ("inputs", "instances"):
+        rows = payload.get(key)
+        if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
+            return rows
+        if isinstance(rows, dict) and all(isinstance(v, list) for v in rows.values()):
+            n = {len(v) for v in rows.values()}
+            if len(n) != 1:
+                raise InputError(f"{key}: columns of different lengths {sorted(n)}")
+            return [dict(zip(rows, vals)) for vals in zip(*rows.values())]
+    return None
+
+
+class StrictInputs:
+    """ASGI wrapper of MLflow's scoring app: a JSON request to ``/invocations`` whose rows break the model's
+    input contract gets HTTP 400 with one line, before MLflow parses it (MLflow would drop an unknown column
+    and answer 200). Everything else — and every valid request — goes to MLflow's app unchanged."""
+
+    def __init__(self, app, check):
+        self.app, self.check = app, check
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != "/invocations" or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        body, more = b"", True
+        while more:
+            msg = await receive()
+            body += msg.get("body", b"")
+            more = msg.get("more_body", False)
+        try:
+            rows = request_rows(body)
+            if rows is not None:
+                self.check(rows)
+        except InputError as e:
+            return await _reply(send, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(e)})
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _reply(send, status: int, doc: dict) -> None:
+    import json
+
+    data = json.dumps(doc).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def input_check(inner):
+    """The row check of a loaded RAIM model (a stacker's votes, or a panel's item columns)."""
+    kind = type(inner).__name__  # by name: under `python -m src.serve` this module is __main__, not src.serve
+    if kind == "StackerModel":
+        return lambda rows: votes_from_rows(rows, inner.columns, inner.stacker.n_votes)
+    if kind == "PanelModel":
+        return lambda rows: inner.items(pd.DataFrame(rows))
+    raise RaimError(f"not a RAIM model ({type(inner).__name__}); serve it with `mlflow models serve`")
+
+
+def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> None:
+    """MLflow's scoring server (same routes and JSON) for a RAIM model, with :class:`StrictInputs` in front."""
+    import uvicorn
+    from mlflow.pyfunc import scoring_server
+
+    model = mlflow.pyfunc.load_model(model_uri)
+    app = StrictInputs(scoring_server.init(model), input_check(model.unwrap_python_model()))
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@one_line
+def main(argv: list[str] | None = None) -> int:
+    """``python -m src.serve model --model-uri models:/raim-stacker-wice@champion --port 5001`` (a panel model
+    is logged with ``python -m src.registry log-panel``)."""
+    from mlflow.exceptions import MlflowException
+
+    ap = ArgumentParser(prog="python -m src.serve", description="serve a RAIM model")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("model", help="serve a stacker or panel model (MLflow's server, strict inputs)")
+    m.add_argument("--model-uri", required=True)
+    m.add_argument("--host", default="127.0.0.1")
+    m.add_argument("--port", type=int, default=5001)
+    a = ap.parse_args(argv)
+    try:
+        serve_model(a.model_uri, a.host, a.port)
+        return 0
+    except MlflowException as e:
+        raise RaimError(f"{a.cmd}: {e.message}") from e
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
