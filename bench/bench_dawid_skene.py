@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness import interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
+
 from src import simulate, verdicts  # noqa: E402
 from src.core.aggregate import DawidSkene, _long_format  # noqa: E402
 

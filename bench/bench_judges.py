@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     from harness import interleaved, machine, ratio, settle, summary
+
     from src.io.datasets import read_items
 
     recs, warm = warmup_split(read_items(a.items), a.n, a.warmup)

@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-
 from harness import machine, settle, workload_parser  # noqa: E402
+
 from src import evaluate, ladder, simulate, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
 

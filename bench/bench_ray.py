@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from harness import interleaved, machine, settle, summary
 
-    from src.judges.__main__ import load_frame_cfgs, load_roster, read_dataset
-    from src.judges.ray_engine import RayEngine, RaySettings
+    from src.io.datasets import read_dataset
+    from src.judges.config import load_frame_cfgs, load_roster
     from src.judges.frames import load_frames
+    from src.judges.ray_engine import RayEngine, RaySettings
     from src.judges.runner import cluster_subsample, member_names
 
     items = cluster_subsample(read_dataset(REPO / "datasets", a.dataset), a.n, seed=0)

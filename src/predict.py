@@ -29,15 +29,24 @@ import argparse
 import difflib
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import pandas as pd
+from omegaconf import OmegaConf
 
 from src.core.errors import ArgumentParser, RaimError, one_line
-from src.mlops.serving import SCORED_CACHE
+from src.io.datasets import DatasetError, RawRecordError, dataset_spec, read_csv, read_jsonl, read_parquet
+from src.io.files import atomic_write_text
 from src.io.paths import ROOT
+from src.judges.config import load_roster
+from src.judges.ray_engine import add_engine_args, engine_from_args
+from src.judges.runner import NothingCached, verdict_table
+from src.mlops.registry import find_candidate
+from src.mlops.serving import SCORED_CACHE, PanelModel, frame_configs, panel_roster
+from src.mlops.store import quiet_mlflow, tracking_uri
 
 TEXT_FIELDS = ("question", "evidence")
 ITEM_FIELDS = ("candidate", *TEXT_FIELDS, "item_id", "frame")
@@ -74,7 +83,6 @@ class Panel:
 
 def _optional_text(rec, key: str) -> str:
     """An optional string field of a :class:`src.io.datasets.Rec` ('' when absent, null or empty)."""
-    from src.io.datasets import RawRecordError
 
     v = rec.data.get(key)
     if v is None or (isinstance(v, float) and v != v):
@@ -86,7 +94,6 @@ def _optional_text(rec, key: str) -> str:
 
 def _check_fields(rec) -> None:
     """A field that is almost a known one (``evidnce``) is a typo that would silently drop the text: refuse."""
-    from src.io.datasets import RawRecordError
 
     known = (*ITEM_FIELDS, *PASSED_THROUGH)
     for key in rec.data:
@@ -106,7 +113,6 @@ def _row(rec) -> dict[str, Any]:
 
 
 def _records(path: Path) -> list:
-    from src.io.datasets import read_csv, read_jsonl, read_parquet
 
     if path.suffix not in SUFFIXES:
         raise PredictError(f"{path}: an items file is JSON Lines, CSV or Parquet ({', '.join(SUFFIXES)})")
@@ -122,7 +128,6 @@ def read_items(path: str | Path) -> Items:
     """Items of a JSONL / CSV / Parquet file: ``candidate`` (required), ``question``, ``evidence``, ``item_id``,
     ``frame`` (optional); ``gold`` is carried to the output. Errors name the file, the line (row) and the
     field; an empty file and a repeated ``item_id`` are errors."""
-    from src.io.datasets import RawRecordError
 
     recs = _records(Path(path))
     rows = [_row(r) for r in recs]
@@ -146,7 +151,6 @@ def one_item(candidate: str, question: str = "", evidence: str = "", item_id: st
 
 def assign_frames(items: Items, frames: Mapping[str, Any], forced: str | None, calibrated: str | None) -> Items:
     """Each item's prompt frame: ``forced``, else its own, else ``calibrated``, else by shape (see module doc)."""
-    from src.io.datasets import RawRecordError
 
     df = items.frame.copy()
     if forced is not None:
@@ -164,7 +168,7 @@ def assign_frames(items: Items, frames: Mapping[str, Any], forced: str | None, c
 
 def _run_tags(uri: str) -> dict[str, str]:
     """Tags of the run that logged the model at ``uri`` ({} when that run is not in this store)."""
-    import mlflow
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
 
     try:
         run_id = mlflow.models.get_model_info(uri).run_id
@@ -176,7 +180,6 @@ def _run_tags(uri: str) -> dict[str, str]:
 def calibration_frame(tags: Mapping[str, str], frames: Mapping[str, Any]) -> str | None:
     """The frame a stacker's votes were judged under: its run's ``frame`` choice, or its dataset's frame
     (``frame=auto``); None when the run does not say."""
-    from src.io.datasets import DatasetError, dataset_spec
 
     name = tags.get("frame")
     if name in frames:
@@ -192,10 +195,8 @@ def calibration_frame(tags: Mapping[str, str], frames: Mapping[str, Any]) -> str
 
 def _load(uri: str):
     """The Python model behind ``uri`` (a RAIM stacker or panel model); one line for an unknown URI."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from src.mlops.tracking import quiet_mlflow
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.exceptions import MlflowException  # deferred: importing mlflow ~1.8 s; start-up
 
     try:
         with quiet_mlflow():
@@ -209,9 +210,6 @@ def _load(uri: str):
 
 
 def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
-    from omegaconf import OmegaConf
-
-    from src.judges.__main__ import load_roster
 
     name = name or tags.get("roster")
     if not name:
@@ -223,7 +221,6 @@ def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
 def load_panel(uri: str, roster: str | None = None) -> Panel:
     """A :class:`~src.mlops.serving.PanelModel` for ``uri``: a panel model as logged, or a stacker over ``roster``'s
     members (default: the roster its run was tagged with)."""
-    from src.mlops.serving import PanelModel, frame_configs, panel_roster
 
     inner = _load(uri)
     if type(inner).__name__ == "PanelModel":
@@ -246,7 +243,6 @@ def load_panel(uri: str, roster: str | None = None) -> Panel:
 
 def stacker_uri(run_id: str, dataset: str | None) -> str:
     """The stacker of a stacking run (its ``dataset`` child when the run is an analysis' parent)."""
-    from src.mlops.registry import find_candidate
 
     return find_candidate(run_id, dataset).model_uri
 
@@ -259,9 +255,7 @@ def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = T
     """Each item's frame, member votes (null = abstained), ``p_hallucinated``, ``verdict``, ``label`` and
     ``uncached``; and the per-member verdict-cache report (``computed``: judged now, the rest were cached).
     ``engine``: where the misses are scored (:func:`src.judges.ray_engine.engine_from_args`; None: here)."""
-    from mlflow.exceptions import MlflowException
-
-    from src.judges.runner import NothingCached, verdict_table
+    from mlflow.exceptions import MlflowException  # deferred: importing mlflow ~1.8 s; start-up
 
     model, cache_dir = panel.model, Path(cache_dir)
     raw = items.frame
@@ -289,7 +283,6 @@ def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = T
 
 def write_output(out: pd.DataFrame, path: str | Path) -> Path:
     """JSON Lines (abstentions as null) or CSV (abstentions as empty cells), by the file's suffix."""
-    from src.io.files import atomic_write_text
 
     path = Path(path)
     if path.suffix == ".jsonl":
@@ -357,7 +350,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of a judge's identity)")
     ap.add_argument("--no-progress", action="store_true")
-    from src.judges.ray_engine import add_engine_args
 
     add_engine_args(ap)  # a batch job's misses on a Ray cluster: --engine ray
     return ap
@@ -374,9 +366,7 @@ def _items(a: argparse.Namespace) -> Items:
 
 @one_line
 def main(argv: list[str] | None = None) -> int:
-    import mlflow
-
-    from src.mlops.tracking import tracking_uri
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
 
     a = parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -393,7 +383,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
               f"judging under {a.frame!r}", file=sys.stderr)
     cache_dir = a.cache_dir or panel.cache_dir or SCORED_CACHE
-    from src.judges.ray_engine import engine_from_args
 
     engine = None if a.no_compute else engine_from_args(a)
     out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress,

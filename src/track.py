@@ -1,6 +1,6 @@
-"""``python -m src.track``: the command line of :mod:`src.mlops.tracking`."""
+"""``python -m src.track params [override …]``: regenerate params.yaml from conf/ (:mod:`src.io.config`)."""
 
-from src.mlops.tracking import main
+from src.io.config import params_main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(params_main())

@@ -3,10 +3,9 @@
 import numpy as np
 import pytest
 
-from src.studies import simulate
-from src.core import admissibility
-from src.core import verdicts
+from src.core import admissibility, verdicts
 from src.core.verdicts import ABSTAIN
+from src.studies import simulate
 
 
 def sim(**kw):

@@ -10,12 +10,20 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedGroupKFold, cross_val_predict
 
-from src.studies import simulate
 from src.core import verdicts
-from src.core.aggregate import (BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, _long_format,
-                           cluster_folds, crossfit)
+from src.core.aggregate import (
+    BestSingle,
+    DawidSkene,
+    MajorityVote,
+    StackedLogit,
+    WeightedVote,
+    _long_format,
+    cluster_folds,
+    crossfit,
+)
 from src.core.evaluate import kappa
 from src.core.verdicts import ABSTAIN
+from src.studies import simulate
 
 
 def sim(**kw):

@@ -11,13 +11,12 @@ import pytest
 from omegaconf import OmegaConf
 from sklearn.linear_model import LogisticRegression
 
-from src.studies import simulate
-from src.core import admissibility
-from src.core import verdicts
+from src.core import admissibility, verdicts
 from src.core.aggregate import StackedLogit
+from src.core.ladder import LadderSettings
+from src.studies import simulate
 from src.studies.suite import budget, common, cost, loops, mechanism, panel, run_suite
 from src.studies.suite.reference import reference
-from src.core.ladder import LadderSettings
 
 DOMINANT = [0.95] + [0.57] * 7  # one strong member, seven weak ones
 SPREAD = [0.82] * 8  # eight capable members

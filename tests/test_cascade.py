@@ -9,15 +9,15 @@ import pytest
 from omegaconf import OmegaConf
 from sklearn.base import clone
 
-from src.present import report
-from src.present import figures
-from src.studies import simulate
+from src.analyses.__main__ import flat_metrics
 from src.core import verdicts
 from src.core.aggregate import StackedLogit, crossfit
-from src.studies.suite import cascade, cost
-from src.analyses.__main__ import flat_metrics
-from src.studies.suite.reference import reference, references
 from src.core.ladder import LadderSettings, dataset_folds
+from src.judges import tables
+from src.present import figures, report
+from src.studies import simulate
+from src.studies.suite import cascade, cost
+from src.studies.suite.reference import reference, references
 
 CFG = {"enabled": True, "operating_points": [0.05, 0.1, 0.2, 0.3, 0.5], "budgets": [0.1, 0.2], "grid_step": 0.05,
        "margin": 0.05, "random_draws": 20}
@@ -223,11 +223,10 @@ def test_cpu_cascade_on_the_committed_verdicts(compose_cfg):
     the other five members, on the four committed datasets."""
     from hydra.utils import instantiate
 
-    from src import run
 
     cfg = compose_cfg("judge.missing=skip")
     s, st = instantiate(cfg.analysis, _convert_="all"), instantiate(cfg.stacker, _convert_="all")
-    table = run.load_table(cfg)
+    table = tables.load_table(cfg)
     measured = cost.measured_from_cache(cfg.paths.cache_dir, list(table.members))
     scfg = OmegaConf.to_container(cfg.suite, resolve=True)
     costs = cost.compute(scfg["cost"], table.members, None, measured, table.frontier_name)

@@ -8,11 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from src.studies import simulate
-from src.core import ladder
-from src.core import decide
-from src.core import verdicts
+from src.core import decide, ladder, verdicts
 from src.core.aggregate import StackedLogit
+from src.studies import simulate
 
 
 def summary(stacked: float = 0.60, single: float = 0.50, call: str = "win", admissible: bool = True,

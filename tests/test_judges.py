@@ -373,7 +373,7 @@ def test_a_dataset_not_judged_yet_gets_an_empty_table_and_the_command(tmp_path, 
 # -- rosters ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["paper", "cpu", "tiny", "ablation_no_gemma", "paper_no_gemma"])
 def test_rosters_compose_and_instantiate_without_loading(name):
-    from src.judges.__main__ import load_roster
+    from src.judges.config import load_roster
     from src.judges.runner import build_backend, roster_judges
 
     r = load_roster(name)
@@ -445,7 +445,7 @@ def test_committed_cpu_verdicts_cover_the_four_datasets():
     tdir = REPO / "verdicts" / "tables" / "cpu"
     if not tdir.exists():
         pytest.skip("no committed cpu verdicts")
-    from src.judges.__main__ import load_roster
+    from src.judges.config import load_roster
     from src.judges.runner import build_backend, roster_judges
 
     recs = {}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from src.judges import tables
 from src.judges.ray_engine import RayEngine, RayEngineError, RaySettings, engine_from_cfg, uses_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +74,8 @@ try:
 except (ModuleNotFoundError, FileNotFoundError) as e:  # pragma: no cover
     pytest.skip(f"SmolLM2 weights not installed: {e}", allow_module_level=True)
 
-from src.judges.__main__ import load_frame_cfgs, load_roster, read_dataset  # noqa: E402
+from src.io.datasets import read_dataset
+from src.judges.config import load_frame_cfgs, load_roster
 from src.judges.runner import cluster_subsample, verdict_table  # noqa: E402
 
 
@@ -244,7 +246,6 @@ def test_a_complete_cache_loads_no_model_and_starts_no_pool(cluster, setup, refe
 
 @pytest.mark.slow
 def test_src_run_judges_on_ray_with_judge_engine_ray(cluster, compose_cfg, tmp_path, monkeypatch):
-    from src import run
     from src.judges import runner
 
     def refuse(*a, **k):
@@ -254,7 +255,7 @@ def test_src_run_judges_on_ray_with_judge_engine_ray(cluster, compose_cfg, tmp_p
     cfg = compose_cfg("roster=tiny", "dataset=truthfulqa", f"paths.cache_dir={tmp_path}", "judge.compute=true",
                       "judge.engine=ray", "judge.per_dataset=8", "judge.ray.batch_size=4", "analysis=fast",
                       "tracking.enabled=false")
-    table = run.load_table(cfg)
+    table = tables.load_table(cfg)
     assert len(table.items) == 8 and table.members == ["smollm135m", "lexical"]
     cache = table.provenance["cache"]["truthfulqa"]
     assert all(cache[m]["cached"] == 8 for m in table.members)

@@ -16,16 +16,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from omegaconf import OmegaConf
-
-from src.mlops import serving as serve
-from src.present import report
-from src.studies import monitor
-from src.studies import simulate
-from src.core.aggregate import StackedLogit
-from src.core.verdicts import ABSTAIN
-
 from test_serve import _prefill
 from test_track import tracking_store
+
+from src.core import drift, errors
+from src.core.aggregate import StackedLogit
+from src.core.verdicts import ABSTAIN
+from src.io import votestore
+from src.mlops import serving as serve
+from src.present import report
+from src.studies import monitor, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = ["m00", "m01", "m02"]
@@ -59,7 +59,7 @@ def stacker_model(tmp_path_factory):
 
 def test_served_stacker_records_each_items_votes_and_p_to_the_store(stacker_model, tmp_path, monkeypatch):
     store = tmp_path / "live" / "votes.sqlite"
-    monkeypatch.setenv(monitor.STORE_ENV, str(store))
+    monkeypatch.setenv(votestore.STORE_ENV, str(store))
     rows = pd.DataFrame([[1, 1, 0], [0, None, 0], [None, None, None]], columns=MEMBERS, dtype=float)
     out = stacker_model.predict(rows)
     got = _rows(store)
@@ -81,15 +81,15 @@ def test_served_stacker_records_each_items_votes_and_p_to_the_store(stacker_mode
 
 def test_recording_is_off_without_a_store_and_never_fails_a_prediction(stacker_model, tmp_path, monkeypatch,
                                                                        caplog):
-    monkeypatch.delenv(monitor.STORE_ENV, raising=False)
-    assert monitor.store_path({}) is None and monitor.store_path({"monitor_store": " "}) is None
+    monkeypatch.delenv(votestore.STORE_ENV, raising=False)
+    assert votestore.store_path({}) is None and votestore.store_path({"monitor_store": " "}) is None
     rows = pd.DataFrame([[1, 0, 1]], columns=MEMBERS, dtype=float)
     before = set(tmp_path.rglob("*"))
     expect = stacker_model.predict(rows)
     assert set(tmp_path.rglob("*")) == before
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
-    monkeypatch.setenv(monitor.STORE_ENV, str(blocker / "votes.sqlite"))  # cannot be created
+    monkeypatch.setenv(votestore.STORE_ENV, str(blocker / "votes.sqlite"))  # cannot be created
     with caplog.at_level(logging.WARNING, logger="raim.serve"):
         out = stacker_model.predict(rows)
     pd.testing.assert_frame_equal(out, expect)
@@ -124,7 +124,7 @@ def test_served_panel_records_votes_and_item_ids_never_the_text(tmp_path, compos
 def _writer(args):
     path, w = args
     for r in range(20):
-        monitor.record(path, "stacker", MEMBERS, np.array([[w % 2, 1, 0], [1, ABSTAIN, 0]], dtype=float),
+        votestore.record(path, "stacker", MEMBERS, np.array([[w % 2, 1, 0], [1, ABSTAIN, 0]], dtype=float),
                        [0.3, 0.6], [f"w{w}-r{r}-a", f"w{w}-r{r}-b"])
 
 
@@ -141,22 +141,22 @@ def test_concurrent_requests_lose_no_record(tmp_path):
 
 def test_a_bad_store_row_is_named(tmp_path):
     store = tmp_path / "votes.sqlite"
-    monitor.record(store, "panel", MEMBERS, np.array([[1, 0, 1]], dtype=float))
-    con = monitor.connect(store)
+    votestore.record(store, "panel", MEMBERS, np.array([[1, 0, 1]], dtype=float))
+    con = votestore.connect(store)
     with con:
         con.execute("INSERT INTO votes (ts, model, votes) VALUES (1, 'panel', '{\"m00\": 2, \"m01\": 0, \"m02\": 1}')")
     con.close()
-    with pytest.raises(monitor.MonitorError, match=r"row seq=2: field 'votes.m00': 2 is not a vote"):
-        monitor.read_store(store, MEMBERS)
-    with pytest.raises(monitor.MonitorError, match=r"row seq=1: field 'votes': members \['m00', 'm01', 'm02'\]"):
-        monitor.read_store(store, ["m00", "m01"])
+    with pytest.raises(errors.MonitorError, match=r"row seq=2: field 'votes.m00': 2 is not a vote"):
+        votestore.read_store(store, MEMBERS)
+    with pytest.raises(errors.MonitorError, match=r"row seq=1: field 'votes': members \['m00', 'm01', 'm02'\]"):
+        votestore.read_store(store, ["m00", "m01"])
 
 
 # ---------------------------------------------------------------------------------------------- statistics
 
 
 def test_runs_rule_and_prevalence_standard_error():
-    assert monitor.runs_alarm([1, 0, 1, 1, 1, 0, 1, 1], 2) == [3, 7]
+    assert drift.runs_alarm([1, 0, 1, 1, 1, 0, 1, 1], 2) == [3, 7]
     # the SE is 1/sqrt(observed information): the curvature of the mixture log-likelihood at its maximum
     p = np.random.default_rng(3).beta(2, 5, 500)
     pi = 0.3
@@ -166,7 +166,7 @@ def test_runs_rule_and_prevalence_standard_error():
 
     h = 1e-4
     curvature = -(ll(pi + h) - 2 * ll(pi) + ll(pi - h)) / h**2
-    assert monitor.prevalence_se(p, 0.5, pi) == pytest.approx(curvature ** -0.5, rel=1e-4)
+    assert drift.prevalence_se(p, 0.5, pi) == pytest.approx(curvature ** -0.5, rel=1e-4)
 
 
 def test_drift_test_reads_a_prior_shift_as_such_and_a_flipped_member_as_drift():
@@ -174,18 +174,18 @@ def test_drift_test_reads_a_prior_shift_as_such_and_a_flipped_member_as_drift():
     the drift test; the same window with one member's votes inverted fails it, on that member."""
     cal = simulate.panel(500, 2, [0.85, 0.8, 0.75, 0.7], rho=0.2, seed=1)
     cols = ["m00", "m01", "m02", "m03"]
-    mon = monitor.DriftMonitor(members=cols).fit(cal[cols].to_numpy(dtype=float), cal["gold"].to_numpy())
+    mon = drift.DriftMonitor(members=cols).fit(cal[cols].to_numpy(dtype=float), cal["gold"].to_numpy())
     st = simulate.panel(500, 2, [0.85, 0.8, 0.75, 0.7], rho=0.2, seed=2)
     keep = np.concatenate([np.flatnonzero(st["gold"] == 1)[:60], np.flatnonzero(st["gold"] == 0)[:240]])
     votes = st[cols].to_numpy(dtype=float)[keep]
     _, pv = mon.pvalues(votes, 0.2)
-    assert min(monitor.holm_min(pv)[1]) > 0.01
+    assert min(drift.holm_min(pv)[1]) > 0.01
     _, pv = mon.pvalues(votes, 0.5)  # the wrong prevalence: the vote rates no longer match
-    assert monitor.holm_min(pv)[0] < 1e-6
+    assert drift.holm_min(pv)[0] < 1e-6
     flipped = votes.copy()
     flipped[:, 2] = 1 - flipped[:, 2]
     _, pv = mon.pvalues(flipped, 0.2)
-    adj = monitor.holm_min(pv)[1]
+    adj = drift.holm_min(pv)[1]
     assert mon.tests_[int(np.argmin(adj))] in {"vote/m02"} | {t for t in mon.tests_ if "m02" in t and "agree" in t}
     assert adj.min() < 1e-6
 
@@ -229,24 +229,24 @@ def test_store_source_reads_a_recorded_stream_against_a_verdict_table(compose_cf
     votes = stream[MEMBERS].to_numpy(dtype=float, na_value=np.nan)
     votes[300:, 0] = ABSTAIN  # member m00 stops answering half-way
     p = StackedLogit().fit(cal[MEMBERS].to_numpy(dtype=float), cal["gold"]).predict_proba(np.nan_to_num(votes, nan=0.5))
-    monitor.record(tmp_path / "s.sqlite", "stacker", MEMBERS, votes, p[:, 1], stream["item_id"])
+    votestore.record(tmp_path / "s.sqlite", "stacker", MEMBERS, votes, p[:, 1], stream["item_id"])
     source = [f"verdicts={tmp_path / 'cal.csv'}", "monitor.source=store", f"monitor.store={tmp_path / 's.sqlite'}"]
     cfg = compose_cfg(*source, "monitor.window=100", "monitor.prevalence.reference_items=200")
     doc = monitor.compute(cfg)
     assert doc["stream"]["n"] == 600 and doc["members"] == MEMBERS and "evaluation" not in doc
     assert doc["alarms"]["panel"] and min(doc["alarms"]["panel"]) > 300
     assert any("abstain/m00" in d for w in doc["windows"] for d in w["departures"])
-    with pytest.raises(monitor.MonitorError, match="monitor.calibration.dataset: 'nope' not among"):
+    with pytest.raises(errors.MonitorError, match="monitor.calibration.dataset: 'nope' not among"):
         monitor.compute(compose_cfg(*source, "monitor.calibration.dataset=nope"))
 
 
 def test_bad_settings_are_named(compose_cfg):
-    with pytest.raises(monitor.MonitorError, match=r"monitor.replay.scenario: 'drift' is not one of"):
+    with pytest.raises(errors.MonitorError, match=r"monitor.replay.scenario: 'drift' is not one of"):
         monitor.compute(_cfg(compose_cfg, "monitor.replay.scenario=drift"))
-    with pytest.raises(monitor.MonitorError, match=r"monitor.alpha: 1.5 must be in \(0, 1\)"):
+    with pytest.raises(errors.MonitorError, match=r"monitor.alpha: 1.5 must be in \(0, 1\)"):
         monitor.compute(_cfg(compose_cfg, "monitor.alpha=1.5"))
-    with pytest.raises(monitor.MonitorError, match=r"stream: 100 items, fewer than one window"):
-        monitor.DriftMonitor(window=200).fit(np.array([[0.0], [1.0]]), np.array([0, 1])).windows(
+    with pytest.raises(errors.MonitorError, match=r"stream: 100 items, fewer than one window"):
+        drift.DriftMonitor(window=200).fit(np.array([[0.0], [1.0]]), np.array([0, 1])).windows(
             np.zeros((100, 1)), np.full(100, 0.5))
 
 

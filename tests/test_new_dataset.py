@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from test_pipeline import child_env, sh
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,12 +15,11 @@ import pytest
 from hydra.utils import instantiate
 from scipy.stats import spearmanr
 
-from src.studies import noise
-from src.studies import simulate
 from src.core import verdicts
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit, cluster_folds, crossfit
 from src.core.evaluate import kappa
 from src.core.ladder import LadderSettings
+from src.studies import noise, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 ACC = [0.78, 0.76, 0.74, 0.72, 0.70, 0.70]

@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from src.mlops import tracking as track
-
 from test_track import QUIET, ROOT, free_port, post_json, server, tracking_store, write_panels
+
+from src.io import config
 
 VENV_BIN = str(Path(sys.executable).parent)
 RAW = Path(os.environ.get("RAIM_RAW_DIR", ROOT.parent / "shared" / "data" / "raw")).resolve()
@@ -153,7 +152,7 @@ def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
     """params.yaml is generated from conf/ (as `dvc exp run` does): edit conf/, never params.yaml by hand."""
     from dvc.utils.hydra import compose_and_dump
 
-    for var in track.ENV_DEPENDENT:
+    for var in config.ENV_DEPENDENT:
         monkeypatch.delenv(var, raising=False)
     compose_and_dump(tmp_path / "params.yaml", str(ROOT / "conf"), None, "config", "", [])
     assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == yaml.safe_load(

@@ -17,12 +17,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_track import QUIET, tracking_store
 
 from src import predict
-from src.mlops import serving as serve
 from src.core.aggregate import StackedLogit
-
-from test_track import QUIET, tracking_store
+from src.mlops import serving as serve
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["smollm135m", "lexical"]  # the tiny roster's members
@@ -56,7 +55,6 @@ def store(tmp_path_factory):
     import mlflow
     from mlflow.tracking import MlflowClient
     from omegaconf import OmegaConf
-
     from test_track import compose_cfg
 
     tmp = tmp_path_factory.mktemp("predict")

@@ -11,11 +11,12 @@ import pandas as pd
 import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import expit, logit
-from sklearn.metrics import brier_score_loss, f1_score, balanced_accuracy_score
+from sklearn.metrics import balanced_accuracy_score, brier_score_loss, f1_score
 
-from src.studies import prevalence
+from src.core import priorshift
 from src.core.aggregate import StackedLogit
-from src.studies.prevalence import PrevalenceError, adjust, estimate
+from src.core.priorshift import PrevalenceError, adjust, estimate
+from src.studies import prevalence
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,7 +95,7 @@ def test_estimate_boundary_and_vectorised_rows_agree():
     assert estimate([0.7] * 5, 0.5) > 0.999  # every posterior above the train prior: the MLE is π = 1
     rng = np.random.default_rng(0)
     P = rng.random((7, 50))
-    rows = prevalence._em_rows(P, 0.5, 1e-6, 1000)
+    rows = priorshift._em_rows(P, 0.5, 1e-6, 1000)
     assert np.allclose(rows, [estimate(r, 0.5) for r in P], rtol=0, atol=0)
 
 
@@ -116,19 +117,19 @@ def test_served_correction_uses_the_stored_train_prevalence():
     st = StackedLogit().fit(X, y)
     assert st.train_prevalence_ == 0.625
     p = st.predict_proba(X)[:, 1]
-    assert prevalence.served(p, st, None)[1] is None
-    q, used = prevalence.served(p, st, "0.1")
+    assert priorshift.served(p, st, None)[1] is None
+    q, used = priorshift.served(p, st, "0.1")
     assert used == 0.1 and np.allclose(q, adjust(p, 0.625, 0.1))
     window = np.tile(p, 10)  # "estimate" needs a window of at least MIN_ESTIMATE_ROWS answered rows
-    q, used = prevalence.served(window, st, "Estimate")
+    q, used = priorshift.served(window, st, "Estimate")
     assert np.isclose(used, estimate(window, 0.625)) and np.allclose(q, adjust(window, 0.625, used))
     with pytest.raises(PrevalenceError, match="needs at least 50 answered rows in the request, got 8"):
-        prevalence.served(p, st, "estimate")
+        priorshift.served(p, st, "estimate")
     with pytest.raises(PrevalenceError, match="parameter 'prevalence': 'often' is neither"):
-        prevalence.served(p, st, "often")
+        priorshift.served(p, st, "often")
     del st.train_prevalence_  # a stacker fitted before RAIM stored it
     with pytest.raises(PrevalenceError, match="log it again"):
-        prevalence.served(p, st, 0.1)
+        priorshift.served(p, st, 0.1)
 
 
 # ----------------------------------------------------------------------------------------------- metrics
@@ -244,9 +245,9 @@ def logged(tmp_path_factory):
     """A stacker logged as MLflow logs it (src.mlops.serving.log_stacker), and one logged the old way: a signature
     without parameters and a stacker without ``train_prevalence_``."""
     import mlflow
+    from test_track import tracking_store
 
     from src.mlops import serving as serve
-    from test_track import tracking_store
 
     rng = np.random.default_rng(0)
     gold = np.tile([0, 1], 200)
@@ -307,8 +308,8 @@ def test_an_old_logged_model_still_loads_and_predicts(logged):
 
 
 def test_panel_model_takes_a_prevalence(monkeypatch):
-    from src.mlops import serving as serve
     from src.judges import runner
+    from src.mlops import serving as serve
 
     X = np.array([[1, 1], [1, 0], [0, 0], [0, 1]], float)
     st = StackedLogit(n_votes=2).fit(np.vstack([X] * 5), np.array([1, 1, 0, 0] * 5))

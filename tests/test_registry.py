@@ -8,10 +8,10 @@ import sys
 
 import pandas as pd
 import pytest
+from test_track import QUIET, ROOT, children, log_simulated, tracking_store
 
 from src.mlops import registry
-
-from test_track import QUIET, ROOT, children, log_simulated, tracking_store
+from src.studies import stacking
 
 
 @pytest.fixture(scope="module")
@@ -101,20 +101,20 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
     """Stop-9 defect: a member that never voted was dropped from the stacker but kept in the logged signature
     and example; the registry promoted that model, which failed on every input, its own example included."""
     import mlflow
+    from test_track import GOOD, simulate
 
     from src.mlops import serving as serve
-    from test_track import GOOD, simulate
 
     df = simulate.panel(150, 2, dataset="good", seed=1, **GOOD)
     df.insert(4, "silent", pd.array([pd.NA] * len(df), dtype="Int64"))  # a judge that never voted here
     (tmp_path / "v.csv").write_text(df.to_csv(index=False))
     with tracking_store(tmp_path):
         from test_track import analysis_overrides, compose_cfg
-        from src import run
+
         from src.mlops import tracking as track
 
         cfg = compose_cfg(*analysis_overrides(tmp_path / "v.csv", tmp_path / "r.json"))
-        table, results, doc = run.analyse(cfg)
+        table, results, doc = stacking.analyse(cfg)
         assert doc["datasets"]["good"]["excluded_members"] == ["silent"]
         rid = track.log_analysis(cfg, table, results, doc)
         mv = registry.promote(rid, dataset="good")

@@ -15,13 +15,10 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from src.present import report
-from src.present import figures
-from src.studies import simulate
-from src.core import ladder
-from src.core import decide
-from src.core import verdicts
+from src.core import ladder, verdicts
 from src.core.aggregate import StackedLogit
+from src.present import figures, report
+from src.studies import simulate
 from src.studies.suite import run_suite
 
 ROOT = Path(__file__).resolve().parents[1]

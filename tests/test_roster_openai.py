@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_judges_servers import llama_server, reply_json  # noqa: F401  (llama_server: a real llama-cpp-python server)
 
 from src.judges.frames import load_frame
 from src.judges.runner import build_backend, roster_judges, verdict_table
-
-from test_judges_servers import llama_server, reply_json  # noqa: F401  (llama_server: a real llama-cpp-python server)
+from src.mlops import redact
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = ("RAIM_OPENAI_BASE_URL", "RAIM_OPENAI_MODEL", "RAIM_OPENAI_API_KEY", "RAIM_OPENAI_REVISION", "OPENAI_API_KEY")
@@ -86,7 +86,6 @@ def test_composes_with_defaults_and_builds_without_network(compose_cfg):
 
 
 def test_server_model_and_key_come_from_the_environment_only(compose_cfg, monkeypatch):
-    from src.mlops import tracking as track
 
     text = (ROOT / "conf" / "roster" / "openai_server.yaml").read_text()
     assert "${oc.env:RAIM_OPENAI_API_KEY,null}" in text and "tok-" not in text and "sk-" not in text
@@ -100,7 +99,7 @@ def test_server_model_and_key_come_from_the_environment_only(compose_cfg, monkey
     be = build_backend(node)
     assert (be.base_url, be.model, be.api_key) == ("http://gpu-box:9000/v1", "Qwen/Qwen2.5-7B-Instruct", KEY)
     assert be.identity()["revision"] == "a09a3545" and KEY not in json.dumps(be.identity())  # not a cache key
-    assert track.scrub(node)["api_key"] == "***"  # what RAIM logs of the config
+    assert redact.scrub(node)["api_key"] == "***"  # what RAIM logs of the config
 
 
 def test_a_judge_of_this_roster_gets_verdicts_from_the_server(compose_cfg, chat_api, monkeypatch, tmp_path):
@@ -126,12 +125,11 @@ def test_a_judge_of_this_roster_gets_verdicts_from_the_server(compose_cfg, chat_
 def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, chat_api, monkeypatch, tmp_path,
                                                                   capsys):
     import mlflow
+    from test_track import tracking_store
 
     from src import predict
-    from src.mlops import serving as serve
     from src.core.aggregate import StackedLogit
-
-    from test_track import tracking_store
+    from src.mlops import serving as serve
 
     monkeypatch.setenv("RAIM_OPENAI_BASE_URL", chat_api)
     monkeypatch.setenv("RAIM_OPENAI_MODEL", "my-model")

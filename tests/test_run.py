@@ -8,11 +8,11 @@ import sys
 import pandas as pd
 import pytest
 
-from src import run
-from src.studies import simulate
 from src.core import verdicts
 from src.core.ladder import COMPARATORS
 from src.core.verdicts import VerdictError
+from src.judges import tables
+from src.studies import simulate, stacking
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -55,23 +55,22 @@ def test_cli_writes_results_json(table_csv, tmp_path):
 def test_dataset_filter_and_errors(compose_cfg, table_csv, tmp_path):
     cfg = compose_cfg(f"verdicts={table_csv}", "analysis=fast", "dataset=medhallu")
     with pytest.raises(VerdictError, match="no rows with dataset == 'medhallu'"):
-        run.load_table(cfg)
+        tables.load_table(cfg)
     cfg = compose_cfg(f"verdicts={tmp_path / 'missing.csv'}")
     with pytest.raises(VerdictError, match="not found"):
-        run.load_table(cfg)
+        tables.load_table(cfg)
 
 
 def test_stacker_group_switches_abstention_encoding(compose_cfg, table_csv):
     cfg = compose_cfg(f"verdicts={table_csv}", "analysis=fast", "stacker=logreg_categorical",
                       "analysis.abstention_contrast=false")
-    _, results, doc = run.analyse(cfg)
+    _, results, doc = stacking.analyse(cfg)
     names = doc["datasets"]["sim0"]["stacker"]["features"]
     assert names[:2] == ["m00=1", "m01=1"] and "m00=abstain" in names
 
 
 def test_members_that_never_voted_are_set_aside(tmp_path):
-    from src.core import ladder
-    from src.core import verdicts
+    from src.core import ladder, verdicts
     from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=60, accuracies=[0.9, 0.8, 0.7], seed=2)
@@ -111,16 +110,16 @@ def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked
     lines = f.read_text().splitlines(keepends=True)
     gone = set([ln for ln in lines if '"dataset": "wice"' in ln][:170])
     f.write_text("".join(ln for ln in lines if ln not in gone))
-    with pytest.raises(run.MissingVerdicts, match=r"wice: 170 of 200 items \(missing per judge: qwen05b 170\); "
+    with pytest.raises(tables.MissingVerdicts, match=r"wice: 170 of 200 items \(missing per judge: qwen05b 170\); "
                                                   r"compute them with `python -m src\.judges --roster cpu --datasets "
                                                   r"wice --per-dataset 200 --members qwen05b --compute`"):
-        run.load_table(_wice(compose_cfg, cache_copy))
-    table = run.load_table(_wice(compose_cfg, cache_copy, "judge.missing=judged_only"))
+        tables.load_table(_wice(compose_cfg, cache_copy))
+    table = tables.load_table(_wice(compose_cfg, cache_copy, "judge.missing=judged_only"))
     assert len(table.gold) == 30 and not (table.votes == verdicts.ABSTAIN).all(axis=0).any()
     assert table.provenance["judged_only"]["wice"] == {"items": 200, "judged": 30, "dropped": 170,
                                                        "missing_per_judge": {"qwen05b": 170}}
     with pytest.raises(verdicts.RaimError, match="judge.missing='maybe'"):
-        run.load_table(_wice(compose_cfg, cache_copy, "judge.missing=maybe"))
+        tables.load_table(_wice(compose_cfg, cache_copy, "judge.missing=maybe"))
 
 
 def _drop_dataset(cache, dataset: str, members=None) -> None:
@@ -133,9 +132,9 @@ def _drop_dataset(cache, dataset: str, members=None) -> None:
 def test_a_dataset_not_judged_at_all_names_the_command_instead_of_a_bare_error(compose_cfg, cache_copy):
     """A new dataset in `dataset=all` used to fail with "no member returned a single verdict" and no way out."""
     _drop_dataset(cache_copy, "wice")
-    with pytest.raises(run.MissingVerdicts, match=r"wice: 200 of 200 items .*compute them with `python -m "
+    with pytest.raises(tables.MissingVerdicts, match=r"wice: 200 of 200 items .*compute them with `python -m "
                                                   r"src\.judges --roster cpu --datasets wice --per-dataset 200 --compute`"):
-        run.load_table(_wice(compose_cfg, cache_copy))
+        tables.load_table(_wice(compose_cfg, cache_copy))
 
 
 def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cache_copy):
@@ -143,7 +142,7 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
     _drop_dataset(cache_copy, "wice", members={"smollm135m"})
     cfg = compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false",
                       "judge.missing=skip")
-    table = run.load_table(cfg)
+    table = tables.load_table(cfg)
     assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
     skipped = table.provenance["skipped"]
     assert list(skipped) == ["wice"] and skipped["wice"]["reason"] == \
@@ -152,8 +151,8 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
     _drop_dataset(cache_copy, "medhallu")
     _drop_dataset(cache_copy, "truthfulqa")
     _drop_dataset(cache_copy, "expertqa")
-    with pytest.raises(run.MissingVerdicts, match="medhallu: 200 of 200 items"):  # nothing left to analyse
-        run.load_table(cfg)
+    with pytest.raises(tables.MissingVerdicts, match="medhallu: 200 of 200 items"):  # nothing left to analyse
+        tables.load_table(cfg)
 
 
 def test_skipped_datasets_reach_results_json_and_the_summary(compose_cfg, cache_copy, tmp_path):
@@ -197,7 +196,7 @@ def test_bad_cache_lines_are_reported_by_file_and_line_and_never_become_votes(co
     bad_vote = json.dumps({**json.loads(wice), "vote": 2})
     f.write_text("".join(lines) + "42\n{not json\n" + bad_vote + '\n{"key": "torn')
     with caplog.at_level("WARNING"):
-        table = run.load_table(_wice(compose_cfg, cache_copy))  # every item still has its good record
+        table = tables.load_table(_wice(compose_cfg, cache_copy))  # every item still has its good record
     assert table.provenance["bad_cache_lines"] == 4 and table.provenance["bad_cache_files"] == [str(f)]
     text = caplog.text
     assert f"{f}: line {n + 1}: not a JSON object (int '42'); not read as a verdict" in text
@@ -206,21 +205,21 @@ def test_bad_cache_lines_are_reported_by_file_and_line_and_never_become_votes(co
     assert f"{f}: line {n + 4}: torn last record" in text
     # a good record replaced by garbage: its item is not cached, so the run stops (it is not an abstention)
     f.write_text("".join("garbage\n" if ln == wice else ln for ln in lines))
-    with pytest.raises(run.MissingVerdicts, match=r"wice: 1 of 200 items \(missing per judge: lexical 1\)"):
-        run.load_table(_wice(compose_cfg, cache_copy))
+    with pytest.raises(tables.MissingVerdicts, match=r"wice: 1 of 200 items \(missing per judge: lexical 1\)"):
+        tables.load_table(_wice(compose_cfg, cache_copy))
 
 
 def test_bad_cache_lines_are_counted_in_mlflow(compose_cfg, cache_copy, tmp_path):
     import mlflow
+    from test_track import tracking_store
 
     from src.mlops import tracking as track
-    from test_track import tracking_store
 
     f = _member_file(cache_copy, "minilm")
     f.write_text(f.read_text() + "42\n[]\n")
     with tracking_store(tmp_path):
         cfg = _wice(compose_cfg, cache_copy, "tracking.enabled=true")
-        table, results, doc = run.analyse(cfg)
+        table, results, doc = stacking.analyse(cfg)
         rid = track.log_analysis(cfg, table, results, doc)
         r = mlflow.get_run(rid)
         assert r.data.metrics["cache/bad_lines"] == 2.0

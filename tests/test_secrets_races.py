@@ -17,9 +17,12 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src.mlops import tracking as track
-from src.studies import simulate
+from src.io import config
 from src.io import files as fsutil
+from src.mlops import redact, store
+from src.mlops import tracking as track
+from src.present import stagefiles
+from src.studies import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
@@ -75,8 +78,8 @@ def _secret_part(value: str) -> str:
 @pytest.mark.parametrize("name", SECRETS)
 def test_secret_shapes_are_redacted_wherever_they_appear(name, context):
     value = SECRETS[name]
-    out = json.dumps(track.scrub(CONTEXTS[context](value), secrets=[]))
-    assert _secret_part(value) not in out and track.REDACTED in out
+    out = json.dumps(redact.scrub(CONTEXTS[context](value), secrets=[]))
+    assert _secret_part(value) not in out and redact.REDACTED in out
     if name == "bearer":
         assert "Bearer ***" in out  # the scheme word stays
 
@@ -108,8 +111,8 @@ NOT_SECRETS = [
 
 @pytest.mark.parametrize("value", NOT_SECRETS)
 def test_paths_model_ids_and_prose_survive(value):
-    assert track.scrub_text(value, secrets=[]) == value
-    assert track.scrub({"judge": {"model": value, "list": [value]}}, secrets=[]) == \
+    assert redact.scrub_text(value, secrets=[]) == value
+    assert redact.scrub({"judge": {"model": value, "list": [value]}}, secrets=[]) == \
         {"judge": {"model": value, "list": [value]}}
 
 
@@ -119,10 +122,10 @@ def test_paths_model_ids_and_prose_survive(value):
 def test_values_under_hash_declaring_keys_keep_their_hashes(key):
     value = HEX32 if key == "md5" else HEX64 if "256" in key else HEX40
     value = f"/tmp/x/mlruns/raim/{HEX32}/artifacts/stacker" if key == "stacker_uri" else value
-    assert track.scrub({key: value}, secrets=[]) == {key: value}
-    assert track.scrub({key: [value, f"sha256:{HEX64}"]}, secrets=[]) == {key: [value, f"sha256:{HEX64}"]}
+    assert redact.scrub({key: value}, secrets=[]) == {key: value}
+    assert redact.scrub({key: [value, f"sha256:{HEX64}"]}, secrets=[]) == {key: [value, f"sha256:{HEX64}"]}
     # … but a provider key shape is redacted there too
-    assert track.scrub({key: FAKE_ANTHROPIC}, secrets=[]) == {key: "***"}
+    assert redact.scrub({key: FAKE_ANTHROPIC}, secrets=[]) == {key: "***"}
 
 
 def test_secret_key_names_and_lookalikes():
@@ -130,11 +133,11 @@ def test_secret_key_names_and_lookalikes():
               "ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "private_key", "refresh_token", "passphrase"]
     plain = ["max_tokens", "tokenizer", "tokens_per_item", "author", "SSH_AUTH_SOCK", "token_file", "XAUTHORITY",
              "auth_type", "password_path", "key", "model", "usd_per_mtok_in"]
-    assert [k for k in secret if not track.secret_key(k)] == []
-    assert [k for k in plain if track.secret_key(k)] == []
-    out = track.scrub({k: "plain-value-123" for k in secret + plain}, secrets=[])
+    assert [k for k in secret if not redact.secret_key(k)] == []
+    assert [k for k in plain if redact.secret_key(k)] == []
+    out = redact.scrub({k: "plain-value-123" for k in secret + plain}, secrets=[])
     assert {k for k, v in out.items() if v == "***"} == set(secret)
-    assert track.scrub({"credentials": {"user": "bob", "pass": "hunter2"}, "tokens": None, "max_tokens": 5},
+    assert redact.scrub({"credentials": {"user": "bob", "pass": "hunter2"}, "tokens": None, "max_tokens": 5},
                        secrets=[]) == {"credentials": "***", "tokens": None, "max_tokens": 5}
 
 
@@ -143,7 +146,7 @@ def test_named_pairs_env_values_and_url_passwords_in_free_text(monkeypatch):
     monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-agent-sock-path")
     text = ("python -m src.run +judge.api_key=hunter2 +db.password='two words' max_tokens=5 "
             "https://bob:s3cret@db.example.org/x?access_token=abc123&page=2 plain-no-shape-value /tmp/ssh-agent-sock-path")
-    out = track.scrub_text(text)
+    out = redact.scrub_text(text)
     for gone in ("hunter2", "two words", "s3cret", "abc123", "plain-no-shape-value"):
         assert gone not in out
     for kept in ("+judge.api_key=***", "max_tokens=5", "https://***@db.example.org/x?access_token=***&page=2",
@@ -161,8 +164,8 @@ def _compose(*overrides: str):
                                        ("roster=paper", f"roster.members.0.backend.revision={HEX40}")])
 def test_nothing_in_the_composed_default_config_is_redacted(overrides):
     data = track.to_container(_compose(*overrides))
-    assert track.scrub(data, secrets=[]) == data
-    assert track.flatten(track.scrub(data, secrets=[])) == track.flatten(data)
+    assert redact.scrub(data, secrets=[]) == data
+    assert config.flatten(redact.scrub(data, secrets=[])) == config.flatten(data)
 
 
 def test_start_run_keeps_the_git_commit_and_redacts_user_tags(tmp_path, monkeypatch):
@@ -172,7 +175,7 @@ def test_start_run_keeps_the_git_commit_and_redacts_user_tags(tmp_path, monkeypa
     for k, v in QUIET.items():
         monkeypatch.setenv(k, v)
     try:
-        with track.quiet_mlflow(), track.start_run(_compose("roster=cpu"), "test",
+        with store.quiet_mlflow(), track.start_run(_compose("roster=cpu"), "test",
                                                    tags={"note": SECRETS["groq"], "model_sha256": HEX64}) as run:
             rid = run.info.run_id
         tags = mlflow.get_run(rid).data.tags
@@ -227,8 +230,8 @@ with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=Non
 (tmp / f"ready{sys.argv[2]}").touch()
 while not (tmp / "go").exists():  # everyone imported: start together
     time.sleep(0.005)
-with track.quiet_mlflow():
-    track.setup(cfg)
+with store.quiet_mlflow():
+    store.setup(cfg)
     with mlflow.start_run():
         mlflow.log_metric("x", 1.0)
 """
@@ -274,7 +277,7 @@ def _doc(kappa: float) -> dict:
 
 def test_stage_files_are_written_atomically(tmp_path, monkeypatch):
     metrics, betas = tmp_path / "results" / "metrics.json", tmp_path / "results" / "beta.csv"
-    track.write_stage_files(_doc(0.5), metrics, betas)
+    stagefiles.write_stage_files(_doc(0.5), metrics, betas)
     assert json.loads(metrics.read_text())["sim"]["stacked"]["kappa"] == 0.5
     assert pd.read_csv(betas)["beta"].tolist() == [1.0, 0.5]
     before = {p: p.read_bytes() for p in (metrics, betas)}
@@ -284,11 +287,11 @@ def test_stage_files_are_written_atomically(tmp_path, monkeypatch):
 
     monkeypatch.setattr(fsutil.os, "replace", boom)  # the failure after the new text was written
     with pytest.raises(OSError):
-        track.write_stage_files(_doc(0.7), metrics, betas)
+        stagefiles.write_stage_files(_doc(0.7), metrics, betas)
     assert {p: p.read_bytes() for p in (metrics, betas)} == before
     assert sorted(p.name for p in metrics.parent.iterdir()) == ["beta.csv", "metrics.json"]  # no temp file left
     monkeypatch.undo()
-    track.write_stage_files(_doc(0.7), metrics, betas)
+    stagefiles.write_stage_files(_doc(0.7), metrics, betas)
     assert json.loads(metrics.read_text())["sim"]["stacked"]["kappa"] == 0.7 and (metrics.stat().st_mode & 0o777) == 0o644
 
 

@@ -9,14 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
-from src.mlops import registry
-from src.mlops import serving as serve
-from src.core.aggregate import StackedLogit
-from src.core.errors import RaimError
-
 from malformed import serving_requests
 from test_track import compose_cfg, free_port, log_simulated, post_json, server, tracking_store
+
+from src.core.aggregate import StackedLogit
+from src.core.errors import RaimError
+from src.mlops import registry
+from src.mlops import serving as serve
 
 MEMBERS = [f"m{j:02d}" for j in range(8)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,6 +197,7 @@ def panel(champion):
 
 def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, monkeypatch):
     import mlflow
+
     from src.judges.backends import llamacpp
 
     def no_model(self, *a, **k):
@@ -229,6 +229,7 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
 
 def test_panel_model_without_compute_abstains_on_a_miss(panel, tmp_path, monkeypatch):
     import mlflow
+
     from src.judges.backends import llamacpp
 
     monkeypatch.setattr(llamacpp.LlamaCppBackend, "load", lambda self: pytest.fail("model loaded"))

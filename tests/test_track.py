@@ -22,10 +22,11 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src import run
+from src.mlops import redact, store
 from src.mlops import serving as serve
 from src.mlops import tracking as track
-from src.studies import simulate
+from src.present import stagefiles
+from src.studies import simulate, stacking
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1",
@@ -79,7 +80,7 @@ def tracking_store(path: Path):
 def log_simulated(tmp: Path, which=("good", "bad"), extra: tuple[str, ...] = ()):
     """Analyse simulated panels and log them; returns (parent run id, cfg, table, results, doc)."""
     cfg = compose_cfg(*analysis_overrides(write_panels(tmp / "verdicts.csv", which), tmp / "results.json"), *extra)
-    table, results, doc = run.analyse(cfg)
+    table, results, doc = stacking.analyse(cfg)
     return track.log_analysis(cfg, table, results, doc), cfg, table, results, doc
 
 
@@ -162,20 +163,20 @@ def logged(tmp_path_factory):
 def test_tracking_uri_env_wins_and_relative_sqlite_is_repo_absolute(monkeypatch):
     cfg = compose_cfg()
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert track.tracking_uri(cfg) == f"sqlite:///{ROOT / 'mlflow.db'}"
-    assert track.artifact_root(track.tracking_uri(cfg)) == (ROOT / "mlruns" / "raim").as_uri()
+    assert store.tracking_uri(cfg) == f"sqlite:///{ROOT / 'mlflow.db'}"
+    assert store.artifact_root(store.tracking_uri(cfg)) == (ROOT / "mlruns" / "raim").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////tmp/elsewhere/x.db")
-    assert track.tracking_uri(cfg) == "sqlite:////tmp/elsewhere/x.db"
+    assert store.tracking_uri(cfg) == "sqlite:////tmp/elsewhere/x.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
-    assert track.tracking_uri(cfg) == "http://127.0.0.1:5000"
-    assert track.artifact_root("http://127.0.0.1:5000") is None
+    assert store.tracking_uri(cfg) == "http://127.0.0.1:5000"
+    assert store.artifact_root("http://127.0.0.1:5000") is None
 
 
 def test_scrub_redacts_secret_keys_values_and_url_passwords(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "plainvalue-without-shape")
     data = {"judge": {"api_key": "x", "model": "qwen"}, "note": "key sk-ant-api03-aaaaaaaaaaaaaaaa",
             "u": "https://al:pw@h/x", "env": "plainvalue-without-shape", "tokens": None, "n": 3}
-    out = track.scrub(data)
+    out = redact.scrub(data)
     assert out["judge"] == {"api_key": "***", "model": "qwen"}
     assert "sk-ant" not in out["note"] and out["u"] == "https://***@h/x" and out["env"] == "***"
     assert out["tokens"] is None and out["n"] == 3
@@ -346,8 +347,8 @@ def test_beta_folds_are_one_series_per_feature_logged_in_one_batch(logged):
 
 def test_the_store_is_set_up_once_per_run(tmp_path, monkeypatch):
     calls = []
-    real = track._experiment_id
-    monkeypatch.setattr(track, "_experiment_id", lambda *a: calls.append(a) or real(*a))
+    real = store._experiment_id
+    monkeypatch.setattr(store, "_experiment_id", lambda *a: calls.append(a) or real(*a))
     with tracking_store(tmp_path):
         cfg = compose_cfg()
         with track.start_run(cfg, "stacking"):
@@ -382,7 +383,7 @@ def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage():
 
 
 def test_stage_files_and_judge_args(logged, tmp_path):
-    track.write_stage_files(logged["doc"], tmp_path / "m.json", tmp_path / "b.csv")
+    stagefiles.write_stage_files(logged["doc"], tmp_path / "m.json", tmp_path / "b.csv")
     m = json.loads((tmp_path / "m.json").read_text())
     assert m["good"]["admissible"] is True and m["bad"]["admissible"] is False
     assert (m["good"]["decision"], m["bad"]["decision"], m["bad"]["decision_member"]) == ("panel", "single", "m00")
@@ -402,7 +403,7 @@ def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
 
     with tracking_store(tmp_path):
         cfg = compose_cfg("analysis=fast", "analysis.abstention_contrast=false", f"output={tmp_path}/r.json")
-        table, results, doc = run.analyse(cfg)
+        table, results, doc = stacking.analyse(cfg)
         rid = track.log_analysis(cfg, table, results, doc)
         kids = children(rid)
         assert set(kids) == {"medhallu", "wice", "truthfulqa", "expertqa"}

@@ -1,6 +1,6 @@
 """``python -m src.analyses [verdicts=PATH] [suite=fast] …``: the analysis suite on the configured verdicts.
 
-Same config as ``python -m src.run``. Reads the table of :func:`src.run.load_table`, runs
+Same config as ``python -m src.run``. Reads the table of :func:`src.judges.tables.load_table`, runs
 :func:`src.studies.suite.run_suite`, writes ``suite.output`` (results/suite.json) and the figures of
 :mod:`src.figures` under ``suite.figures_dir`` (those of Figs. 2 and 3b need the ladder's ``output``,
 results/results.json), and logs them to MLflow when ``tracking.enabled``.
@@ -16,8 +16,12 @@ import hydra
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from src import run
 from src.core.errors import one_line
+from src.core.names import metric_name
+from src.io import files
+from src.judges import tables
+from src.mlops import tracking as track
+from src.present import figures
 from src.studies.suite import cascade, cost, run_suite
 
 log = logging.getLogger("raim.suite")
@@ -27,7 +31,7 @@ def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
     """(suite document, results.json document or None) for the configured table."""
     settings = instantiate(cfg.analysis, _convert_="all")
     stacker = instantiate(cfg.stacker, _convert_="all")
-    table = run.load_table(cfg)
+    table = tables.load_table(cfg)
     measured = None
     if not cfg.verdicts and cfg.suite.cost.get("use_measured", True):
         names = list(table.members) + ([table.frontier_name] if table.frontier_name else [])
@@ -41,7 +45,6 @@ def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
 
 def flat_metrics(doc: dict) -> dict[str, float]:
     """Headline numbers of suite.json as MLflow metrics."""
-    from src.mlops.tracking import metric_name
 
     out: dict[str, float] = {}
     for name, d in doc["datasets"].items():
@@ -74,16 +77,14 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 @hydra.main(version_base=None, config_path="../../conf", config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    from src.present import figures
 
     doc, results = compute(cfg)
     timings = doc.pop("timings")  # wall times vary run to run: logged, never in suite.json (a DVC output)
-    out = run.write_json(doc, cfg.suite.output)
+    out = files.write_json(doc, cfg.suite.output)
     figs = figures.draw(results, doc, cfg.suite.figures_dir)
     log.info("suite written to %s; %d figures under %s; timings %s", out, len(figs), cfg.suite.figures_dir,
              {k: round(v, 1) for k, v in timings.items()})
     if cfg.tracking.enabled:
-        from src.mlops import tracking as track
 
         with track.start_run(cfg, "suite", tags={"datasets": ",".join(doc["datasets"])}):
             track.log_metrics({**flat_metrics(doc), **{f"timing/{k}_s": v for k, v in timings.items()}})

@@ -10,6 +10,7 @@ fitted per-fold estimators for the β report). Decision rule everywhere: halluci
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.linear_model import LogisticRegression
 
+from src.core.evaluate import coverage, kappa
 from src.core.verdicts import ABSTAIN
 
 _EPS = 1e-3
@@ -76,7 +78,7 @@ class StackedLogit(_VoteClassifier):
         """newton-cholesky: the exact L2 optimum, fast for a handful of features (same fit as lbfgs, C=1)."""
         return LogisticRegression(C=self.C, solver="newton-cholesky", max_iter=self.max_iter)
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "StackedLogit":
+    def fit(self, X: np.ndarray, y: np.ndarray) -> StackedLogit:
         self._set_classes(X, y)
         self.lr_ = self.logistic_regression()
         self.lr_.fit(self.features(X), y)
@@ -103,7 +105,7 @@ class MajorityVote(_VoteClassifier):
     def __init__(self, threshold: float = 0.5):
         self.threshold = threshold
 
-    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> "MajorityVote":
+    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> MajorityVote:
         self._set_classes(X, y)
         return self
 
@@ -130,7 +132,7 @@ class WeightedVote(_VoteClassifier):
         self.weighting = weighting
         self.threshold = threshold
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "WeightedVote":
+    def fit(self, X: np.ndarray, y: np.ndarray) -> WeightedVote:
         self._set_classes(X, y)
         acc = np.clip(member_accuracy(np.asarray(X, float), np.asarray(y)), _EPS, 1 - _EPS)
         if self.weighting == "accuracy":
@@ -150,7 +152,6 @@ class WeightedVote(_VoteClassifier):
 def eligible(X: np.ndarray, min_coverage: float) -> np.ndarray:
     """Members that answer at least ``min_coverage`` of the items (a judge that voted on 2 of 193 items must not
     become the best single on its κ over those two); coverage is label-free, so this leaks nothing."""
-    from src.core.evaluate import coverage  # local import, as in BestSingle.fit
 
     cov = coverage(X) if len(X) else np.zeros(np.shape(X)[1])
     return cov >= min_coverage - 1e-12
@@ -167,8 +168,7 @@ class BestSingle(_VoteClassifier):
         self.threshold = threshold
         self.min_coverage = min_coverage
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "BestSingle":
-        from src.core.evaluate import kappa  # local import: evaluate depends on nothing here
+    def fit(self, X: np.ndarray, y: np.ndarray) -> BestSingle:
 
         self._set_classes(X, y)
         X = np.asarray(X, dtype=float)
@@ -245,7 +245,7 @@ class DawidSkene(_VoteClassifier):
     @classmethod
     def _e(cls, X0: np.ndarray, X1: np.ndarray, priors: np.ndarray, confusion: np.ndarray) -> np.ndarray:
         """E-step: posteriors (P(y=0), P(y=1)), the prior's log-odds plus each vote's log-likelihood ratio, through σ."""
-        from scipy.special import expit
+        from scipy.special import expit  # deferred: importing scipy; start-up
 
         llr = np.diff(np.log(confusion), axis=1)[:, 0, :]  # [j, o]: log P(o | 1) − log P(o | 0)
         z = np.diff(np.log(np.maximum(priors, cls._FLOOR)))[0] + X0 @ llr[:, 0] + X1 @ llr[:, 1]
@@ -259,7 +259,7 @@ class DawidSkene(_VoteClassifier):
         a = np.log(np.maximum(priors, cls._FLOOR)) + X0 @ logc[:, :, 0] + X1 @ logc[:, :, 1]
         return float(np.logaddexp(a[voted, 0], a[voted, 1]).sum())
 
-    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> "DawidSkene":
+    def fit(self, X: np.ndarray, y: np.ndarray | None = None) -> DawidSkene:
         self._set_classes(X, y)
         X0, X1 = self._onehot(X)
         shares = np.column_stack([X0.sum(axis=1), X1.sum(axis=1)])
@@ -285,9 +285,8 @@ class DawidSkene(_VoteClassifier):
         self.priors_, self.confusion_ = theta
         self.probas_ = q
         if not self.converged_:
-            import warnings
 
-            from sklearn.exceptions import ConvergenceWarning
+            from sklearn.exceptions import ConvergenceWarning  # deferred: importing scikit-learn ~1.4 s; start-up
 
             warnings.warn(f"Dawid–Skene EM did not converge in {self.n_iter} iterations (tol={self.tol:g})",
                           ConvergenceWarning, stacklevel=2)
@@ -462,9 +461,8 @@ class NoiseRobustStackedLogit(StackedLogit):
 
     def estimate_flip_rates(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """(ρ₀, ρ₁) of the labels ``y`` from Dawid–Skene on [member votes, y] (no clean label used)."""
-        import warnings
 
-        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.exceptions import ConvergenceWarning  # deferred: importing scikit-learn ~1.4 s; start-up
 
         X = np.asarray(X, dtype=float)
         votes = X[:, :X.shape[1] if self.n_votes is None else self.n_votes]
@@ -481,9 +479,9 @@ class NoiseRobustStackedLogit(StackedLogit):
         rates = np.minimum(rates, self.max_flip)
         return rates if rates.sum() < 0.99 else rates * 0.99 / rates.sum()
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "NoiseRobustStackedLogit":
-        from scipy.optimize import minimize
-        from scipy.special import expit
+    def fit(self, X: np.ndarray, y: np.ndarray) -> NoiseRobustStackedLogit:
+        from scipy.optimize import minimize  # deferred: importing scipy; start-up
+        from scipy.special import expit  # deferred: importing scipy; start-up
 
         super().fit(X, y)  # the plain fit: the starting point (and the answer when the rates are 0)
         self.flip_rates_ = self._rates(X, y)

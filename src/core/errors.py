@@ -13,7 +13,8 @@ import argparse
 import functools
 import os
 import sys
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 EXIT_BAD_INPUT = 2
 DEBUG_ENV = ("RAIM_DEBUG", "HYDRA_FULL_ERROR")
@@ -64,3 +65,7 @@ class ArgumentParser(argparse.ArgumentParser):
         print(f"error: {self.prog}: {' '.join(message.split())} (usage: {self.prog} --help)", file=sys.stderr,
               flush=True)
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+class MonitorError(RaimError):
+    """A vote store, a stream or a setting the monitor cannot use; one line naming the record and the field."""

@@ -138,7 +138,7 @@ class ClusterBootstrap:
         """All B × n_clusters weights (built here when they are not kept)."""
         return self._weights if self._weights is not None else np.vstack(list(self.chunks()))
 
-    def head(self, n_boot: int) -> "ClusterBootstrap":
+    def head(self, n_boot: int) -> ClusterBootstrap:
         """The first ``n_boot`` draws, without drawing again: the ``n_boot``-draw bootstrap of this seed."""
         if n_boot > self.n_boot:
             raise ValueError(f"head({n_boot}) of a {self.n_boot}-draw bootstrap")

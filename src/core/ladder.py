@@ -13,14 +13,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from sklearn.base import clone
+from threadpoolctl import threadpool_limits
 
 from src.core import admissibility
-from src.core.aggregate import BestSingle, DawidSkene, MajorityVote, StackedLogit, WeightedVote, cluster_folds, crossfit
-from src.core.aggregate import eligible
+from src.core.aggregate import (
+    BestSingle,
+    DawidSkene,
+    MajorityVote,
+    StackedLogit,
+    WeightedVote,
+    cluster_folds,
+    crossfit,
+    eligible,
+)
 from src.core.decide import check_floor, decide
 from src.core.errors import RaimError
-from src.core.evaluate import METRICS, ClusterBootstrap, Delta, best_single_call, coverage, from_counts, holm, indicators
-from src.core.evaluate import interval, paired_delta
+from src.core.evaluate import (
+    METRICS,
+    ClusterBootstrap,
+    Delta,
+    best_single_call,
+    coverage,
+    from_counts,
+    holm,
+    indicators,
+    interval,
+    paired_delta,
+)
 from src.core.verdicts import ABSTAIN, VerdictTable
 
 COMPARATORS = ("avg_member", "majority", "dawid_skene", "acc_weighted", "logodds_weighted",
@@ -289,7 +308,6 @@ def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
     ``folds``: :func:`dataset_folds` of the table when the caller has them (else each dataset's are computed
     as it is analysed). BLAS runs on one thread here: the products are small, and threads contending for
     shared cores multiply the time."""
-    from threadpoolctl import threadpool_limits
 
     check_settings(s, stacker)
     with threadpool_limits(1):

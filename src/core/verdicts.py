@@ -68,7 +68,7 @@ class VerdictTable:
     def datasets(self) -> list[str]:
         return list(dict.fromkeys(self.items["dataset"]))
 
-    def subset(self, mask: np.ndarray, members: list[str] | None = None) -> "VerdictTable":
+    def subset(self, mask: np.ndarray, members: list[str] | None = None) -> VerdictTable:
         """Rows where ``mask`` is true, optionally restricted to some members (order kept as given)."""
         members = list(self.members if members is None else members)
         cols = [self.members.index(m) for m in members]
@@ -84,7 +84,7 @@ class VerdictTable:
             provenance=self.provenance,
         )
 
-    def by_dataset(self) -> dict[str, "VerdictTable"]:
+    def by_dataset(self) -> dict[str, VerdictTable]:
         ds = self.items["dataset"].to_numpy()
         return {name: self.subset(ds == name) for name in self.datasets}
 
@@ -174,8 +174,8 @@ def _ragged(path: Path, row: int, rec: list[str], header: list[str]) -> None:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # deferred: importing pyarrow; start-up
+    import pyarrow.parquet as pq  # deferred: importing pyarrow; start-up
 
     try:
         pf = pq.ParquetFile(path)

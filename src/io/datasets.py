@@ -31,12 +31,16 @@ import io
 import json
 import os
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.io.files import atomic_write_text
@@ -81,7 +85,7 @@ class Rec:
     def _fail(self, key: str, problem: str) -> RawRecordError:
         return RawRecordError(self.where, f"{self.prefix}{key}", problem)
 
-    def at(self, path: str) -> tuple["Rec", str]:
+    def at(self, path: str) -> tuple[Rec, str]:
         """The (nested) record holding dotted ``path``, and its last key (``meta.claim_title``)."""
         if path in self.data or "." not in path:
             return self, path
@@ -143,13 +147,13 @@ class Rec:
             raise self._fail(key, "expected a list of strings")
         return value
 
-    def child(self, key: str) -> "Rec":
+    def child(self, key: str) -> Rec:
         value = self.literal(key)
         if not isinstance(value, Mapping):
             raise self._fail(key, f"expected an object, got {type(value).__name__}")
         return Rec(value, self.where, f"{self.prefix}{key}.")
 
-    def children(self, key: str, *, allow_null: bool = False) -> list["Rec"]:
+    def children(self, key: str, *, allow_null: bool = False) -> list[Rec]:
         """A list of objects; ``None`` reads as empty when ``allow_null``."""
         value = self.literal(key)
         if value is None and allow_null:
@@ -875,7 +879,6 @@ def _spec_dir(spec_dir: str | Path | None) -> Path:
 
 
 def _load_spec(path: Path) -> dict:
-    from omegaconf import OmegaConf  # as Hydra reads it (YAML 1.1: quote labels such as "yes")
 
     try:
         spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
@@ -905,8 +908,6 @@ def dataset_spec(name: str, spec_dir: str | Path | None = None) -> dict:
 
 def _builder(spec: Mapping, path: Path) -> Builder:
     """Instantiate the spec's ``builder`` node (``hydra.utils.instantiate``)."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
 
     node = spec.get("builder")
     if not isinstance(node, Mapping) or "_target_" not in node:
@@ -1123,3 +1124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name:11s} n={s['n']:5d} clusters={s['n_clusters']:5d} per_cluster={s['items_per_cluster']:.2f} "
               f"balance={s['n_supported']}/{s['n_hallucinated']}{dups}")
     return 0
+
+
+def read_dataset(items_dir: Path, name: str) -> pd.DataFrame:
+    """The balanced items of dataset ``name`` (``<items_dir>/<name>.jsonl``, written by ``python -m src.data``)."""
+    path = items_dir / f"{name}.jsonl"
+    if not path.exists():
+        raise DatasetError(
+            f"{path} not found: build the items first (python -m src.data --raw-dir <raw> --out-dir {items_dir})"
+        )
+    return read_items(path)

@@ -3,12 +3,16 @@ values (NaN → null, never an invalid ``NaN`` token)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
+
+from src.core.errors import RaimError
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
@@ -50,3 +54,39 @@ def to_json(obj, indent: int = 2, default=None) -> str:
     """A JSON document (trailing newline) of :func:`jsonable` ``obj``: strict JSON, no ``NaN`` token ever.
     ``default`` converts other objects (``str`` for free-form logs; None raises on anything unexpected)."""
     return json.dumps(jsonable(obj), indent=indent, default=default, allow_nan=False) + "\n"
+
+
+def write_json(doc: dict, path: str | Path) -> Path:
+    """Write atomically (temp file then rename), so a crash never leaves a truncated results.json."""
+    return atomic_write_text(path, to_json(doc))
+
+
+def check_output(path: str | Path) -> None:
+    """Fail before any work when results.json could not be written (a directory, an uncreatable folder)."""
+    p = Path(path)
+    if p.is_dir():
+        raise RaimError(f"output={path}: is a directory (give a file path, e.g. {p / 'results.json'})")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise RaimError(f"output={path}: cannot create {p.parent} ({e.strerror})") from None
+
+
+def sha256_file(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(paths: Iterable[str | Path]) -> str | None:
+    """One hash over files (directories walked in sorted order): relative path and content of each."""
+    h, seen = hashlib.sha256(), False
+    for root in paths:
+        root = Path(root)
+        files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root] * root.is_file()
+        for f in files:
+            seen = True
+            h.update(str(f.relative_to(root.parent)).encode() + b"\0" + sha256_file(f).encode() + b"\n")
+    return h.hexdigest() if seen else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,54 +26,20 @@ from pathlib import Path
 import pandas as pd
 
 from src.core.errors import ArgumentParser, RaimError, one_line
+from src.io.datasets import read_dataset
 from src.io.files import atomic_write_text, to_json
-from src.judges.frames import is_frame_cfg
+from src.io.paths import ROOT
+from src.judges.config import load_frame_cfgs, load_roster
 from src.judges.ray_engine import add_engine_args, engine_from_args
-from src.io.paths import CONF_DIR, ROOT
 from src.judges.runner import (
-    compute_command,
     cluster_subsample,
+    compute_command,
     coverage_audit,
     coverage_matrix,
     member_names,
     roster_judges,
     verdict_table,
 )
-
-
-def load_roster(name: str):
-    """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml."""
-    from hydra import compose, initialize_config_dir
-
-    path = CONF_DIR / "roster" / f"{name}.yaml"
-    if not path.exists():
-        avail = sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
-        raise RaimError(f"no roster {name!r}; available: {avail}")
-    with initialize_config_dir(config_dir=str(CONF_DIR / "roster"), version_base=None):
-        return compose(config_name=name)
-
-
-def load_frame_cfgs():
-    from hydra import compose, initialize_config_dir
-
-    out = {}
-    with initialize_config_dir(config_dir=str(CONF_DIR / "frame"), version_base=None):
-        for p in sorted((CONF_DIR / "frame").glob("*.yaml")):
-            cfg = compose(config_name=p.stem)
-            if is_frame_cfg(cfg):  # skip selectors such as `auto`
-                out[p.stem] = cfg
-    return out
-
-
-def read_dataset(items_dir: Path, name: str) -> pd.DataFrame:
-    path = items_dir / f"{name}.jsonl"
-    if not path.exists():
-        raise RaimError(
-            f"{path} not found: build the items first (python -m src.data --raw-dir <raw> --out-dir {items_dir})"
-        )
-    from src.io.datasets import read_items
-
-    return read_items(path)
 
 
 def _relative(text: str) -> str:
@@ -143,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if a.threads:
-        import os
 
         os.environ["RAIM_THREADS"] = str(a.threads)
 

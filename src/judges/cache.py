@@ -23,8 +23,9 @@ import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from src.judges.frames import canonical_hash
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+
+import yaml
+
 from src.io.paths import conf_group
 
 FRAME_DIR = conf_group("frame")
@@ -100,7 +103,6 @@ def load_frame(name_or_cfg: Any) -> Frame:
     if isinstance(name_or_cfg, Frame):
         return name_or_cfg
     if isinstance(name_or_cfg, str):
-        import yaml
 
         path = FRAME_DIR / f"{name_or_cfg}.yaml"
         if not path.exists():
@@ -140,7 +142,6 @@ def load_frames(frame_cfgs: Any) -> dict[str, Frame]:
                 out[str(k)] = load_frame(v)
     if not out:
         for p in sorted(FRAME_DIR.glob("*.yaml")):
-            import yaml
 
             d = yaml.safe_load(p.read_text())
             if is_frame_cfg(d):

@@ -36,16 +36,18 @@ import os
 import pickle
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
+from src.io.paths import CONF_DIR
 from src.judges.cache import identity_hash
 from src.judges.frames import Frame
-from src.io.paths import CONF_DIR
+from src.judges.runner import build_backend, local_scores
 
 log = logging.getLogger("raim.judges.ray")
 
@@ -69,7 +71,7 @@ class RaySettings:
     num_gpus_per_actor: float = 1.0
 
     @classmethod
-    def from_cfg(cls, node: Any) -> "RaySettings":
+    def from_cfg(cls, node: Any) -> RaySettings:
         """Validated settings from a mapping; a bad value is one error naming ``judge.ray.<field>``."""
         d = dict(node or {})
         unknown = sorted(set(d) - set(cls.__dataclass_fields__))
@@ -102,7 +104,6 @@ class Scorer:
 
     def __init__(self, member: str, backend_cfg: Any, judge_hash: str, frames: dict[str, Frame],
                  threads: int) -> None:
-        from src.judges.runner import build_backend
 
         os.environ["RAIM_THREADS"] = str(threads)  # llama.cpp threads, ≥ 1 (not part of the identity)
         self.member, self.backend_cfg, self.frames = member, backend_cfg, frames
@@ -113,7 +114,6 @@ class Scorer:
                                  f"driver's {judge_hash[:16]}; install the same RAIM commit and weights on every node")
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from src.judges.runner import local_scores
 
         items = [pickle.loads(b) for b in batch["item"]]
         frames = [self.frames[str(f)] for f in batch["frame"]]
@@ -126,7 +126,7 @@ def _connect(address: str | None) -> Any:
     """``ray`` connected to ``address`` (None: ``$RAY_ADDRESS`` or a new local cluster); a clear error without
     the ``ray`` extra."""
     try:
-        import ray
+        import ray  # deferred: importing Ray (an optional extra); start-up
         import ray.data  # noqa: F401
     except ImportError as e:
         raise RayEngineError("judge.engine=ray needs Ray Data: pip install -e '.[ray]'") from e
@@ -194,7 +194,6 @@ def _last_line(e: BaseException) -> str:
 def engine_from_cfg(judge_cfg: Any) -> RayEngine | None:
     """The engine a ``judge`` node asks for: None (this process) for ``engine: local``, a :class:`RayEngine`
     for ``engine: ray``."""
-    from omegaconf import DictConfig, OmegaConf
 
     node = OmegaConf.to_container(judge_cfg, resolve=True) if isinstance(judge_cfg, DictConfig) else dict(judge_cfg)
     kind = node.get("engine", "local")
@@ -223,7 +222,6 @@ def add_engine_args(ap: Any) -> None:
 
 def engine_from_args(a: Any) -> RayEngine | None:
     """The engine of :func:`add_engine_args`' options over conf/config.yaml's ``judge`` node."""
-    from omegaconf import OmegaConf
 
     node = OmegaConf.to_container(OmegaConf.load(CONFIG).judge)
     ray_node = dict(node.get("ray") or {})

@@ -18,11 +18,13 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from hydra.utils import instantiate
 
 from src.core.errors import RaimError
 from src.core.evaluate import scores
@@ -52,7 +54,6 @@ def _plain(cfg: Any) -> Any:
 
 def build_backend(backend_cfg: Any):
     """Instantiate a backend node (``_target_`` + kwargs) with Hydra; constructors load nothing."""
-    from hydra.utils import instantiate
 
     return instantiate(backend_cfg, _convert_="all")
 
@@ -179,7 +180,7 @@ def score_judge(
             todo = [missing[j] for j in order]
             bar = None
             if progress:
-                from tqdm import tqdm
+                from tqdm import tqdm  # deferred: importing tqdm; start-up
 
                 bar = tqdm(total=len(todo), desc=name, unit="item", file=sys.stderr, mininterval=2.0)
             t0 = time.perf_counter()
@@ -300,7 +301,7 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
                 lo = t[f"{j}@logodds"].to_numpy(dtype=float, na_value=np.nan)
                 ok = ~np.isnan(lo)
                 if ok.sum() >= 2 and len(set(gold[ok])) == 2:
-                    from sklearn.metrics import roc_auc_score
+                    from sklearn.metrics import roc_auc_score  # deferred: importing scikit-learn ~1.4 s; start-up
 
                     auc = round(float(roc_auc_score(gold[ok], lo[ok])), 4)
             rows.append(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 ABSTAIN_LOW_MASS = "low_mass"
 ABSTAIN_UNPARSEABLE = "unparseable"

@@ -14,7 +14,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,8 +213,6 @@ def export_hf(key: str, out_dir: Path | str | None = None, dtype: str = "float32
     and is rebuilt when that changes.  Written to a temporary sibling and renamed, so a kill leaves no half
     folder behind.  Default target: ``models/hf/<key>``.
     """
-    import json
-    import shutil
 
     w = WEIGHTS[key]
     if w.kind == "dir":
@@ -222,8 +222,8 @@ def export_hf(key: str, out_dir: Path | str | None = None, dtype: str = "float32
     marker = out / "raim_source.json"
     if marker.exists() and json.loads(marker.read_text()) == stamp:
         return out
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    import torch  # deferred: importing torch (seconds); start-up
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # deferred: importing transformers (seconds); start-up
 
     g = resolve(key)
     tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)

@@ -34,12 +34,19 @@ verdict cache) and a logged stacker (``--stacker-uri``, e.g. ``models:/raim-stac
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
+
+from hydra import compose, initialize_config_dir
 
 from src.core.decide import WINS
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.io.paths import CONF_DIR
+from src.mlops import store
+from src.mlops import tracking as track
+from src.mlops.serving import log_panel, self_check
+from src.mlops.store import quiet_mlflow, tracking_uri
 
 REFUSED = 2
 
@@ -81,7 +88,7 @@ def reasons_to_refuse(tags: dict, metrics: dict) -> list[str]:
 
 def find_candidate(run_id: str, dataset: str | None = None) -> Candidate:
     """The dataset run holding the stacker model: ``run_id`` itself, or its child for ``dataset``."""
-    import mlflow
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
 
     run = mlflow.get_run(run_id)
     if "stacker_model_uri" not in run.data.tags:
@@ -107,10 +114,8 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
 
     Raises :class:`PromotionRefused` when the run does not qualify. Returns the ``ModelVersion``.
     """
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
-    from src.mlops.serving import self_check
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.tracking import MlflowClient  # deferred: importing mlflow ~1.8 s; start-up
 
     cand = find_candidate(run_id, dataset)
     why = reasons_to_refuse(cand.tags, cand.metrics)
@@ -138,17 +143,13 @@ def log_panel_run(roster: str, stacker_uri: str, default_frame: str = "claim", c
                   compute: bool = True) -> tuple[str, str]:
     """A panel model (roster ``roster`` + the stacker at ``stacker_uri``) logged in a new ``kind=panel`` run;
     returns (its model URI, the run id)."""
-    import mlflow
-    from hydra import compose, initialize_config_dir
-
-    from src.mlops import tracking as track
-    from src.mlops.serving import log_panel
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
 
     if not (CONF_DIR / "roster" / f"{roster}.yaml").exists():
         raise RaimError(f"no roster {roster!r} under conf/roster")
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=[f"roster={roster}"])
-    track.setup(cfg)
+    store.setup(cfg)
     inner = mlflow.pyfunc.load_model(stacker_uri).unwrap_python_model()
     if type(inner).__name__ != "StackerModel":
         raise RaimError(f"{stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
@@ -160,7 +161,6 @@ def log_panel_run(roster: str, stacker_uri: str, default_frame: str = "claim", c
 
 @one_line
 def main(argv: list[str] | None = None) -> int:
-    import os
 
     ap = ArgumentParser(prog="python -m src.registry", description=__doc__.splitlines()[0])
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
@@ -180,10 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     lp.add_argument("--no-compute", action="store_true", help="never score a cache miss (it abstains)")
     a = ap.parse_args(argv)
 
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    from src.mlops.tracking import quiet_mlflow, tracking_uri
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.exceptions import MlflowException  # deferred: importing mlflow ~1.8 s; start-up
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     if a.tracking_uri:  # wins everywhere below, log-panel's run included (src.mlops.tracking.tracking_uri reads it first)
@@ -215,7 +213,7 @@ def _log_panel(a) -> int:
 
 
 def _show(a) -> int:
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # deferred: importing mlflow ~1.8 s; start-up
 
     name = a.name
     client = MlflowClient()

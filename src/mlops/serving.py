@@ -15,15 +15,25 @@ import this module, which imports neither.
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
 import pandas as pd
+import yaml
+from omegaconf import OmegaConf
 
 from src.core.errors import ArgumentParser, RaimError, one_line
+from src.core.priorshift import PrevalenceError, served
+from src.core.verdicts import ABSTAIN
 from src.io.paths import CONF_DIR, PACKAGE_DIR, ROOT
+from src.io.votestore import record_from
+from src.judges.cache import item_content_hash
+from src.judges.runner import verdict_table
 
 SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
 OUTPUT_COLUMNS = ("p_hallucinated", "verdict", "label")
@@ -60,7 +70,6 @@ def _number(v: Any) -> float | None:
 def votes_from_rows(rows: list[Mapping[str, Any]], columns: list[str], n_votes: int | None = None) -> np.ndarray:
     """The stacker's input matrix from request rows (1-based row numbers in every error): a vote is 0, 1, or
     0.5 / null (abstained); columns past ``n_votes`` are continuous features (finite numbers, never null)."""
-    from src.core.verdicts import ABSTAIN
 
     k = len(columns) if n_votes is None else n_votes
     if not rows:
@@ -98,8 +107,6 @@ def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFra
     ``prevalence`` (the inference parameter): p under that deployment prevalence, or ``"estimate"`` its EM
     estimate over the batch's answered rows (:func:`src.studies.prevalence.served`); the verdict is then corrected
     p ≥ threshold. ``attrs``: the prevalence used and the uncorrected p."""
-    from src.studies.prevalence import PrevalenceError, served
-    from src.core.verdicts import ABSTAIN
 
     k = X.shape[1] if stacker.n_votes is None else stacker.n_votes
     none = (X[:, :k] == ABSTAIN).all(axis=1)
@@ -120,8 +127,8 @@ def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFra
 
 def _invalid(e: InputError):
     """An MLflow error the scoring server answers with HTTP 400 and this one line (no stack trace)."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+    from mlflow.exceptions import MlflowException  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE  # deferred: importing mlflow ~1.8 s; start-up
 
     return MlflowException(str(e), error_code=INVALID_PARAMETER_VALUE)
 
@@ -151,12 +158,9 @@ def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str]
     the stacker's p(hallucinated) as fitted (before any prevalence correction) go to the store named by the panel
     model's config ``monitor_store`` or ``$RAIM_MONITOR_STORE``; off when neither is set. A failure to record is
     logged, never raised: it must not fail the prediction."""
-    import logging
 
     k = len(columns) if n_votes is None else n_votes
     try:
-        from src.studies.monitor import record_from
-
         record_from(config, kind, columns[:k], np.asarray(X, dtype=float)[:, :k], out.attrs["p_uncorrected"], item_ids)
     except Exception as e:  # noqa: BLE001 - recording is best effort by contract
         logging.getLogger("raim.serve").warning("monitor: votes of %d item(s) not recorded (%s: %s)", len(X),
@@ -190,7 +194,6 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         self.config = dict(getattr(context, "model_config", None) or {})
 
     def items(self, frame: pd.DataFrame) -> pd.DataFrame:
-        from src.judges.cache import item_content_hash
 
         df = pd.DataFrame(frame).copy()
         unknown = [c for c in df.columns if c not in ("candidate", *PANEL_OPTIONAL)]
@@ -214,7 +217,6 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         return df
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
-        from src.judges.runner import verdict_table
 
         cfg = {**self.config, **(params or {})}
         try:
@@ -234,8 +236,8 @@ class PanelModel(mlflow.pyfunc.PythonModel):
 
 
 def panel_signature(columns: list[str], n_votes: int):
-    from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema
+    from mlflow.models import ModelSignature  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.types import ColSpec, Schema  # deferred: importing mlflow ~1.8 s; start-up
 
     inputs = Schema([ColSpec("string", "candidate")] + [ColSpec("string", c, required=False)
                                                         for c in PANEL_OPTIONAL])
@@ -247,7 +249,6 @@ def panel_signature(columns: list[str], n_votes: int):
 
 def frame_configs() -> dict[str, dict]:
     """Every prompt frame under conf/frame, as plain data (baked into a panel model)."""
-    import yaml
 
     out = {}
     for p in sorted((CONF_DIR / "frame").glob("*.yaml")):
@@ -274,7 +275,6 @@ def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | N
 def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "claim",
               cache_dir: str | Path | None = None, compute: bool = True, name: str = "panel"):
     """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``."""
-    from omegaconf import OmegaConf
 
     if not isinstance(roster, dict):
         roster = OmegaConf.to_container(roster, resolve=True)
@@ -300,8 +300,8 @@ def _pins_from_this_environment() -> Iterator[None]:
     (:func:`pip_requirements`), so while RAIM logs its own models that check cannot find a mismatch and is skipped
     (tests/test_track.py checks the pins against the installed distributions). Loading a model anywhere else
     still runs it."""
-    import mlflow.pyfunc
-    from mlflow.utils import environment
+    import mlflow.pyfunc  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.utils import environment  # deferred: importing mlflow ~1.8 s; start-up
 
     modules = [m for m in (environment, mlflow.pyfunc) if hasattr(m, "warn_dependency_requirement_mismatches")]
     checks = [m.warn_dependency_requirement_mismatches for m in modules]
@@ -330,8 +330,8 @@ def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, **kwargs):
 def stacker_signature(columns: list[str], n_votes: int | None = None):
     """Every column required (a vote: 0, 1, or null / 0.5 = abstained; then continuous features); the output's
     p and verdict are null for a row where every member abstained (its label is ``abstained``)."""
-    from mlflow.models import ModelSignature
-    from mlflow.types import ColSpec, Schema
+    from mlflow.models import ModelSignature  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.types import ColSpec, Schema  # deferred: importing mlflow ~1.8 s; start-up
 
     inputs = Schema([ColSpec("double", c, required=True) for c in columns])
     outputs = Schema([ColSpec("double", "p_hallucinated", required=False), ColSpec("long", "verdict", required=False),
@@ -343,17 +343,16 @@ def inference_params():
     """The parameters a served model takes at inference: ``prevalence`` — the deployment's hallucinated share
     as text ("0.1"; MLflow types a parameter once, and it must also carry ``"estimate"``: the EM estimate over
     the request's rows, :mod:`src.prevalence`); unset: the posteriors as fitted."""
-    from mlflow.types import ParamSchema, ParamSpec
+    from mlflow.types import ParamSchema, ParamSpec  # deferred: importing mlflow ~1.8 s; start-up
 
     return ParamSchema([ParamSpec("prevalence", "string", None)])
 
 
 def pip_requirements() -> list[str]:
     """Exact pins of what unpickling and running the models needs (inference of these is slow and wrong)."""
-    import cloudpickle
-    import sklearn
-
-    import mlflow
+    import cloudpickle  # deferred: importing cloudpickle; start-up
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
+    import sklearn  # deferred: importing scikit-learn ~1.4 s; start-up
 
     return [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"numpy=={np.__version__}",
             f"pandas=={pd.__version__}", f"scipy=={__import__('scipy').__version__}",
@@ -381,7 +380,7 @@ def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None
 def self_check(model_uri: str) -> str | None:
     """Why a logged model cannot serve (None: it loads, its signature names its input example's columns, and it
     predicts that example: one answer per row)."""
-    from mlflow.models import Model
+    from mlflow.models import Model  # deferred: importing mlflow ~1.8 s; start-up
 
     try:
         path = mlflow.artifacts.download_artifacts(model_uri)
@@ -407,7 +406,6 @@ def self_check(model_uri: str) -> str | None:
 def request_rows(body: bytes) -> list | None:
     """The rows of an MLflow JSON scoring request (``dataframe_records``, ``dataframe_split``, ``inputs`` /
     ``instances`` as records or columns); None for a payload MLflow itself must judge (not JSON, other keys)."""
-    import json
 
     try:
         payload = json.loads(body)
@@ -475,7 +473,6 @@ class StrictInputs:
 
 
 async def _reply(send, status: int, doc: dict) -> None:
-    import json
 
     data = json.dumps(doc).encode()
     await send({"type": "http.response.start", "status": status,
@@ -495,8 +492,8 @@ def input_check(inner):
 
 def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> None:
     """MLflow's scoring server (same routes and JSON) for a RAIM model, with :class:`StrictInputs` in front."""
-    import uvicorn
-    from mlflow.pyfunc import scoring_server
+    import uvicorn  # deferred: importing the server stack; start-up
+    from mlflow.pyfunc import scoring_server  # deferred: importing mlflow ~1.8 s; start-up
 
     model = mlflow.pyfunc.load_model(model_uri)
     app = StrictInputs(scoring_server.init(model), input_check(model.unwrap_python_model()))
@@ -507,7 +504,7 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
 def main(argv: list[str] | None = None) -> int:
     """``python -m src.serve model --model-uri models:/raim-stacker-wice@champion --port 5001`` (a panel model
     is logged with ``python -m src.registry log-panel``)."""
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # deferred: importing mlflow ~1.8 s; start-up
 
     ap = ArgumentParser(prog="python -m src.serve", description="serve a RAIM model")
     sub = ap.add_subparsers(dest="cmd", required=True)

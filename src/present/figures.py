@@ -21,12 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from src.studies.noise import parts as studied
+
 
 def _plt():
-    import matplotlib
+    import matplotlib  # deferred: importing matplotlib ~0.6 s; start-up
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: importing matplotlib ~0.6 s; start-up
 
     return plt
 
@@ -94,7 +96,7 @@ def fig2_member_kappa(results: dict, path: Path) -> Path:
 def fig3a_regime(results: dict, suite: dict | None, path: Path) -> Path:
     """Fig. 3a: φ̄ against members at κ ≥ κ₀, admissible quadrant shaded, invariance region hatched."""
     plt = _plt()
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # deferred: importing matplotlib ~0.6 s; start-up
 
     ds = results["datasets"]
     first = next(iter(ds.values()))["admissibility"]
@@ -269,7 +271,7 @@ def _figure_legend(fig, ax, ncol: int, title: str) -> None:
 
 
 def _null_formatter():
-    from matplotlib.ticker import NullFormatter
+    from matplotlib.ticker import NullFormatter  # deferred: importing matplotlib ~0.6 s; start-up
 
     return NullFormatter()
 
@@ -338,7 +340,6 @@ def noise_figure(doc: dict, path: Path) -> Path:
     """Noisy calibration labels (issue 12, beyond the paper): stacked κ on clean gold against the label-noise
     rate, one colour per TRIVIA+ noise type (WS, DW, DL, RF), the plain stacker solid and the others dashed,
     one panel per dataset and the simulated admissible panel; a native TRIVIA+ column is a marker at its rate."""
-    from src.studies.noise import parts as studied
 
     plt = _plt()
     parts = studied(doc)

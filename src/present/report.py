@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -18,8 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from src.core.decide import decide
-from src.core.errors import RaimError, one_line
+from src.core.errors import RaimError
 from src.present.figures import FIGURES, draw, estimate
+from src.studies.noise import parts as studied
+from src.studies.prevalence import CONDITIONS, statements
 
 log = logging.getLogger("raim.report")
 
@@ -435,7 +438,6 @@ def suite_sections(suite: dict, fig) -> list[str]:
 
 def _figure_link(figure: str | Path, report_path: str | Path, caption: str) -> str:
     """Markdown for a figure file, linked relative to the report, with its caption below."""
-    import os
 
     return f"![{caption}]({os.path.relpath(Path(figure), Path(report_path).parent)})\n\n*{caption}*"
 
@@ -557,7 +559,6 @@ def noise_section(doc: dict, brief: bool = False) -> list[str]:
     noisy labels with its paired Δκ against the clean-label fit, how often the ladder's call and the CV-best
     selection survive, and how far noisy *test* labels move the measured κ and the admissibility call.
     ``brief``: the headline lines only (the command's summary)."""
-    from src.studies.noise import parts as studied
 
     parts = studied(doc)
     rate = doc["settings"]["default_rate"]
@@ -641,7 +642,6 @@ def prevalence_section(doc: dict) -> list[str]:
     prevalence π, the stacker's Brier, ECE, F1 and balanced accuracy at the served decision — uncorrected, and the
     paired Δ of the correction with the true π and with the EM-estimated π (Saerens et al. 2002), bold when its
     cluster-bootstrap interval excludes 0 — and the EM estimate of π (prevalence.json)."""
-    from src.studies.prevalence import CONDITIONS, statements
 
     st = doc["settings"]
     out = ["## Prevalence shift (beyond the paper)", "",

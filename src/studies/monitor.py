@@ -46,319 +46,31 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import sqlite3
-import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
-from src.core.errors import RaimError, one_line
+from src.core.admissibility import test
+from src.core.drift import DriftMonitor
+from src.core.errors import MonitorError
+from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN
+from src.io.votestore import CONFIG_KEY, STORE_ENV, read_store, store_path
+from src.judges import tables
+from src.studies import simulate
 
 log = logging.getLogger("raim.monitor")
-
-STORE_ENV = "RAIM_MONITOR_STORE"
-CONFIG_KEY = "monitor_store"
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS votes (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
-           "model TEXT NOT NULL, item_id TEXT, votes TEXT NOT NULL, p_hallucinated REAL)")
-
-
-class MonitorError(RaimError):
-    """A store, a stream or a setting the monitor cannot use; one line naming the record and the field."""
 
 
 # ------------------------------------------------------------------------------------------------- recording
 
 
-def store_path(config: Mapping[str, Any] | None = None) -> Path | None:
-    """The store a served model records to: ``config['monitor_store']`` (a panel model's config), else
-    ``$RAIM_MONITOR_STORE``; None (recording off) when neither is set or it is empty."""
-    value = (config or {}).get(CONFIG_KEY) or os.environ.get(STORE_ENV) or ""
-    return Path(value).expanduser() if str(value).strip() else None
-
-
-def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (creating) the store: WAL journal (readers never block the writers), 30 s busy timeout.
-
-    Switching a new database to WAL needs it to itself, and SQLite answers "database is locked" at once instead of
-    waiting (no busy handler for it): the processes that find it not yet in WAL take turns through an exclusive
-    lock on ``<store>.lock``. The mode is persistent, so later connections skip this."""
-    import fcntl
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(str(path), timeout=30.0)
-    con.execute("PRAGMA busy_timeout = 30000")
-    if str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-        with open(f"{path}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                con.execute("PRAGMA journal_mode = WAL")
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-    con.execute(_SCHEMA)
-    return con
-
-
-def _vote_json(row: np.ndarray, members: Sequence[str]) -> str:
-    return json.dumps({m: (None if (np.isnan(v) or v == ABSTAIN) else int(v)) for m, v in zip(members, row)})
-
-
-def record(path: str | Path, model: str, members: Sequence[str], votes: np.ndarray, p: Sequence | None = None,
-           item_ids: Sequence | None = None, ts: float | None = None) -> int:
-    """Append one request's items to the store in one transaction; returns the rows written. ``votes`` is
-    n × K (0 / 1; 0.5 or NaN = abstained), ``p`` the stacker's p(hallucinated) (null when every member
-    abstained)."""
-    votes = np.asarray(votes, dtype=float)
-    n = len(votes)
-    p = [None] * n if p is None else [None if pd.isna(x) else float(x) for x in p]
-    ids = [None] * n if item_ids is None else [None if pd.isna(x) else str(x) for x in item_ids]
-    now = time.time() if ts is None else ts
-    rows = [(now, model, ids[i], _vote_json(votes[i], members), p[i]) for i in range(n)]
-    con = connect(path)
-    try:
-        with con:
-            con.executemany("INSERT INTO votes (ts, model, item_id, votes, p_hallucinated) VALUES (?, ?, ?, ?, ?)",
-                            rows)
-    finally:
-        con.close()
-    return n
-
-
-def record_from(config: Mapping[str, Any] | None, model: str, members: Sequence[str], votes: np.ndarray,
-                p: Sequence | None = None, item_ids: Sequence | None = None) -> int:
-    """:func:`record` to the configured store (:func:`store_path`); 0 when recording is off."""
-    path = store_path(config)
-    return 0 if path is None else record(path, model, members, votes, p, item_ids)
-
-
-@dataclass
-class Stream:
-    """Recorded items in arrival order: votes n × K (ABSTAIN for an abstention), p (NaN where none)."""
-
-    members: list[str]
-    votes: np.ndarray
-    p: np.ndarray
-    ts: np.ndarray
-    item_ids: list
-
-
-def _stream_vote(v: Any, where: str) -> float:
-    if v is None:
-        return ABSTAIN
-    if isinstance(v, bool) or v not in (0, 1):
-        raise MonitorError(f"{where}: {v!r} is not a vote (0, 1 or null)")
-    return float(v)
-
-
-def read_store(path: str | Path, members: Sequence[str], model: str | None = None) -> Stream:
-    """The store's rows (optionally of one ``model``) as a :class:`Stream` over ``members``; a row without
-    exactly those members, or with a bad vote, is an error naming the row (its ``seq``) and the field."""
-    path = Path(path)
-    if not path.is_file():
-        raise MonitorError(f"{path}: no monitoring store there (record with {STORE_ENV}=… on the served model)")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
-    try:
-        sql = "SELECT seq, ts, item_id, votes, p_hallucinated FROM votes"
-        rows = con.execute(sql + (" WHERE model = ?" if model else "") + " ORDER BY seq",
-                           (model,) if model else ()).fetchall()
-    except sqlite3.DatabaseError as e:
-        raise MonitorError(f"{path}: not a readable monitoring store ({e})") from None
-    finally:
-        con.close()
-    votes = np.empty((len(rows), len(members)))
-    for r, (seq, _, _, text, _) in enumerate(rows):
-        where = f"{path}: row seq={seq}"
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            raise MonitorError(f"{where}: field 'votes': not JSON") from None
-        if not isinstance(doc, dict) or set(doc) != set(members):
-            got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
-            raise MonitorError(f"{where}: field 'votes': members {got}, the calibration set's are {list(members)}")
-        votes[r] = [_stream_vote(doc[m], f"{where}: field 'votes.{m}'") for m in members]
-    p = np.array([np.nan if r[4] is None else r[4] for r in rows], dtype=float)
-    return Stream(list(members), votes, p, np.array([r[1] for r in rows], dtype=float), [r[2] for r in rows])
-
-
 # ------------------------------------------------------------------------------------------------ statistics
-
-
-def pair_names(members: Sequence[str]) -> list[str]:
-    from src.core.admissibility import pair_index
-
-    i, j = pair_index(len(members))
-    return [f"{members[a]}~{members[b]}" for a, b in zip(i, j)]
-
-
-def indicators(votes: np.ndarray) -> np.ndarray:
-    """Per item, the 0/1 events the drift test counts: member votes 1 (K), member abstains (K), both members of
-    a pair vote and agree (K(K−1)/2, in :func:`src.core.admissibility.pair_index` order)."""
-    from src.core.admissibility import pair_index
-
-    voted = votes != ABSTAIN
-    i, j = pair_index(votes.shape[1])
-    agree = voted[:, i] & voted[:, j] & (votes[:, i] == votes[:, j])
-    return np.column_stack([voted & (votes == 1), ~voted, agree]).astype(float)
-
-
-def test_names(members: Sequence[str]) -> list[str]:
-    return ([f"vote/{m}" for m in members] + [f"abstain/{m}" for m in members]
-            + [f"agree/{p}" for p in pair_names(members)])
-
-
-def agreement_proxy(votes: np.ndarray) -> float:
-    """The label-free agreement proxy of a window (:func:`src.core.admissibility.agreement_proxy`, §3.3); NaN when
-    no pair of members voted on a common item (a window's metric is a number)."""
-    from src.core.admissibility import agreement_proxy as proxy
-
-    value = proxy(votes)
-    return float("nan") if value is None else value
-
-
-def holm_min(pvalues: np.ndarray) -> tuple[float, np.ndarray]:
-    """(smallest Holm-adjusted p, all adjusted p) of one window's family (:func:`src.core.evaluate.holm`)."""
-    from src.core.evaluate import holm
-
-    adj = np.asarray(holm(list(pvalues)))
-    return float(adj.min()), adj
-
-
-def prevalence_se(p: np.ndarray, train_prevalence: float, prevalence: float) -> float:
-    """Standard error of the EM prevalence estimate: 1/√I, I the observed information of the mixture likelihood
-    Σ log(π·aᵢ + (1 − π)·bᵢ) that the EM maximises (aᵢ = pᵢ/t, bᵢ = (1 − pᵢ)/(1 − t): the class likelihoods up
-    to a common factor, t the training prevalence; Saerens et al. 2002 §2.2)."""
-    a, b = p / train_prevalence, (1.0 - p) / (1.0 - train_prevalence)
-    info = float(np.sum((a - b) ** 2 / (prevalence * a + (1.0 - prevalence) * b) ** 2))
-    return 1.0 / np.sqrt(info) if info > 0 else float("inf")
-
-
-def runs_alarm(flags: Sequence[bool], consecutive: int) -> list[int]:
-    """Window indices at which a run of ``consecutive`` flagged windows completes (each run alarms once)."""
-    out, run = [], 0
-    for w, f in enumerate(flags):
-        run = run + 1 if f else 0
-        if run == consecutive:
-            out.append(w)
-    return out
-
-
-class DriftMonitor(BaseEstimator):
-    """Windowed admissibility / prevalence monitor, fitted on a labelled calibration set (see module doc).
-
-    ``fit(votes, gold)`` learns the class-conditional event shares ``mu_`` (2 × T), the class counts
-    ``n_class_``, the calibration prevalence ``prevalence_`` and agreement proxy ``agreement_``;
-    :meth:`windows` scores a stream, :meth:`alarms` applies the alarm rule.
-    """
-
-    def __init__(self, window: int = 200, step: int = 50, alpha: float = 0.01, consecutive: int = 2,
-                 tolerance: float = 0.1, reference_prevalence: float | None = None, reference_items: int = 500,
-                 members: Sequence[str] = ()):
-        self.window = window
-        self.step = step
-        self.alpha = alpha
-        self.consecutive = consecutive
-        self.tolerance = tolerance
-        self.reference_prevalence = reference_prevalence
-        self.reference_items = reference_items
-        self.members = members
-
-    def fit(self, votes: np.ndarray, gold: np.ndarray) -> "DriftMonitor":
-        votes, gold = np.asarray(votes, dtype=float), np.asarray(gold, dtype=int)
-        if not ({0, 1} <= set(np.unique(gold).tolist())):
-            raise MonitorError("calibration set: field 'gold': both classes are needed (0 = supported, "
-                               "1 = hallucinated)")
-        F = indicators(votes)
-        self.n_class_ = np.array([np.sum(gold == 0), np.sum(gold == 1)], dtype=float)
-        self.sums_ = np.stack([F[gold == 0].sum(0), F[gold == 1].sum(0)])
-        self.mu_ = self.sums_ / self.n_class_[:, None]
-        self.prevalence_ = float(gold.mean())
-        self.agreement_ = agreement_proxy(votes)
-        self.members_ = list(self.members) or [f"m{j}" for j in range(votes.shape[1])]
-        self.tests_ = test_names(self.members_)
-        return self
-
-    def pvalues(self, votes: np.ndarray, prevalence: float) -> tuple[np.ndarray, np.ndarray]:
-        """(observed shares, two-sided p-values) of one window's events against the calibration's shares
-        mixed at ``prevalence`` (a two-sample z-test per event)."""
-        from scipy.stats import norm
-
-        F = indicators(np.asarray(votes, dtype=float))
-        n, obs = len(F), F.mean(0)
-        w = np.array([1.0 - prevalence, prevalence])
-        expect = w @ self.mu_
-        smooth = (self.sums_ + 0.5) / (self.n_class_[:, None] + 1.0)
-        e_s = w @ smooth
-        o_s = (F.sum(0) + 0.5) / (n + 1.0)
-        var = o_s * (1 - o_s) / n + (w**2 / self.n_class_) @ (smooth * (1 - smooth))
-        z = (obs - expect) / np.sqrt(np.maximum(var, e_s * (1 - e_s) / n))
-        return obs, 2.0 * norm.sf(np.abs(z))
-
-    def _estimate(self, p: np.ndarray) -> tuple[float, float]:
-        """(EM prevalence estimate, its standard error) from the window's posteriors (NaN, NaN when none)."""
-        from src.studies.prevalence import estimate
-
-        p = p[np.isfinite(p)]
-        if not len(p):
-            return float("nan"), float("nan")
-        est = estimate(p, self.prevalence_)
-        return est, prevalence_se(p, self.prevalence_, est)
-
-    def reference(self, p: np.ndarray) -> tuple[float, float]:
-        """(reference prevalence, its standard error): the configured value (exact), else the estimate on the
-        stream's first ``reference_items``."""
-        if self.reference_prevalence is not None:
-            return float(self.reference_prevalence), 0.0
-        return self._estimate(np.asarray(p, dtype=float)[: int(self.reference_items)])
-
-    def prevalence_flag(self, est: float, se: float, ref: tuple[float, float]) -> bool:
-        """Moved by more than the tolerance and significantly (two-sided z-test at α)."""
-        from scipy.stats import norm
-
-        diff = abs(est - ref[0])
-        z = diff / max(np.hypot(se, ref[1]), 1e-12)
-        return bool(diff > self.tolerance + 1e-12 and z > norm.isf(self.alpha / 2))
-
-    def windows(self, votes: np.ndarray, p: np.ndarray) -> pd.DataFrame:
-        """One row per window (``start``, ``end`` exclusive): prevalence estimate, agreement proxy, vote and
-        abstention rates, the smallest Holm-adjusted p, the strongest departures, and the two flags."""
-        votes, p = np.asarray(votes, dtype=float), np.asarray(p, dtype=float)
-        n, W = len(votes), int(self.window)
-        if n < W:
-            raise MonitorError(f"stream: {n} items, fewer than one window (monitor.window={W})")
-        ref = self.reference(p)
-        rows = [self._window(votes[s:s + W], p[s:s + W], s, s + W, ref) for s in range(0, n - W + 1, int(self.step))]
-        frame = pd.DataFrame(rows)
-        frame.attrs["reference_prevalence"], frame.attrs["reference_se"] = ref
-        return frame
-
-    def _window(self, votes: np.ndarray, p: np.ndarray, start: int, end: int, ref: tuple[float, float]) -> dict:
-        prev, se = self._estimate(p)
-        obs, pv = self.pvalues(votes, prev if np.isfinite(prev) else self.prevalence_)
-        p_min, adj = holm_min(pv)
-        K = len(self.members_)
-        voted = votes != ABSTAIN
-        row = {"start": start, "end": end, "prevalence": prev, "prevalence_se": se,
-               "agreement_proxy": agreement_proxy(votes), "p_holm_min": p_min, "flag_panel": bool(p_min < self.alpha),
-               "flag_prevalence": self.prevalence_flag(prev, se, ref)}
-        for j, m in enumerate(self.members_):
-            row[f"vote_rate/{m}"] = float(obs[j] / max(voted[:, j].mean(), 1e-12)) if voted[:, j].any() else np.nan
-            row[f"abstention/{m}"] = float(obs[K + j])
-        worst = np.argsort(adj)[:3]
-        row["departures"] = [f"{self.tests_[t]} {obs[t]:.3f} (p_holm {adj[t]:.2g})" for t in worst
-                             if adj[t] < self.alpha]
-        return row
-
-    def alarms(self, frame: pd.DataFrame) -> dict[str, list[int]]:
-        """Per kind, the item positions (window ends) where the alarm rule fires."""
-        return {kind: [int(frame["end"].iloc[w]) for w in runs_alarm(frame[f"flag_{kind}"].tolist(),
-                                                                     int(self.consecutive))]
-                for kind in ("panel", "prevalence")}
 
 
 # ---------------------------------------------------------------------------------------------------- replay
@@ -382,7 +94,6 @@ class Replay:
 
 def _sim_votes(n: int, prevalence: float, accuracies, rho: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """n items of a simulated panel (:func:`src.studies.simulate.panel`) at ``prevalence``, in random order."""
-    from src.studies import simulate
 
     n1 = int(round(n * prevalence))
     df = simulate.panel(n_clusters=max(n1, n - n1), per_cluster=2, accuracies=accuracies, rho=rho, seed=seed)
@@ -398,7 +109,7 @@ def _sim_votes(n: int, prevalence: float, accuracies, rho: float, seed: int) -> 
 def replay(settings: Mapping[str, Any], scenario: str, seed: int, stacker) -> Replay:
     """Calibration set (balanced, labelled), a stable stretch, then the ``scenario``'s change (``settings``: the
     ``monitor.replay`` node). The stacker is fitted on the calibration set and scores the stream."""
-    from sklearn.base import clone
+    from sklearn.base import clone  # deferred: importing scikit-learn ~1.4 s; start-up
 
     if scenario not in SCENARIOS:
         raise MonitorError(f"monitor.replay.scenario: {scenario!r} is not one of {list(SCENARIOS)}")
@@ -441,7 +152,6 @@ def score_alarms(alarms: dict[str, list[int]], change: int | None, scenario: str
 
 
 def replay_settings(cfg) -> dict:
-    from omegaconf import OmegaConf
 
     return OmegaConf.to_container(cfg.monitor.replay, resolve=True)
 
@@ -462,7 +172,7 @@ def make_monitor(node: Mapping[str, Any], members: Sequence[str]) -> DriftMonito
 
 def evaluate_replays(node: Mapping[str, Any], stacker, scenarios: Sequence[str], seeds: Sequence[int]) -> dict:
     """Detection delay and false alarms per scenario over ``seeds`` (each seed its own replayed stream)."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred: importing tqdm; start-up
 
     per: dict[str, list[dict]] = {s: [] for s in scenarios}
     for scenario, seed in tqdm([(s, k) for s in scenarios for k in seeds], desc="monitor replays", leave=False):
@@ -496,7 +206,6 @@ def _windows_doc(frame: pd.DataFrame) -> list[dict]:
 
 
 def calibration_doc(mon: DriftMonitor, votes: np.ndarray, gold: np.ndarray, analysis) -> dict:
-    from src.core.admissibility import test
 
     adm = test(gold, votes, float(analysis.kappa0), float(analysis.c), float(analysis.phi0)).as_dict()
     return {"n": int(len(gold)), "prevalence": mon.prevalence_, "agreement_proxy": mon.agreement_,
@@ -505,7 +214,6 @@ def calibration_doc(mon: DriftMonitor, votes: np.ndarray, gold: np.ndarray, anal
 
 def compute(cfg) -> dict:
     """The monitor's document for the configured source (a replay, or a served model's store)."""
-    from hydra.utils import instantiate
 
     node = cfg.monitor
     stacker = instantiate(cfg.stacker, _convert_="all")
@@ -547,11 +255,10 @@ def compute(cfg) -> dict:
 
 
 def calibration_table(cfg):
-    """The labelled calibration set of a served panel: the verdict table of :func:`src.run.load_table` (the
+    """The labelled calibration set of a served panel: the verdict table of :func:`src.judges.tables.load_table` (the
     roster's cache, or ``verdicts=…``), rows of ``monitor.calibration.dataset`` (all rows when null)."""
-    from src import run
 
-    table = run.load_table(cfg)
+    table = tables.load_table(cfg)
     name = cfg.monitor.calibration.dataset
     if name is None:
         return table
@@ -563,7 +270,6 @@ def calibration_table(cfg):
 
 def window_series(doc: dict) -> dict[str, list[float]]:
     """Per-window values as MLflow step series (step = window number; ``monitor/window_end`` maps it to items)."""
-    from src.mlops.tracking import metric_name
 
     keys = [k for k in doc["windows"][0] if k not in ("start", "departures")]
     nan = float("nan")

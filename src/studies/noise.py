@@ -50,17 +50,31 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import hydra
 import numpy as np
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from sklearn.base import clone
+from threadpoolctl import threadpool_limits
 
 from src.core import admissibility
 from src.core.aggregate import BestSingle, crossfit
-from src.core.errors import RaimError, one_line
+from src.core.errors import RaimError
 from src.core.evaluate import ClusterBootstrap, best_single_call, kappa, paired_delta
+from src.core.ladder import (
+    AnalysisError,
+    active_members,
+    check_settings,
+    checked_folds,
+    design_matrix,
+    single_judge_eligibility,
+)
+from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN, VerdictTable
+from src.io.config import composed_option
+from src.io.datasets import read_items
+from src.judges import tables
+from src.studies import simulate
+from src.studies.suite.reference import rng_for
 
 log = logging.getLogger("raim.noise")
 
@@ -204,7 +218,6 @@ def _jsonl_native(path: Path, item_ids: np.ndarray) -> dict[str, np.ndarray]:
         first = json.loads(f.readline() or "{}")
     if not any(k.startswith(NATIVE_PREFIX) for k in first):
         return {}
-    from src.io.datasets import read_items
 
     items = read_items(path).set_index("item_id")
     out = {}
@@ -321,8 +334,6 @@ class _Scored:
 def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, native: dict | None = None) -> dict:
     """The whole study on one dataset (module doc). ``stackers``: {name: estimator}, the first is the one whose
     calls are reported; ``ladder``: :class:`src.core.ladder.LadderSettings`; ``native``: {type: labels} of TRIVIA+."""
-    from src.studies.suite.reference import rng_for
-    from src.core.ladder import active_members, checked_folds, design_matrix, single_judge_eligibility
 
     t, excluded = active_members(t)
     y, votes = t.gold, t.votes
@@ -424,7 +435,6 @@ def _mean(vals: list) -> float | None:
 
 def stacker_option(name: str) -> DictConfig:
     """conf/stacker/<name>.yaml as Hydra composes it (:func:`src.mlops.tracking.composed_option`)."""
-    from src.mlops.tracking import composed_option
 
     return composed_option("stacker", name)
 
@@ -449,13 +459,9 @@ def headline(ds: dict, rate: float) -> dict:
 
 def study(table: VerdictTable, stackers: dict, s: dict, ladder, native: dict | None = None) -> dict:
     """The study on every dataset of the table and on the simulated admissible panel (``noise.simulation``)."""
-    from threadpoolctl import threadpool_limits
-    from tqdm import tqdm
-
-    from src.core.ladder import AnalysisError, check_settings
+    from tqdm import tqdm  # deferred: importing tqdm; start-up
 
     check_settings(ladder, next(iter(stackers.values())))
-    from src.studies import simulate
 
     parts = dict(table.by_dataset())
     sim = s.get("simulation") or {}
@@ -478,13 +484,12 @@ def study(table: VerdictTable, stackers: dict, s: dict, ladder, native: dict | N
 
 
 def compute(cfg: DictConfig) -> dict:
-    """noise.json for the configured verdict table (``python -m src.run``'s table, :func:`src.run.load_table`)."""
-    from src import run
+    """noise.json for the configured verdict table (``python -m src.run``'s table, :func:`src.judges.tables.load_table`)."""
 
     s = settings_from(OmegaConf.to_container(cfg.noise, resolve=True))
     ladder = instantiate(cfg.analysis, _convert_="all")
     stackers = {n: instantiate(stacker_option(n), _convert_="all") for n in s["stackers"]}
-    table = run.load_table(cfg)
+    table = tables.load_table(cfg)
     native = {}
     if s["native"]:
         table, native = native_labels(table, None if cfg.verdicts else cfg.paths.datasets_dir)
@@ -501,7 +506,6 @@ def parts(doc: dict) -> dict[str, dict]:
 
 def flat_metrics(doc: dict) -> dict[str, float]:
     """Headline numbers of noise.json as MLflow metrics."""
-    from src.mlops.tracking import metric_name
 
     out: dict[str, float] = {}
     for name, ds in parts(doc).items():

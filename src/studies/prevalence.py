@@ -28,157 +28,32 @@ folds (:func:`src.core.ladder.dataset_folds`), each corrected from its own fold'
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
 
 import numpy as np
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
-from src.core.errors import RaimError, one_line
+from src.core.aggregate import crossfit
+from src.core.evaluate import ClusterBootstrap, call_for, from_counts, indicators, interval, scores
+from src.core.ladder import active_members, dataset_folds, design_matrix
+from src.core.names import metric_name
+from src.core.priorshift import PrevalenceError, _em_rows, _shift, check_prevalence, train_prevalence
+from src.judges import tables
+from src.studies import simulate
 
 log = logging.getLogger("raim.prevalence")
 
 CONDITIONS = ("uncorrected", "true", "estimated")  # the posteriors as served, corrected with π, with EM's π̂
 METRICS = ("brier", "ece", "f1", "bacc", "accuracy")
 LOWER_IS_BETTER = ("brier", "ece")
-ESTIMATE = "estimate"
 STUDY_KEYS = ("prevalences", "window", "n_boot", "n_draws", "seed", "level", "ece_bins", "tol", "max_iter")
-_EDGE = 1e-12  # a served EM estimate at the boundary is kept this far inside (0, 1)
-# "estimate" over fewer answered rows is refused: EM on a handful of posteriors runs to 0 or 1 (one item at p = 0.7
-# gives π̂ ≈ 1.0) and would push every verdict with it; a window of a few hundred is what the study measures.
-MIN_ESTIMATE_ROWS = 50
-
-
-class PrevalenceError(RaimError):
-    """Bad input to the prior-shift correction (a posterior outside [0, 1], a prevalence outside (0, 1))."""
 
 
 # ---------------------------------------------------------------------------------------------- the API
 
 
-def check_prevalence(value: float, name: str) -> float:
-    """``value`` as a float strictly inside (0, 1); otherwise a :class:`PrevalenceError` naming ``name``."""
-    if isinstance(value, bool):
-        raise PrevalenceError(f"{name}: {value!r} is not a prevalence in (0, 1)")
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise PrevalenceError(f"{name}: {value!r} is not a number (a prevalence in (0, 1))") from None
-    if not 0.0 < v < 1.0:  # also refuses NaN
-        raise PrevalenceError(f"{name}: {value!r} is not a prevalence in (0, 1) (open interval)")
-    return v
-
-
-def check_posteriors(p: np.ndarray, name: str = "p") -> np.ndarray:
-    """``p`` as a float array of probabilities in [0, 1]; otherwise an error naming the first bad item."""
-    try:
-        arr = np.asarray(p, dtype=float)
-    except (TypeError, ValueError):
-        raise PrevalenceError(f"{name}: not an array of numbers") from None
-    bad = ~((arr >= 0.0) & (arr <= 1.0))  # NaN is bad too
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        where = idx[0] if len(idx) == 1 else idx
-        raise PrevalenceError(f"{name}[{where}]: {float(arr[idx])!r} is not a probability in [0, 1]")
-    return arr
-
-
-def _shift(p: np.ndarray, t, q) -> np.ndarray:
-    """Eq. 2.4 on checked inputs (broadcasting): reweight each class's posterior by new / old prior, renormalise."""
-    num = q / t * p
-    return num / (num + (1.0 - q) / (1.0 - t) * (1.0 - p))
-
-
-def adjust(p: np.ndarray, train_prevalence: float, prevalence: float) -> np.ndarray:
-    """posterior p(hallucinated) under a new prior (Saerens et al. 2002, eq. 2.4).
-
-    ``p`` are posteriors of a model calibrated where the hallucinated share was ``train_prevalence``; the
-    result is the posterior where it is ``prevalence`` (equivalently, the log-odds shift by
-    logit(prevalence) − logit(train_prevalence)). 0 and 1 stay 0 and 1.
-    """
-    arr = check_posteriors(p)
-    t = check_prevalence(train_prevalence, "train_prevalence")
-    q = check_prevalence(prevalence, "prevalence")
-    return _shift(arr, t, q)
-
-
-def _em_rows(P: np.ndarray, T, tol: float, max_iter: int) -> np.ndarray:
-    """EM prior of each row of ``P`` (windows × items; ``T`` the training prior, a scalar or per item), rows
-    iterated together and each frozen once it has converged: row by row the same numbers as :func:`estimate`."""
-    P = np.atleast_2d(P)
-    T = np.broadcast_to(np.asarray(T, dtype=float), P.shape)
-    prior = T.mean(axis=1).copy()
-    active = np.arange(len(P))
-    for _ in range(int(max_iter)):
-        new = _shift(P[active], T[active], prior[active, None]).mean(axis=1)
-        done = np.abs(new - prior[active]) < tol
-        prior[active] = new
-        active = active[~done]
-        if not active.size:
-            break
-    return prior
-
-
-def estimate(p: np.ndarray, train_prevalence: float, tol: float = 1e-6, max_iter: int = 1000) -> float:
-    """label-free EM estimate of the deployment prevalence from the posteriors p (EMQ).
-
-    Saerens et al. 2002, §2.2 (eqs. 2.9–2.10): start from the training prior, adjust the posteriors to the
-    current prior (eq. 2.4), take their mean as the next prior; stop when the prior moves by less than
-    ``tol`` (or after ``max_iter`` steps; mlquantify's EMQ defaults). The fixed point maximises the likelihood
-    of the mixing proportion; it lies on the boundary (0 or 1) when the posteriors all sit on one side of the
-    training prior, so a handful of items gives a poor estimate (the study measures it at 200).
-    """
-    arr = check_posteriors(p).ravel()
-    if arr.size == 0:
-        raise PrevalenceError("p: no posteriors to estimate a prevalence from (empty)")
-    t = check_prevalence(train_prevalence, "train_prevalence")
-    if not (np.isfinite(tol) and tol > 0):
-        raise PrevalenceError(f"tol: {tol!r} must be a positive number")
-    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
-        raise PrevalenceError(f"max_iter: {max_iter!r} must be an integer ≥ 1")
-    return float(_em_rows(arr[None, :], t, tol, int(max_iter))[0])
-
-
 # ---------------------------------------------------------------------------------------------- serving
-
-
-def train_prevalence(stacker) -> float:
-    """The hallucinated share of the items a fitted stacker was fitted on (``train_prevalence_``)."""
-    value = getattr(stacker, "train_prevalence_", None)
-    if value is None:
-        raise PrevalenceError("this model's stacker was fitted before RAIM recorded its training prevalence "
-                              "(train_prevalence_); log it again (python -m src.run) to use the prevalence parameter")
-    return check_prevalence(value, "train_prevalence_")
-
-
-def parse_setting(value: Any) -> float | str | None:
-    """The ``prevalence`` inference parameter: None (or empty) = as fitted, ``"estimate"``, or a prevalence
-    in (0, 1) given as a number or as text (MLflow passes the parameter as a string)."""
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
-        return None
-    if isinstance(value, str) and value.strip().lower() == ESTIMATE:
-        return ESTIMATE
-    try:
-        return check_prevalence(value, "prevalence")
-    except PrevalenceError:
-        raise PrevalenceError(f"parameter 'prevalence': {value!r} is neither a prevalence in (0, 1) nor "
-                              f"'{ESTIMATE}'") from None
-
-
-def served(p: np.ndarray, stacker, setting: Any) -> tuple[np.ndarray, float | None]:
-    """(posteriors, the prevalence used) for a served batch: unchanged without a setting; corrected to a given
-    prevalence; or to the EM estimate over the batch (``"estimate"``: needs a window of many items)."""
-    value = parse_setting(setting)
-    if value is None:
-        return np.asarray(p, dtype=float), None
-    t = train_prevalence(stacker)
-    arr = check_posteriors(p)
-    if arr.size == 0:
-        return arr, None
-    if value == ESTIMATE and arr.size < MIN_ESTIMATE_ROWS:
-        raise PrevalenceError(f"parameter 'prevalence': '{ESTIMATE}' needs at least {MIN_ESTIMATE_ROWS} answered rows "
-                              f"in the request, got {arr.size} (the EM estimate of a few posteriors runs to 0 or 1): "
-                              "send a window of items, or pass the deployment prevalence itself")
-    q = min(max(estimate(arr, t), _EDGE), 1 - _EDGE) if value == ESTIMATE else value
-    return _shift(arr, t, q), float(q)
 
 
 # ---------------------------------------------------------------------------------------------- metrics
@@ -203,7 +78,6 @@ def ece(P: np.ndarray, y: np.ndarray, bins: int = 10) -> np.ndarray:
 def window_metrics(P: np.ndarray, y: np.ndarray, threshold: float, bins: int) -> dict[str, np.ndarray]:
     """Brier, ECE, and at the served decision (p ≥ ``threshold``) hallucinated-class F1, balanced accuracy
     (:func:`src.core.evaluate.from_counts`, §2 definitions) and accuracy, per row of ``P`` (gold ``y`` shared)."""
-    from src.core.evaluate import from_counts, indicators
 
     c = indicators(y, (P >= threshold).astype(float).T).sum(axis=0)  # rows × 6 confusion cells
     m = from_counts(c)
@@ -219,7 +93,6 @@ def windows(y: np.ndarray, clusters: np.ndarray, prevalence: float, window: int,
     """Item indices of deployment windows (n_boot × n_draws × window): the first round(π·window) hallucinated,
     the rest supported, drawn with replacement within their class in proportion to their cluster's multiplicity
     in the replicate's cluster bootstrap (module docstring)."""
-    from src.core.evaluate import ClusterBootstrap
 
     n1 = int(round(prevalence * window))
     if not 0 < n1 < window:
@@ -242,7 +115,6 @@ def windows(y: np.ndarray, clusters: np.ndarray, prevalence: float, window: int,
 def summary(values: np.ndarray, level: float) -> dict:
     """Mean over every window; ``ci``: percentile interval over the replicates of their mean (the expected value
     on a calibration set like this one); ``window_ci``: over single windows (what one window shows)."""
-    from src.core.evaluate import interval
 
     return {"estimate": float(values.mean()), "ci": interval(values.mean(axis=1), level),
             "window_ci": interval(values.ravel(), level)}
@@ -252,7 +124,6 @@ def delta_summary(diff: np.ndarray, metric: str, level: float) -> dict:
     """A correction's paired Δ (corrected − uncorrected, same windows) with its call (§2 convention: clear when
     the interval excludes 0; improvement = lower Brier / ECE, higher F1 / bacc / accuracy) and the share of
     windows it improves."""
-    from src.core.evaluate import call_for
 
     s = summary(diff, level)
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0
@@ -296,10 +167,7 @@ def error_summary(values: np.ndarray, truth: float, level: float) -> dict:
 def posteriors(table, stacker, settings, folds: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
     """The stacker's cross-fitted p(hallucinated) on one dataset (the ladder's features and cluster folds) and,
     per item, the training prevalence of the fold that scored it."""
-    from sklearn.base import clone
-
-    from src.core.aggregate import crossfit
-    from src.core.ladder import active_members, design_matrix
+    from sklearn.base import clone  # deferred: importing scikit-learn ~1.4 s; start-up
 
     table, _ = active_members(table)
     X, _ = design_matrix(table, settings.features)
@@ -312,7 +180,6 @@ def posteriors(table, stacker, settings, folds: list[tuple]) -> tuple[np.ndarray
 
 def simulated(spec: Mapping):
     """A ``prevalence.simulations`` entry as a balanced verdict table (:func:`src.studies.simulate.table`)."""
-    from src.studies import simulate
 
     return simulate.table(f"simulated panel {spec['name']}", n_clusters=int(spec["n_clusters"]), per_cluster=2,
                           accuracies=list(spec["accuracies"]), rho=float(spec["rho"]),
@@ -340,10 +207,7 @@ def check_study(s: Mapping) -> None:
 def study(table, stacker, settings, s: Mapping) -> dict:
     """The prior-shift study on every dataset of ``table`` (kind ``real``; None: none) and on the configured
     simulated panels (kind ``simulated``), at each of ``s['prevalences']``."""
-    from tqdm import tqdm
-
-    from src.core.evaluate import scores
-    from src.core.ladder import dataset_folds
+    from tqdm import tqdm  # deferred: importing tqdm; start-up
 
     check_study(s)
     sets = [] if table is None else [(name, "real", t) for name, t in table.by_dataset().items()]
@@ -414,7 +278,6 @@ def statements(doc: dict) -> list[str]:
 
 def flat_metrics(doc: dict) -> dict[str, float]:
     """The study's numbers as MLflow metrics: ``<set>/p<π>/<metric>/<condition>``, Δ and the estimate's error."""
-    from src.mlops.tracking import metric_name
 
     out = {}
     for name, d in doc["datasets"].items():
@@ -431,18 +294,14 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 
 
 def compute(cfg) -> dict:
-    """Config in, study document out: the configured verdict table (:func:`src.run.load_table`), the
+    """Config in, study document out: the configured verdict table (:func:`src.judges.tables.load_table`), the
     stacker and analysis settings of the ladder, the ``prevalence`` settings."""
-    from hydra.utils import instantiate
-    from omegaconf import OmegaConf
-
-    from src import run
 
     settings = instantiate(cfg.analysis, _convert_="all")
     stacker = instantiate(cfg.stacker, _convert_="all")
     s = OmegaConf.to_container(cfg.prevalence, resolve=True)
     check_study(s)  # before reading the table
-    table = run.load_table(cfg)
+    table = tables.load_table(cfg)
     doc = study(table, stacker, settings, s)
     doc["meta"] = {"verdicts": table.source, "members": table.members, "stacker": OmegaConf.to_container(cfg.stacker)}
     return doc

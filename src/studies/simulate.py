@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
+from src.core.verdicts import validate
+
 
 def panel(
     n_clusters: int = 500,
@@ -50,7 +52,6 @@ def panel(
 def table(source: str, **panel_args):
     """:func:`panel` validated as a verdict table named ``source``, its ``frontier`` column declared when the panel
     has one (``frontier_accuracy``)."""
-    from src.core.verdicts import validate
 
     frontier = "frontier" if panel_args.get("frontier_accuracy") is not None else None
     return validate(panel(**panel_args), source=source, frontier=frontier)

@@ -13,11 +13,12 @@ import os
 import random
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from src.judges.backends.base import Backend, abstention
 from src.judges.frames import Frame
 from src.judges.scoring import ABSTAIN_ERROR, parse_free_text
-from src.judges.backends.base import Backend, abstention
 
 RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
 
@@ -79,7 +80,7 @@ class AnthropicBackend(Backend):
 
     def load(self):
         if self.client is None:
-            import anthropic
+            import anthropic  # deferred: importing the anthropic client ~0.5 s; start-up
 
             key = self.api_key or os.environ.get("ANTHROPIC_API_KEY")
             if not key:
@@ -104,7 +105,7 @@ class AnthropicBackend(Backend):
         return min(max(d, 0.0), self.backoff_max)
 
     def request(self, system: str, user: str):
-        import anthropic
+        import anthropic  # deferred: importing the anthropic client ~0.5 s; start-up
 
         client = self.load()
         for attempt in range(self.max_retries + 1):
@@ -135,7 +136,7 @@ class AnthropicBackend(Backend):
         raise RuntimeError("unreachable")
 
     def score_one(self, frame: Frame, item: Mapping[str, Any]) -> dict:
-        import anthropic
+        import anthropic  # deferred: importing the anthropic client ~0.5 s; start-up
 
         t0 = time.perf_counter()
         r = frame.render(item)

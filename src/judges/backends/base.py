@@ -13,7 +13,9 @@ free generation, ``answer`` (the generated text).
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable, Mapping, Sequence
+import time as _t
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from src.judges.frames import Frame
 from src.judges.scoring import word_variants
@@ -117,7 +119,6 @@ def verdict_token_ids(frame: Frame, encode, decode) -> tuple[list[int], list[int
 
 def abstention(reason: str, t0: float, **extra: Any) -> dict:
     """A verdict record for an item the judge could not score (counted, never NaN or random)."""
-    import time as _t
 
     rec = {"vote": None, "p_hal": None, "logodds": None, "mass": None, "abstain": reason,
            "truncated": False, "n_prompt_tokens": None}

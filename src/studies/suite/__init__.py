@@ -8,7 +8,7 @@ Appendix C. Across datasets: leave-one-dataset-out transfer
 (Fig. 8), the item-level mechanism test (Table 4), the cross-dataset predictor (Table 5), the admissibility
 threshold grid, Fig. 3a's invariance region, and the cost model (Table 2, Appendix H).
 
-``python -m src.analyses`` runs it on the table of ``src.run.load_table(cfg)``, writes suite.json and the
+``python -m src.analyses`` runs it on the table of ``src.judges.tables.load_table(cfg)``, writes suite.json and the
 figures (:mod:`src.figures`) and logs them to MLflow.
 """
 
@@ -19,11 +19,12 @@ import time
 from collections.abc import Mapping
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from src.core.aggregate import StackedLogit
-from src.io.files import jsonable
 from src.core.ladder import LadderSettings
 from src.core.verdicts import VerdictTable
+from src.io.files import jsonable
 from src.studies.suite import budget, cascade, common, cost, mechanism, panel
 from src.studies.suite.reference import Reference, references, rng_for
 
@@ -46,7 +47,6 @@ def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg
     """Every analysis of the suite; ``cfg`` is the ``suite`` config node (plain mapping); ``folds``: each
     dataset's cluster folds when the caller has them (:func:`src.core.ladder.dataset_folds`). BLAS runs on one
     thread (small products; threads contending for shared cores multiply the time)."""
-    from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
         return _run_suite(table, stacker, s, cfg, measured, folds)

@@ -42,6 +42,7 @@ from src.core.aggregate import StackedLogit
 from src.core.errors import RaimError
 from src.core.evaluate import from_counts, interval, paired_delta
 from src.core.ladder import LadderSettings, design_matrix
+from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN, VerdictTable
 from src.studies.suite import common
 from src.studies.suite.reference import Reference, rng_for
@@ -85,7 +86,7 @@ class Cascade(BaseEstimator):
         self.shares = shares
         self.random_state = random_state
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> "Cascade":
+    def fit(self, X: np.ndarray, y: np.ndarray) -> Cascade:
         self.stacker_ = clone(self.stacker if self.stacker is not None else StackedLogit()).fit(X, y)
         self.thresholds_, self.tie_prob_ = band_thresholds(self.confidence(X), np.asarray(self.shares, float))
         return self
@@ -274,7 +275,6 @@ def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogi
 def flat_metrics(block: Mapping) -> dict[str, float]:
     """The cascade's headline numbers as MLflow metrics: κ at the budgets, the fewest escalations non-inferior
     and the calls saved there (0 where none is) per dataset, and their mean over the datasets."""
-    from src.mlops.tracking import metric_name
 
     out: dict[str, float] = {}
     for name, d in (block.get("datasets") or {}).items():

@@ -25,6 +25,7 @@ from sklearn.base import clone
 
 from src.core.aggregate import StackedLogit, cluster_folds
 from src.core.evaluate import from_counts, indicators
+from src.core.ladder import design_matrix
 from src.core.verdicts import ABSTAIN, VerdictTable
 
 # --------------------------------------------------------------------------------------------- the stacker
@@ -41,10 +42,10 @@ class Design:
     folds: list
     C: float
     threshold: float
-    _patterns: "Patterns | None" = None
+    _patterns: Patterns | None = None
 
     @property
-    def patterns(self) -> "Patterns":
+    def patterns(self) -> Patterns:
         """The design's distinct (features, gold) rows, found once."""
         if self._patterns is None:
             self._patterns = Patterns.of(self.F, self.y)
@@ -55,7 +56,6 @@ def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
            features: list[str] = (), folds: list[tuple] | None = None) -> Design:
     """The reported stacker's features (votes, abstention encoding, extras) and its cluster folds (§2; ``folds``
     when already computed)."""
-    from src.core.ladder import design_matrix
 
     X, extra_names = design_matrix(table, list(features))
     K = len(table.members)
@@ -97,7 +97,7 @@ class Patterns:
     S: sparse.csr_matrix
 
     @classmethod
-    def of(cls, F: np.ndarray, y: np.ndarray) -> "Patterns":
+    def of(cls, F: np.ndarray, y: np.ndarray) -> Patterns:
         pat, inv = np.unique(np.column_stack([F, y]), axis=0, return_inverse=True)
         n = len(y)
         S = sparse.csr_matrix((np.ones(n), (np.arange(n), inv.ravel())), shape=(n, len(pat)))

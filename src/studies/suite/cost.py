@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from src.judges.cache import iter_records
+
 
 def member_per_1k(price_per_hour: float, items_per_second: float) -> float:
     """USD per 1,000 items for one member on hardware billed at ``price_per_hour``."""
@@ -114,7 +116,6 @@ def paper(cfg: Mapping) -> dict:
 def measured_from_cache(cache_dir: str | Path, names: list[str]) -> dict[str, dict]:
     """Mean seconds per verdict and prompt tokens per item of each judge, read off its verdict-cache records
     (``<cache_dir>/<name>/*.jsonl``); judges without records are absent."""
-    from src.judges.cache import iter_records
 
     out = {}
     for name in names:

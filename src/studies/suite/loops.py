@@ -52,7 +52,7 @@ def learning_curve(ref: Reference, stacker: StackedLogit, features, budgets, n_d
     train_clusters = [np.unique(inv[tr]) for tr, _ in d.folds]
     feasible = [b for b in budgets if b <= min(len(tc) for tc in train_clusters)]
     pred = np.empty((len(feasible), n_draws, len(d.y)))
-    for (tr, te), tc in zip(d.folds, train_clusters):
+    for (_tr, te), tc in zip(d.folds, train_clusters):
         for i, b in enumerate(feasible):
             sel = common.draw_clusters(len(ids), b, n_draws, rng, pool=tc)
             for r in range(n_draws):

@@ -68,7 +68,7 @@ def _pointbiserial(df: pd.DataFrame) -> dict | None:
 def fixed_effects_logit(df: pd.DataFrame) -> dict | None:
     """recovered ~ share_correct + C(dataset) (statsmodels Logit). Datasets where recovery never or always
     happens carry no information under fixed effects (their effect diverges) and are left out."""
-    import statsmodels.formula.api as smf
+    import statsmodels.formula.api as smf  # deferred: importing statsmodels ~2 s; start-up
 
     var = df.groupby("dataset")["recovered"].transform("nunique") > 1
     used = df[var]
@@ -211,7 +211,8 @@ def _outcomes(entries: list[dict], calls: list[np.ndarray], near: float) -> dict
             if sp["frontier"] is not None:
                 near_f.append(sp["stacked"][m] >= sp["frontier"] - near)
                 d_front.append(sp["stacked"][m] - sp["frontier"])
-        cat = (lambda xs: np.concatenate(xs) if xs else np.array([]))
+        def cat(xs):
+            return (np.concatenate(xs) if xs else np.array([]))
         a, cl, nf, db, dfr = map(cat, (above, clear, near_f, d_best, d_front))
         out[side] = {"n": count,
                      "share_above_best": float(a.mean()) if a.size else None,

@@ -1,0 +1,174 @@
+"""The verdict table an analysis reads, as the composed config asks for it: a bring-your-own file
+(``verdicts=PATH``), or the roster's verdicts on the selected datasets from the verdict cache — with the policy
+for items no judge has scored yet (``judge.missing``)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from omegaconf import DictConfig
+
+from src.core.errors import RaimError
+from src.core.verdicts import VerdictError, VerdictTable, validate
+from src.core.verdicts import load as load_verdicts
+from src.io.config import group_option
+from src.io.datasets import dataset_spec, read_items
+from src.judges.ray_engine import engine_from_cfg
+from src.judges.runner import NothingCached, cluster_subsample, compute_command, member_names, verdict_table
+
+log = logging.getLogger("raim")
+
+
+def dataset_names(cfg: DictConfig) -> list[str]:
+    """The datasets selected by the ``dataset`` group: a list option (``all``: ``datasets`` maps each name to
+    its raw folder) or one dataset's own spec."""
+    return list(cfg.dataset.datasets) if "datasets" in cfg.dataset else [cfg.dataset.name]
+
+
+def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
+    """``frame=auto`` gives each dataset its own frame (§2); any other choice forces one frame everywhere.
+    A single selected dataset's spec is the composed ``dataset`` node (so a spec found on Hydra's search path
+    works); a listed one is read from conf/dataset (:func:`src.io.datasets.dataset_spec`)."""
+    if cfg.frame.name != "auto":
+        return cfg.frame
+    spec = cfg.dataset if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset else dataset_spec(dataset)
+    return group_option("frame", spec["frame"])
+
+
+def frontier_name(cfg: DictConfig) -> str | None:
+    if cfg.get("frontier"):
+        return cfg.frontier
+    front = cfg.roster.get("frontier") if "roster" in cfg else None
+    return front.name if front else None
+
+
+def load_table(cfg: DictConfig) -> VerdictTable:
+    """A bring-your-own verdict table when ``verdicts`` is set, else the roster's verdicts from the cache."""
+    if cfg.verdicts:
+        table = load_verdicts(cfg.verdicts, frontier=frontier_name(cfg) or "frontier")
+        if cfg.dataset.name != "all":
+            keep = table.items["dataset"].to_numpy() == cfg.dataset.name
+            if not keep.any():
+                raise VerdictError(f"{cfg.verdicts}: no rows with dataset == {cfg.dataset.name!r}")
+            table = table.subset(keep)
+        return table
+    return cached_table(cfg)
+
+
+MISSING_POLICIES = ("error", "judged_only", "skip")
+
+
+class MissingVerdicts(RaimError):
+    """Items of the analysis without a cached verdict: not abstentions, not analysed silently."""
+
+
+def judge_command(cfg: DictConfig, datasets: list[str], members: list[str]) -> str:
+    """The ``python -m src.judges`` command that computes the missing verdicts (``--members`` only for a subset)."""
+    subset = members if set(members) != {m.name for m in cfg.roster.members} else None
+    return compute_command(cfg.roster.name, datasets, cfg.judge.per_dataset, subset)
+
+
+def judged_items(report: dict, cached: dict[str, tuple]) -> tuple[np.ndarray, dict[str, int]]:
+    """Which items every judge has a record for (an abstention is a record; a missing one is not), and the
+    missing count per judge. A frontier judge with no cached verdict at all is simply absent (a paid comparator,
+    computed on request), not missing."""
+    missing = {j: r["uncached"] for j, r in report.items()
+               if r["uncached"] and not (r.get("frontier") and r["cached"] == 0)}
+    n = len(next(iter(cached.values()))) if cached else 0
+    keep = np.logical_and.reduce([np.asarray(cached[j], bool) for j in missing]) if missing else np.ones(n, bool)
+    return keep, missing
+
+
+def _per_judge(missing: dict[str, int]) -> str:
+    return ", ".join(f"{j} {c}" for j, c in missing.items())
+
+
+def _gap_text(gaps: dict[str, tuple[int, int, dict]]) -> str:
+    return "; ".join(f"{d}: {k} of {n} items (missing per judge: {_per_judge(m)})" for d, (k, n, m) in gaps.items())
+
+
+def _gap_command(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> str:
+    return judge_command(cfg, list(gaps), list(dict.fromkeys(j for _, _, m in gaps.values() for j in m)))
+
+
+def refuse_missing(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], policy: str) -> None:
+    """One line naming, per dataset, how many items lack a verdict (from whom), and the command that computes
+    them."""
+    tail = "" if policy != "error" else (", or analyse only the judged items with judge.missing=judged_only "
+                                         "(or leave these datasets out with judge.missing=skip)")
+    raise MissingVerdicts(f"items without a cached verdict under {cfg.paths.cache_dir}: {_gap_text(gaps)}; compute "
+                          f"them with `{_gap_command(cfg, gaps)}`{tail}")
+
+
+def skipped_datasets(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> dict[str, dict]:
+    """``judge.missing=skip``: each dataset with items lacking a verdict is left out whole (logged, and listed in
+    results.json and the report with the command that computes its verdicts)."""
+    out = {}
+    for d, gap in gaps.items():
+        out[d] = {"reason": f"{_gap_text({d: gap})}", "command": _gap_command(cfg, {d: gap})}
+        log.warning("%s: left out (judge.missing=skip): %s; compute them with `%s`", d, out[d]["reason"],
+                    out[d]["command"])
+    return out
+
+
+def cached_table(cfg: DictConfig) -> VerdictTable:
+    """Verdicts of the configured roster on the selected datasets, from the verdict cache.
+
+    Items without a cached verdict are not abstentions: ``judge.missing=error`` (default) stops, naming how many
+    per dataset and judge and the command that computes them; ``judge.missing=judged_only`` analyses the items
+    every judge has judged and logs (and records in the table's provenance) how many were left out;
+    ``judge.missing=skip`` leaves such a dataset out whole (the DVC pipeline's choice: one dataset not yet judged
+    does not stop the others). Bad cache lines are logged by file and line (:mod:`src.judges.cache`) and
+    counted."""
+    policy = cfg.judge.get("missing", "error")
+    if policy not in MISSING_POLICIES:
+        raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
+    engine = engine_from_cfg(cfg.judge) if cfg.judge.compute else None  # judge.engine=ray: misses on Ray
+    frames, cache, gaps = {}, {}, {}
+    for name in dataset_names(cfg):
+        items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl")
+        if cfg.judge.per_dataset:  # the same whole-cluster subsample as `python -m src.judges --per-dataset`
+            items = cluster_subsample(items, int(cfg.judge.per_dataset), seed=0)
+        frame = frame_for(cfg, name)
+        try:
+            t = verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
+                              compute=cfg.judge.compute, progress=bool(cfg.judge.compute), engine=engine)
+        except NothingCached:  # a dataset not judged yet: every item lacks every member's verdict
+            gaps[name], frames[name] = (len(items), len(items), {m: len(items) for m in member_names(cfg.roster)}), None
+            continue
+        report, cached = t.attrs["report"], t.attrs.pop("cached")
+        cache[name] = {j: {"items": r["items"], "cached": r["cached"], "abstained": r["abstained"],
+                           "path": r["cache"]["path"], "bad_lines": r["cache"]["bad_lines"],
+                           "torn_tail_bytes": r["cache"]["torn_tail_bytes"], "problems": r["problems"]}
+                       for j, r in report.items()}
+        keep, missing = judged_items(report, cached)
+        if missing:
+            gaps[name] = (int((~keep).sum()), len(t), missing)
+            if policy == "judged_only" and keep.any():
+                log.warning("%s: judge.missing=judged_only: analysing the %d of %d items judged by every member "
+                            "(%d without a verdict: %s)", name, int(keep.sum()), len(t), int((~keep).sum()),
+                            _per_judge(missing))
+                t = t.loc[keep].reset_index(drop=True)
+        frames[name] = t
+    skipped = skipped_datasets(cfg, gaps) if policy == "skip" else {}
+    if skipped and len(skipped) == len(frames):
+        refuse_missing(cfg, gaps, policy)
+    empty = {d: g for d, g in gaps.items() if g[0] == g[1]}
+    if gaps and (policy == "error" or (policy == "judged_only" and empty)):
+        refuse_missing(cfg, gaps if policy == "error" else empty, policy)
+    members = [m.name for m in cfg.roster.members]
+    source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
+    kept = [t for d, t in frames.items() if d not in skipped]
+    table = validate(pd.concat(kept, ignore_index=True), source=source, frontier=frontier_name(cfg),
+                              members=members)
+    # each dataset read a judge's whole cache file: one count per file (bad lines, and a torn tail as one)
+    bad = {r["path"]: r["bad_lines"] + bool(r["torn_tail_bytes"]) for d in cache.values() for r in d.values()}
+    bad = {f: n for f, n in bad.items() if n}
+    dropped = {d: {"items": n, "judged": n - k, "dropped": k, "missing_per_judge": m}
+               for d, (k, n, m) in gaps.items() if d not in skipped}
+    table.provenance = {"cache": cache, "judged_only": dropped, "skipped": skipped,
+                        "bad_cache_lines": sum(bad.values()), "bad_cache_files": sorted(bad)}
+    return table

@@ -1,0 +1,152 @@
+"""The MLflow store RAIM tracks into: its URI (``tracking.uri``, default ``sqlite:///mlflow.db`` in the project
+folder; ``MLFLOW_TRACKING_URI`` wins; a relative sqlite path is made absolute against the project folder, so a
+run launched from anywhere — a DVC temp workspace, a Hydra job — lands in the same database), its artifact root
+(``mlruns/`` beside the sqlite file), the lock under which a new store is created, and the experiment."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from src.core.errors import RaimError
+from src.io.paths import ROOT
+
+DEFAULT_URI = "sqlite:///mlflow.db"
+
+
+def tracking_uri(cfg: DictConfig | None = None) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``cfg.tracking.uri``; a relative sqlite path is made absolute
+    against the repository root (never against the current directory)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or (
+        OmegaConf.select(cfg, "tracking.uri", default=None) if cfg is not None else None) or DEFAULT_URI
+    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+        rel = uri[len("sqlite:///"):]
+        if rel and rel != ":memory:":
+            return "sqlite:///" + str((ROOT / rel).resolve())
+    if "://" not in uri and not uri.startswith("databricks"):
+        return Path(uri).resolve().as_uri() if not Path(uri).is_absolute() else Path(uri).as_uri()
+    return uri
+
+
+def artifact_root(uri: str, experiment: str = "raim") -> str | None:
+    """``mlruns/<experiment>`` beside the sqlite database (None for a server: it decides)."""
+    if uri.startswith("sqlite:///"):
+        return (Path(uri[len("sqlite:///"):]).parent / "mlruns" / re.sub(r"[^\w.-]", "_", experiment)).as_uri()
+    return None
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for an in-memory database or another store)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str, timeout_s: float = 600.0) -> Iterator[None]:
+    """An exclusive ``flock`` on ``mlruns/.<db>.lock`` beside a sqlite store (``mlruns/`` is git-ignored), held
+    while one process creates (and migrates) the store and its experiment: two first runs on a new ``mlflow.db``
+    otherwise race in MLflow's alembic migration and in creating the experiment. Other stores: no lock."""
+    db = _sqlite_file(uri)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        fcntl = None
+    if db is None or fcntl is None:
+        yield
+        return
+
+    lock = db.parent / "mlruns" / f".{db.name}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
+    with open(lock, "a") as fh:
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise RaimError(f"MLflow store {uri}: {lock} stayed locked for {timeout_s:.0f} s (another "
+                                    f"process creating the store?)") from None
+                time.sleep(0.05)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _experiment_id(name: str, uri: str) -> str:
+    """The experiment's id, created if missing. The first MLflow call opens (creates, migrates) the store: run it
+    under :func:`store_lock`."""
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
+
+    exp = mlflow.get_experiment_by_name(name)
+    if exp is None:
+        try:
+            return mlflow.create_experiment(name, artifact_location=artifact_root(uri, name))
+        except Exception:  # another process created it meanwhile (a server store: no lock)
+            exp = mlflow.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    return exp.experiment_id
+
+
+_SET_UP: dict[tuple[str, str], str] = {}  # (store URI, experiment) → id, while a run set up there is active
+
+
+def setup(cfg: DictConfig | None = None) -> str:
+    """Point MLflow at the configured store and experiment; returns the experiment id. Safe when several
+    processes start on a new sqlite store at once (:func:`store_lock`). Done once per run: while a run set up on
+    the same store and experiment is active (its nested dataset runs), the id is reused without asking the
+    store again."""
+    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
+
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = tracking_uri(cfg)
+    name = (OmegaConf.select(cfg, "tracking.experiment", default=None) if cfg is not None else None) or "raim"
+    active = mlflow.active_run()
+    if active is not None and _SET_UP.get((uri, name)) == active.info.experiment_id \
+            and mlflow.get_tracking_uri() == uri:
+        return active.info.experiment_id
+    mlflow.set_tracking_uri(uri)
+    with store_lock(uri):
+        exp_id = _experiment_id(name, uri)
+    mlflow.set_experiment(experiment_id=exp_id)
+    _SET_UP.clear()
+    _SET_UP[(uri, name)] = exp_id
+    return exp_id
+
+
+@contextlib.contextmanager
+def quiet_mlflow() -> Iterator[None]:
+    """MLflow's INFO/WARNING chatter (store creation, CloudPickle advice, example validation) kept out of the
+    run's output; RAIM checks the logged models itself (:func:`src.mlops.serving.log_stacker`). Errors still show."""
+
+    loggers = {name: logging.getLogger(name) for name in ("mlflow", "alembic")}
+    levels = {name: lg.level for name, lg in loggers.items()}
+    try:
+        for lg in loggers.values():
+            lg.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module=r"mlflow(\..*)?")
+            yield
+    finally:
+        for name, lg in loggers.items():
+            lg.setLevel(levels[name])
+
+
+def ui_command(cfg: DictConfig | None = None) -> str:
+    """The ``mlflow ui`` command that opens this store (README: compare runs)."""
+    uri = tracking_uri(cfg)
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri}"
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000 --workers 1"
