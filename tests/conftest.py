@@ -1,17 +1,33 @@
-"""Shared fixtures: composed Hydra configs (shrunk), quiet environment, simulated verdict tables."""
+"""Shared fixtures: composed Hydra configs (shrunk), quiet environment, simulated verdict tables.
+
+The environment CI exports in ``.ci/run`` is set here, before any test module (or llama.cpp's OpenMP runtime)
+is loaded, so a bare ``python -m pytest`` behaves as CI does; a value already in the environment wins.
+"""
 
 import os
+import sys
 from pathlib import Path
 
-import pytest
-from hydra import compose, initialize_config_dir
+CI_ENV = {
+    "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "OMP_WAIT_POLICY": "PASSIVE",  # llama.cpp's OpenMP threads would otherwise spin on the shared cores
+    # OpenBLAS's AVX2 kernels on every x86-64 machine: its AVX-512 ones change last bits of the analysis
+    # outputs, and the pipeline tests compare a clone's `dvc repro` with the committed dvc.lock byte for byte
+    "OPENBLAS_CORETYPE": "Haswell",
+}
+for _k, _v in CI_ENV.items():
+    os.environ.setdefault(_k, _v)
+# the venv's console scripts (dvc, mlflow, uvicorn) first on PATH, as CI's activated venv has them, so that
+# `.venv/bin/python -m pytest` works without activating the venv
+_BIN = str(Path(sys.executable).parent)
+if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
+    os.environ["PATH"] = os.pathsep.join([_BIN, *filter(None, [os.environ.get("PATH")])])
+
+import pytest  # noqa: E402  (after the environment above)
+from hydra import compose, initialize_config_dir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-os.environ.setdefault("DO_NOT_TRACK", "1")
-os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 @pytest.fixture(autouse=True)

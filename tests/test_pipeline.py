@@ -1,13 +1,19 @@
 """The day-to-day loop: Hydra CLI runs and sweeps land in MLflow (found through the server's REST API),
 params.yaml is the composition of conf/, and the DVC pipeline reproduces on a clean clone without models.
 
-MLflow goes to a throwaway sqlite store; the clean-clone test works on a `git clone` of HEAD in tmp.
+MLflow goes to a throwaway sqlite store; the clean-clone tests work on a `git clone` of HEAD in tmp with no
+sibling `shared/` folder, as a clone from a forge is; a bare `python -m pytest` gets CI's environment.
 """
 
 from __future__ import annotations
 
-import json
 import os
+
+ENV_AT_IMPORT = dict(os.environ)  # before this module imports anything: what conftest.py has set by now
+
+import hashlib
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +27,7 @@ from test_track import QUIET, ROOT, free_port, post_json, server, tracking_store
 from src.io import config
 
 VENV_BIN = str(Path(sys.executable).parent)
-RAW = Path(os.environ.get("RAIM_RAW_DIR", ROOT.parent / "shared" / "data" / "raw")).resolve()
+SIBLING_RAW = (ROOT.parent / "shared" / "data" / "raw").resolve()  # data.dvc's import source, workplace only
 
 
 # the beyond-the-paper studies' stages, in dvc.yaml's order (each: python -m src.<name>, conf/<name>/)
@@ -194,16 +200,77 @@ def _dvc(*args, cwd, env, timeout=900):
     return sh([os.path.join(VENV_BIN, "dvc"), *args], cwd, env, timeout)
 
 
+def _md5(path: Path) -> str:
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_data_dvc_is_the_provenance_record_of_the_committed_raw_snapshot():
+    """data/shipped/ is in git; data.dvc records where it was imported from (frozen: `dvc repro` never re-imports,
+    `dvc update data.dvc` refreshes it where the source exists) and its directory md5, which DVC checks against the
+    committed files; data/shipped.md5 lists every file's md5; each shipped benchmark has its SOURCE.md."""
+    rec = yaml.safe_load((ROOT / "data.dvc").read_text())
+    (dep,), (out,) = rec["deps"], rec["outs"]
+    assert rec["frozen"] is True and dep["path"] == "../shared/data/raw"
+    assert out["path"] == "data/shipped" and out["cache"] is False and out["md5"] == dep["md5"]
+    shipped = ROOT / "data" / "shipped"
+    files = sorted(p for p in shipped.rglob("*") if p.is_file())
+    assert len(files) == out["nfiles"] and sum(p.stat().st_size for p in files) == out["size"]
+    listing = [ln.split("  ", 1) for ln in (ROOT / "data" / "shipped.md5").read_text().splitlines()]
+    assert [(f, m) for m, f in listing] == [(p.relative_to(ROOT / "data").as_posix(), _md5(p)) for p in files]
+    tracked = sh(["git", "ls-files", "data/shipped"], ROOT, child_env()).stdout.split()
+    assert tracked == [p.relative_to(ROOT).as_posix() for p in files]  # committed, not gitignored
+    # DVC's own hash of the committed folder against the recorded one
+    assert json.loads(_dvc("status", "--json", "data.dvc", cwd=ROOT, env=child_env()).stdout) == {}
+    datasets = yaml.safe_load((ROOT / "conf" / "dataset" / "all.yaml").read_text())["datasets"]
+    for name, folder in datasets.items():
+        assert folder == f"${{paths.raw_dir}}/{name}"
+        assert "License" in (shipped / name / "SOURCE.md").read_text(), name
+
+
+@pytest.mark.skipif(not SIBLING_RAW.is_dir(), reason="no ../shared/data/raw here (only the workplace has it)")
+def test_committed_raw_snapshot_is_the_import_source():
+    theirs = sorted(p for p in SIBLING_RAW.rglob("*") if p.is_file())
+    ours = [("shipped/" + p.relative_to(SIBLING_RAW).as_posix(), _md5(p)) for p in theirs]
+    assert [tuple(ln.split("  ", 1)[::-1]) for ln in (ROOT / "data" / "shipped.md5").read_text().splitlines()] == ours
+
+
+def _ci_exports() -> dict[str, str]:
+    """The constant variables .ci/run exports before it runs the tests."""
+    lines = [ln.split("#")[0] for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("export ")]
+    return {k: v for ln in lines for k, v in re.findall(r"(\w+)=(\S+)", ln) if "$" not in v}
+
+
+def test_ci_environment_is_set_before_test_modules_import():
+    """What .ci/run exports, a bare `python -m pytest` has too (tests/conftest.py), before any test module or
+    native library is imported; the venv's console scripts come first on PATH."""
+    ci = _ci_exports()
+    assert {"OMP_WAIT_POLICY", "OPENBLAS_CORETYPE", "DVC_NO_ANALYTICS"} <= set(ci)
+    assert {k: ENV_AT_IMPORT.get(k) for k in ci} == ci
+    assert ENV_AT_IMPORT["PATH"].split(os.pathsep)[0] == VENV_BIN
+    if os.environ.get("RAIM_ENV_PROBE"):
+        Path(os.environ["RAIM_ENV_PROBE"]).write_text(json.dumps(ENV_AT_IMPORT))
+
+
+def test_bare_pytest_behaves_like_ci(tmp_path):
+    """The check above, in a `python -m pytest` started with none of CI's variables and no venv on PATH."""
+    ci = _ci_exports()
+    env = {k: v for k, v in os.environ.items() if k not in ci and not k.startswith("PYTEST_")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != VENV_BIN)
+    env["RAIM_ENV_PROBE"] = str(tmp_path / "env.json")
+    sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        "tests/test_pipeline.py::test_ci_environment_is_set_before_test_modules_import"], ROOT, env)
+    seen = json.loads((tmp_path / "env.json").read_text())
+    assert {k: seen.get(k) for k in ci} == ci
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
-    """A clean clone of HEAD next to a `shared/data/raw` like the workplace's (no DVC remote, no models)."""
-    if not RAW.is_dir():
-        pytest.skip(f"raw data not found at {RAW} (set RAIM_RAW_DIR)")
+    """A clean clone of HEAD as from a forge: no sibling `shared/` folder (data.dvc's import source), no DVC
+    remote, no DVC cache, no models."""
     base = tmp_path_factory.mktemp("clone")
-    (base / "shared" / "data").mkdir(parents=True)
-    (base / "shared" / "data" / "raw").symlink_to(RAW)
     repo = base / "repo"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True, timeout=300)
+    assert not (base / "shared").exists() and not (repo / ".dvc" / "cache").exists()
     env = child_env(MLFLOW_TRACKING_URI=f"sqlite:///{base / 'mlflow.db'}", RAIM_HYDRA_DIR=str(base / "hydra"),
                     RAIM_MODELS_DIR=str(base / "no-models"), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
                     GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
@@ -212,17 +279,58 @@ def clone(tmp_path_factory):
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
+def _git_status(repo: Path, env: dict) -> str:
+    return sh(["git", "status", "--porcelain", "--untracked-files=all"], repo, env).stdout
+
+
+def _ran(out: str) -> set[str]:
+    return {ln.split("'")[1] for ln in out.splitlines() if ln.startswith("Running stage '")}
+
+
+@pytest.fixture(scope="module")
+def reproduced(clone):
+    """`dvc repro` once in the forge clone: the DVC status before it and its output."""
     repo, env = clone
-    status = json.loads(_dvc("status", "--json", cwd=repo, env=env).stdout)
-    # data.dvc's import is not in a clean clone's DVC cache (re-imported from ../shared/data/raw on repro), so
-    # before the first repro each `balance` stage sees its raw folder as missing, and nothing else of it changed;
-    # otherwise only the analysis stages, whose outputs are not committed: sets and verdicts are up to date
-    for name, st in status.items():
-        if name.startswith("balance@"):
-            assert st == [{"changed deps": {f"data/shipped/{name[8:]}": "deleted"}}], status
-    assert {s for s in status if not s.startswith("balance@")} - {"data.dvc"} == {
-        "stacking", "suite", *BEYOND, "report"}, status
+    before = json.loads(_dvc("status", "--json", cwd=repo, env=env).stdout)
+    return before, _dvc("repro", cwd=repo, env=env).stdout
+
+
+@pytest.mark.slow
+def test_forge_clone_reproduces_to_a_clean_git_status(clone, reproduced):
+    """Without the sibling folder: the raw snapshot is committed (data.dvc is its frozen import record, never
+    re-imported), so the sets and the verdicts are up to date; only the analysis stages, whose outputs are not
+    committed, run, and they reproduce dvc.lock and the committed metrics byte for byte."""
+    repo, env = clone
+    before, out = reproduced
+    analysis = {"stacking", "suite", *BEYOND, "report"}
+    assert set(before) == analysis, before
+    assert _ran(out) == analysis, out
+    assert "Importing" not in out and "'data.dvc' didn't change" in out
+    assert _git_status(repo, env) == ""
+    assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
+
+
+@pytest.mark.slow
+def test_forge_clone_second_repro_runs_nothing(clone, reproduced):
+    repo, env = clone
+    again = _dvc("repro", cwd=repo, env=env).stdout
+    assert not _ran(again) and "Data and pipelines are up to date." in again, again
+    assert _git_status(repo, env) == ""
+
+
+@pytest.mark.slow
+def test_forge_clone_rebuilds_the_committed_sets_byte_identical(clone, reproduced):
+    """Forcing every `balance` stage rebuilds datasets/ from the committed raw snapshot: nothing changes."""
+    repo, env = clone
+    names = list(yaml.safe_load((repo / "params.yaml").read_text())["dataset"]["datasets"])
+    out = _dvc("repro", "--force", "--single-item", *[f"balance@{n}" for n in names], cwd=repo, env=env).stdout
+    assert _ran(out) == {f"balance@{n}" for n in names}, out
+    assert _git_status(repo, env) == ""
+
+
+@pytest.mark.slow
+def test_clean_clone_exp_run_reruns_only_the_analysis(clone, reproduced):
+    repo, env = clone
     # `dvc exp run -S` recomposes params.yaml from conf/ with the overrides, then reproduces in the workspace:
     # a stacker parameter reruns the stacking stage and what follows it, never the sets or the judges
     out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast",
@@ -241,9 +349,9 @@ def test_clean_clone_reproduces_without_models_then_does_nothing(clone):
     again = _dvc("repro", cwd=repo, env=env).stdout
     assert "Running stage" not in again and "up to date" in again
     assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
-    assert (repo / "data" / "shipped" / "medhallu").is_dir()  # the raw snapshot was re-imported offline by data.dvc
 
 
+@pytest.mark.slow
 def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_file(clone):
     """A new set in `dataset=all` (README, "Your own benchmark", step 5): its own balance and verdicts stages and
     the analysis run, nothing else; with no verdicts yet it is left out and named, the others are analysed; the
@@ -259,10 +367,13 @@ def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_f
     listed.write_text(listed.read_text() + "  newbench: ${paths.own_dir}/newbench\n")
     sh([sys.executable, "-m", "src.track", "params"], repo, env)
     out = _dvc("repro", cwd=repo, env=env).stdout
-    ran = {ln.split("'")[1] for ln in out.splitlines() if ln.startswith("Running stage '")}
-    # (the monitor reads no dataset; it reruns here because recomposing params.yaml from conf/ undoes the previous
-    # test's `dvc exp run -S stacker.C=0.5 -S analysis.n_boot=200`, settings the monitor's replay uses)
-    assert {"balance@newbench", "verdicts@newbench", "coverage", "stacking", "suite", *BEYOND, "report"} == ran, out
+    ran = _ran(out)
+    # (the monitor reads no dataset: recomposing params.yaml from conf/ undoes the previous test's `dvc exp run -S
+    # stacker.C=0.5 -S analysis.n_boot=200`, settings its replay uses, back to those of the first `dvc repro`,
+    # so DVC's run cache restores its outputs instead of running it)
+    assert {"balance@newbench", "verdicts@newbench", "coverage", "stacking", "suite", "prevalence", "noise",
+            "report"} == ran, out
+    assert "Stage 'monitor' is cached - skipping run, checking out outputs" in out, out
     assert raw.exists() and (repo / "datasets" / "newbench.jsonl").exists()
     doc = json.loads((repo / "results" / "results.json").read_text())
     assert sorted(doc["datasets"]) == ["expertqa", "medhallu", "truthfulqa", "wice"]
