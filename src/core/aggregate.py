@@ -245,7 +245,7 @@ class DawidSkene(_VoteClassifier):
     @classmethod
     def _e(cls, X0: np.ndarray, X1: np.ndarray, priors: np.ndarray, confusion: np.ndarray) -> np.ndarray:
         """E-step: posteriors (P(y=0), P(y=1)), the prior's log-odds plus each vote's log-likelihood ratio, through σ."""
-        from scipy.special import expit  # deferred: importing scipy; start-up
+        from scipy.special import expit  # imported here, not at start-up: scipy
 
         llr = np.diff(np.log(confusion), axis=1)[:, 0, :]  # [j, o]: log P(o | 1) − log P(o | 0)
         z = np.diff(np.log(np.maximum(priors, cls._FLOOR)))[0] + X0 @ llr[:, 0] + X1 @ llr[:, 1]
@@ -286,7 +286,7 @@ class DawidSkene(_VoteClassifier):
         self.probas_ = q
         if not self.converged_:
 
-            from sklearn.exceptions import ConvergenceWarning  # deferred: importing scikit-learn ~1.4 s; start-up
+            from sklearn.exceptions import ConvergenceWarning  # imported here, not at start-up: scikit-learn ~1.4 s
 
             warnings.warn(f"Dawid–Skene EM did not converge in {self.n_iter} iterations (tol={self.tol:g})",
                           ConvergenceWarning, stacklevel=2)
@@ -462,7 +462,7 @@ class NoiseRobustStackedLogit(StackedLogit):
     def estimate_flip_rates(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """(ρ₀, ρ₁) of the labels ``y`` from Dawid–Skene on [member votes, y] (no clean label used)."""
 
-        from sklearn.exceptions import ConvergenceWarning  # deferred: importing scikit-learn ~1.4 s; start-up
+        from sklearn.exceptions import ConvergenceWarning  # imported here, not at start-up: scikit-learn ~1.4 s
 
         X = np.asarray(X, dtype=float)
         votes = X[:, :X.shape[1] if self.n_votes is None else self.n_votes]
@@ -480,8 +480,8 @@ class NoiseRobustStackedLogit(StackedLogit):
         return rates if rates.sum() < 0.99 else rates * 0.99 / rates.sum()
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> NoiseRobustStackedLogit:
-        from scipy.optimize import minimize  # deferred: importing scipy; start-up
-        from scipy.special import expit  # deferred: importing scipy; start-up
+        from scipy.optimize import minimize  # imported here, not at start-up: scipy
+        from scipy.special import expit  # imported here, not at start-up: scipy
 
         super().fit(X, y)  # the plain fit: the starting point (and the answer when the rates are 0)
         self.flip_rates_ = self._rates(X, y)

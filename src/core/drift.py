@@ -113,7 +113,7 @@ class DriftMonitor(BaseEstimator):
     def pvalues(self, votes: np.ndarray, prevalence: float) -> tuple[np.ndarray, np.ndarray]:
         """(observed shares, two-sided p-values) of one window's events against the calibration's shares
         mixed at ``prevalence`` (a two-sample z-test per event)."""
-        from scipy.stats import norm  # deferred: importing scipy; start-up
+        from scipy.stats import norm  # imported here, not at start-up: scipy
 
         F = indicators(np.asarray(votes, dtype=float))
         n, obs = len(F), F.mean(0)
@@ -144,7 +144,7 @@ class DriftMonitor(BaseEstimator):
 
     def prevalence_flag(self, est: float, se: float, ref: tuple[float, float]) -> bool:
         """Moved by more than the tolerance and significantly (two-sided z-test at α)."""
-        from scipy.stats import norm  # deferred: importing scipy; start-up
+        from scipy.stats import norm  # imported here, not at start-up: scipy
 
         diff = abs(est - ref[0])
         z = diff / max(np.hypot(se, ref[1]), 1e-12)

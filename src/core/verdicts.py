@@ -174,8 +174,8 @@ def _ragged(path: Path, row: int, rec: list[str], header: list[str]) -> None:
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
-    import pyarrow as pa  # deferred: importing pyarrow; start-up
-    import pyarrow.parquet as pq  # deferred: importing pyarrow; start-up
+    import pyarrow as pa  # imported here, not at start-up: pyarrow
+    import pyarrow.parquet as pq  # imported here, not at start-up: pyarrow
 
     try:
         pf = pq.ParquetFile(path)

@@ -126,7 +126,7 @@ def _connect(address: str | None) -> Any:
     """``ray`` connected to ``address`` (None: ``$RAY_ADDRESS`` or a new local cluster); a clear error without
     the ``ray`` extra."""
     try:
-        import ray  # deferred: importing Ray (an optional extra); start-up
+        import ray  # imported here, not at start-up: Ray (an optional extra)
         import ray.data  # noqa: F401
     except ImportError as e:
         raise RayEngineError("judge.engine=ray needs Ray Data: pip install -e '.[ray]'") from e

@@ -180,7 +180,7 @@ def score_judge(
             todo = [missing[j] for j in order]
             bar = None
             if progress:
-                from tqdm import tqdm  # deferred: importing tqdm; start-up
+                from tqdm import tqdm  # imported here, not at start-up: tqdm
 
                 bar = tqdm(total=len(todo), desc=name, unit="item", file=sys.stderr, mininterval=2.0)
             t0 = time.perf_counter()
@@ -301,7 +301,7 @@ def coverage_audit(tables: Mapping[str, pd.DataFrame], judges: list[str]) -> pd.
                 lo = t[f"{j}@logodds"].to_numpy(dtype=float, na_value=np.nan)
                 ok = ~np.isnan(lo)
                 if ok.sum() >= 2 and len(set(gold[ok])) == 2:
-                    from sklearn.metrics import roc_auc_score  # deferred: importing scikit-learn ~1.4 s; start-up
+                    from sklearn.metrics import roc_auc_score  # imported here, not at start-up: scikit-learn ~1.4 s
 
                     auc = round(float(roc_auc_score(gold[ok], lo[ok])), 4)
             rows.append(

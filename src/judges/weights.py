@@ -222,8 +222,8 @@ def export_hf(key: str, out_dir: Path | str | None = None, dtype: str = "float32
     marker = out / "raim_source.json"
     if marker.exists() and json.loads(marker.read_text()) == stamp:
         return out
-    import torch  # deferred: importing torch (seconds); start-up
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # deferred: importing transformers (seconds); start-up
+    import torch  # imported here, not at start-up: torch (seconds)
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # imported here, not at start-up: transformers (seconds)
 
     g = resolve(key)
     tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)

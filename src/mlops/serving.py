@@ -127,8 +127,8 @@ def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFra
 
 def _invalid(e: InputError):
     """An MLflow error the scoring server answers with HTTP 400 and this one line (no stack trace)."""
-    from mlflow.exceptions import MlflowException  # deferred: importing mlflow ~1.8 s; start-up
-    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE  # imported here, not at start-up: mlflow ~1.8 s
 
     return MlflowException(str(e), error_code=INVALID_PARAMETER_VALUE)
 
@@ -236,8 +236,8 @@ class PanelModel(mlflow.pyfunc.PythonModel):
 
 
 def panel_signature(columns: list[str], n_votes: int):
-    from mlflow.models import ModelSignature  # deferred: importing mlflow ~1.8 s; start-up
-    from mlflow.types import ColSpec, Schema  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.models import ModelSignature  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.types import ColSpec, Schema  # imported here, not at start-up: mlflow ~1.8 s
 
     inputs = Schema([ColSpec("string", "candidate")] + [ColSpec("string", c, required=False)
                                                         for c in PANEL_OPTIONAL])
@@ -300,8 +300,8 @@ def _pins_from_this_environment() -> Iterator[None]:
     (:func:`pip_requirements`), so while RAIM logs its own models that check cannot find a mismatch and is skipped
     (tests/test_track.py checks the pins against the installed distributions). Loading a model anywhere else
     still runs it."""
-    import mlflow.pyfunc  # deferred: importing mlflow ~1.8 s; start-up
-    from mlflow.utils import environment  # deferred: importing mlflow ~1.8 s; start-up
+    import mlflow.pyfunc  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.utils import environment  # imported here, not at start-up: mlflow ~1.8 s
 
     modules = [m for m in (environment, mlflow.pyfunc) if hasattr(m, "warn_dependency_requirement_mismatches")]
     checks = [m.warn_dependency_requirement_mismatches for m in modules]
@@ -330,8 +330,8 @@ def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, **kwargs):
 def stacker_signature(columns: list[str], n_votes: int | None = None):
     """Every column required (a vote: 0, 1, or null / 0.5 = abstained; then continuous features); the output's
     p and verdict are null for a row where every member abstained (its label is ``abstained``)."""
-    from mlflow.models import ModelSignature  # deferred: importing mlflow ~1.8 s; start-up
-    from mlflow.types import ColSpec, Schema  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.models import ModelSignature  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.types import ColSpec, Schema  # imported here, not at start-up: mlflow ~1.8 s
 
     inputs = Schema([ColSpec("double", c, required=True) for c in columns])
     outputs = Schema([ColSpec("double", "p_hallucinated", required=False), ColSpec("long", "verdict", required=False),
@@ -343,16 +343,16 @@ def inference_params():
     """The parameters a served model takes at inference: ``prevalence`` — the deployment's hallucinated share
     as text ("0.1"; MLflow types a parameter once, and it must also carry ``"estimate"``: the EM estimate over
     the request's rows, :mod:`src.prevalence`); unset: the posteriors as fitted."""
-    from mlflow.types import ParamSchema, ParamSpec  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.types import ParamSchema, ParamSpec  # imported here, not at start-up: mlflow ~1.8 s
 
     return ParamSchema([ParamSpec("prevalence", "string", None)])
 
 
 def pip_requirements() -> list[str]:
     """Exact pins of what unpickling and running the models needs (inference of these is slow and wrong)."""
-    import cloudpickle  # deferred: importing cloudpickle; start-up
-    import mlflow  # deferred: importing mlflow ~1.8 s; start-up
-    import sklearn  # deferred: importing scikit-learn ~1.4 s; start-up
+    import cloudpickle  # imported here, not at start-up: cloudpickle
+    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
+    import sklearn  # imported here, not at start-up: scikit-learn ~1.4 s
 
     return [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"numpy=={np.__version__}",
             f"pandas=={pd.__version__}", f"scipy=={__import__('scipy').__version__}",
@@ -380,7 +380,7 @@ def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None
 def self_check(model_uri: str) -> str | None:
     """Why a logged model cannot serve (None: it loads, its signature names its input example's columns, and it
     predicts that example: one answer per row)."""
-    from mlflow.models import Model  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.models import Model  # imported here, not at start-up: mlflow ~1.8 s
 
     try:
         path = mlflow.artifacts.download_artifacts(model_uri)
@@ -492,8 +492,8 @@ def input_check(inner):
 
 def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> None:
     """MLflow's scoring server (same routes and JSON) for a RAIM model, with :class:`StrictInputs` in front."""
-    import uvicorn  # deferred: importing the server stack; start-up
-    from mlflow.pyfunc import scoring_server  # deferred: importing mlflow ~1.8 s; start-up
+    import uvicorn  # imported here, not at start-up: the server stack
+    from mlflow.pyfunc import scoring_server  # imported here, not at start-up: mlflow ~1.8 s
 
     model = mlflow.pyfunc.load_model(model_uri)
     app = StrictInputs(scoring_server.init(model), input_check(model.unwrap_python_model()))
@@ -504,7 +504,7 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
 def main(argv: list[str] | None = None) -> int:
     """``python -m src.serve model --model-uri models:/raim-stacker-wice@champion --port 5001`` (a panel model
     is logged with ``python -m src.registry log-panel``)."""
-    from mlflow.exceptions import MlflowException  # deferred: importing mlflow ~1.8 s; start-up
+    from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
 
     ap = ArgumentParser(prog="python -m src.serve", description="serve a RAIM model")
     sub = ap.add_subparsers(dest="cmd", required=True)

@@ -459,7 +459,7 @@ def headline(ds: dict, rate: float) -> dict:
 
 def study(table: VerdictTable, stackers: dict, s: dict, ladder, native: dict | None = None) -> dict:
     """The study on every dataset of the table and on the simulated admissible panel (``noise.simulation``)."""
-    from tqdm import tqdm  # deferred: importing tqdm; start-up
+    from tqdm import tqdm  # imported here, not at start-up: tqdm
 
     check_settings(ladder, next(iter(stackers.values())))
 

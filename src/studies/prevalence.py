@@ -167,7 +167,7 @@ def error_summary(values: np.ndarray, truth: float, level: float) -> dict:
 def posteriors(table, stacker, settings, folds: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
     """The stacker's cross-fitted p(hallucinated) on one dataset (the ladder's features and cluster folds) and,
     per item, the training prevalence of the fold that scored it."""
-    from sklearn.base import clone  # deferred: importing scikit-learn ~1.4 s; start-up
+    from sklearn.base import clone  # imported here, not at start-up: scikit-learn ~1.4 s
 
     table, _ = active_members(table)
     X, _ = design_matrix(table, settings.features)
@@ -207,7 +207,7 @@ def check_study(s: Mapping) -> None:
 def study(table, stacker, settings, s: Mapping) -> dict:
     """The prior-shift study on every dataset of ``table`` (kind ``real``; None: none) and on the configured
     simulated panels (kind ``simulated``), at each of ``s['prevalences']``."""
-    from tqdm import tqdm  # deferred: importing tqdm; start-up
+    from tqdm import tqdm  # imported here, not at start-up: tqdm
 
     check_study(s)
     sets = [] if table is None else [(name, "real", t) for name, t in table.by_dataset().items()]

@@ -74,8 +74,8 @@ class TransformersBackend(Backend):
 
     def load(self):
         if self.model is None:
-            import torch  # deferred: importing torch (seconds); start-up
-            from transformers import (  # deferred: importing transformers (seconds); start-up
+            import torch  # imported here, not at start-up: torch (seconds)
+            from transformers import (  # imported here, not at start-up: transformers (seconds)
                 AutoModelForCausalLM,
                 AutoTokenizer,
             )
@@ -128,7 +128,7 @@ class TransformersBackend(Backend):
     def _fwd(self, ids: list[int], cache):
         """One forward pass; transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` before)."""
 
-        import torch  # deferred: importing torch (seconds); start-up
+        import torch  # imported here, not at start-up: torch (seconds)
 
         if not hasattr(self, "_cache_kw"):
             params = inspect.signature(self.model.forward).parameters
@@ -136,8 +136,8 @@ class TransformersBackend(Backend):
         return self.model(torch.tensor([ids], device=self._dev), use_cache=True, **{self._cache_kw: cache})
 
     def _last_logits(self, prefix: list[int], suffix: list[int]):
-        import torch  # deferred: importing torch (seconds); start-up
-        from transformers import DynamicCache  # deferred: importing transformers (seconds); start-up
+        import torch  # imported here, not at start-up: torch (seconds)
+        from transformers import DynamicCache  # imported here, not at start-up: transformers (seconds)
 
         with torch.no_grad():
             if self.prefix_reuse and suffix:
@@ -154,7 +154,7 @@ class TransformersBackend(Backend):
         return out.logits[0, -1].float().cpu().numpy().astype(np.float64), cache
 
     def score_one(self, frame: Frame, item: Mapping[str, Any]) -> dict:
-        import torch  # deferred: importing torch (seconds); start-up
+        import torch  # imported here, not at start-up: torch (seconds)
 
         t0 = time.perf_counter()
         self.load()

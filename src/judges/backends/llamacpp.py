@@ -87,7 +87,7 @@ class LlamaCppBackend(Backend):
     def load(self):
         if self.llm is not None:
             return self.llm
-        from llama_cpp import Llama  # deferred: importing llama.cpp (an optional extra); start-up
+        from llama_cpp import Llama  # imported here, not at start-up: llama.cpp (an optional extra)
 
         if self.model:
             path = resolve(self.model)
@@ -149,7 +149,7 @@ class LlamaCppBackend(Backend):
     def eval_last_logits(self, tokens: list[int]) -> np.ndarray:
         """Evaluate ``tokens`` (reusing the KV cache of the longest common prefix) and return the logits of
         the last position (float64 copy)."""
-        import llama_cpp  # deferred: importing llama.cpp (an optional extra); start-up
+        import llama_cpp  # imported here, not at start-up: llama.cpp (an optional extra)
 
         llm = self.load()
         n = 0
@@ -187,7 +187,7 @@ class LlamaCppBackend(Backend):
         return rec
 
     def _is_eog(self, tok: int) -> bool:
-        import llama_cpp  # deferred: importing llama.cpp (an optional extra); start-up
+        import llama_cpp  # imported here, not at start-up: llama.cpp (an optional extra)
 
         vocab = llama_cpp.llama_model_get_vocab(self.llm._model.model)
         return bool(llama_cpp.llama_vocab_is_eog(vocab, tok))
@@ -204,7 +204,7 @@ class LlamaCppBackend(Backend):
             if "\n" in text.strip("\n") or len(out) >= self.max_new_tokens:
                 break
             llm.eval([tok])
-            import llama_cpp  # deferred: importing llama.cpp (an optional extra); start-up
+            import llama_cpp  # imported here, not at start-up: llama.cpp (an optional extra)
 
             ptr = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
             logits = np.ctypeslib.as_array(ptr, shape=(llm.n_vocab(),)).astype(np.float64)

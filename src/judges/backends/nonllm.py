@@ -117,7 +117,7 @@ class NumpyMiniLM:
         return x @ self.w[name + ".weight"].T + self.w[name + ".bias"]
 
     def encode_one(self, text: str) -> np.ndarray:
-        from scipy.special import erf  # deferred: importing scipy; start-up
+        from scipy.special import erf  # imported here, not at start-up: scipy
 
         ids = np.array(self.tok.encode(text).ids, dtype=np.int64)
         p, w = self.p, self.w

@@ -72,7 +72,7 @@ class VLLMBackend(Backend):
 
     def load(self):
         if self.llm is None:
-            from vllm import LLM  # deferred: importing vLLM (an optional extra); start-up
+            from vllm import LLM  # imported here, not at start-up: vLLM (an optional extra)
 
             model = self.model
             if self.weights_key:
@@ -120,7 +120,7 @@ class VLLMBackend(Backend):
         return list(self.score_iter(frame, items))
 
     def score_iter(self, frame: Frame, items: Sequence[Mapping[str, Any]]):
-        from vllm import SamplingParams  # deferred: importing vLLM (an optional extra); start-up
+        from vllm import SamplingParams  # imported here, not at start-up: vLLM (an optional extra)
 
         llm = self.load()
         if self.mode == "generate":
