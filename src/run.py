@@ -94,7 +94,7 @@ def main(cfg: DictConfig) -> float:
 class SweepSummary(Callback):
     """At the end of a ``-m`` sweep, one compact table of its jobs: the swept overrides, then per dataset the
     stacked κ, its paired call against the CV-best single judge (§2), the admissibility verdict (§3.3), the
-    decision (:mod:`src.decide`) and the MLflow run; printed and written as ``sweep_summary.csv`` in the sweep
+    decision (:mod:`src.core.decide`) and the MLflow run; printed and written as ``sweep_summary.csv`` in the sweep
     folder."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:

@@ -164,8 +164,7 @@ def test_docs_cite_no_issue_numbers():
     assert issue_citations(p for p in DOCS.rglob("*") if p.suffix in {".md", ".py"}) == []
 
 
-@pytest.mark.xfail(strict=False, reason="src/ docstrings and comments still cite issue numbers ('issue 11 §3', "
-                   "'issue 12'); the lead removes them while moving the modules")
 def test_src_cites_no_issue_numbers():
-    """Docstrings and comments cite the paper's sections, never an issue number."""
+    """Docstrings and comments cite the paper's sections, never an issue number (conf/ comments too)."""
     assert issue_citations((ROOT / "src").rglob("*.py")) == []
+    assert issue_citations((ROOT / "conf").rglob("*.yaml")) == []

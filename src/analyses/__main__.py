@@ -2,7 +2,7 @@
 
 Same config as ``python -m src.run``. Reads the table of :func:`src.judges.tables.load_table`, runs
 :func:`src.studies.suite.run_suite`, writes ``suite.output`` (results/suite.json) and the figures of
-:mod:`src.figures` under ``suite.figures_dir`` (those of Figs. 2 and 3b need the ladder's ``output``,
+:mod:`src.present.figures` under ``suite.figures_dir`` (those of Figs. 2 and 3b need the ladder's ``output``,
 results/results.json), and logs them to MLflow when ``tracking.enabled``.
 """
 

@@ -339,7 +339,7 @@ def _apply_holm(results: dict[str, DatasetResult], core: list[str]) -> None:
 
 
 def to_json(results: dict[str, DatasetResult], s: LadderSettings, meta: dict | None = None) -> dict:
-    """The machine-readable results.json document; each dataset opens with its decision (:mod:`src.decide`)."""
+    """The machine-readable results.json document; each dataset opens with its decision (:mod:`src.core.decide`)."""
     return {
         "settings": dict(s.__dict__),
         "meta": meta or {},

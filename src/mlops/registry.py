@@ -17,7 +17,7 @@ and given the alias only when both hold on that dataset:
   above 0; "clean win" also clears the oracle) — otherwise deploying the best single judge is as good and
   simpler.
 
-and, where the run carries RAIM's deployment decision (:mod:`src.decide`, tag ``decision``), that decision is
+and, where the run carries RAIM's deployment decision (:mod:`src.core.decide`, tag ``decision``), that decision is
 to deploy the panel (its stacked κ also reaches ``analysis.kappa_floor``).
 
 It also refuses a model that cannot serve: one that fails to load, whose signature does not name its input

@@ -8,7 +8,7 @@
   through the verdict cache (a hit never loads a model) and stacks their verdicts with a fitted stacker.
 
 ``python -m src.serve model`` serves either behind MLflow's scoring server with strict inputs
-(:class:`StrictInputs`). Logging and registering them is :mod:`src.track`'s and :mod:`src.registry`'s: both
+(:class:`StrictInputs`). Logging and registering them is :mod:`src.mlops.tracking`'s and :mod:`src.mlops.registry`'s: both
 import this module, which imports neither.
 """
 
@@ -154,7 +154,7 @@ class StackerModel(mlflow.pyfunc.PythonModel):
 
 def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str], X: np.ndarray,
                  n_votes: int | None, out: pd.DataFrame, item_ids: list | None = None) -> None:
-    """Live monitoring (issue 11 §3, :mod:`src.monitor`): the scored items' member votes (never the text) and
+    """Live monitoring (:mod:`src.studies.monitor`): the scored items' member votes (never the text) and
     the stacker's p(hallucinated) as fitted (before any prevalence correction) go to the store named by the panel
     model's config ``monitor_store`` or ``$RAIM_MONITOR_STORE``; off when neither is set. A failure to record is
     logged, never raised: it must not fail the prediction."""
@@ -342,7 +342,7 @@ def stacker_signature(columns: list[str], n_votes: int | None = None):
 def inference_params():
     """The parameters a served model takes at inference: ``prevalence`` — the deployment's hallucinated share
     as text ("0.1"; MLflow types a parameter once, and it must also carry ``"estimate"``: the EM estimate over
-    the request's rows, :mod:`src.prevalence`); unset: the posteriors as fitted."""
+    the request's rows, :mod:`src.studies.prevalence`); unset: the posteriors as fitted."""
     from mlflow.types import ParamSchema, ParamSpec  # imported here, not at start-up: mlflow ~1.8 s
 
     return ParamSchema([ParamSpec("prevalence", "string", None)])

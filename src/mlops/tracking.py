@@ -335,7 +335,7 @@ def summary_metrics(s: dict) -> tuple[dict[str, float], dict[str, str]]:
 
 
 def decision_tags(d: dict | None) -> dict[str, str]:
-    """The deployment decision (:mod:`src.decide`) as tags: ``decision`` (panel / single / none),
+    """The deployment decision (:mod:`src.core.decide`) as tags: ``decision`` (panel / single / none),
     ``decision_member`` (the single judge, or ``none``), ``decision_reason``."""
     if not d:
         return {}

@@ -1,5 +1,5 @@
-"""The figures of the paper, drawn from results.json (the ladder, :mod:`src.ladder`) and suite.json (the analysis
-suite, :mod:`src.analyses`); :func:`draw` writes every one the two documents allow.
+"""The figures of the paper, drawn from results.json (the ladder, :mod:`src.core.ladder`) and suite.json (the analysis
+suite, :mod:`src.studies.suite`); :func:`draw` writes every one the two documents allow.
 
 * Fig. 2 (§3.1) — per-member κ violins per dataset, with the stacked panel (●), the oracle best single (■) and
   the frontier judge (★) overlaid, datasets by descending mean member κ;
@@ -337,7 +337,7 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
 
 
 def noise_figure(doc: dict, path: Path) -> Path:
-    """Noisy calibration labels (issue 12, beyond the paper): stacked κ on clean gold against the label-noise
+    """Noisy calibration labels (beyond the paper): stacked κ on clean gold against the label-noise
     rate, one colour per TRIVIA+ noise type (WS, DW, DL, RF), the plain stacker solid and the others dashed,
     one panel per dataset and the simulated admissible panel; a native TRIVIA+ column is a marker at its rate."""
 
@@ -372,7 +372,7 @@ def noise_figure(doc: dict, path: Path) -> Path:
 
 
 def monitor_figure(doc: dict, path: str | Path) -> Path:
-    """Live monitoring (beyond the paper; issue 11 §3, :mod:`src.monitor`): per window, the label-free agreement
+    """Live monitoring (beyond the paper; :mod:`src.studies.monitor`): per window, the label-free agreement
     proxy against the calibration set's, the estimated prevalence against its reference ± tolerance, and the
     drift test's smallest Holm-adjusted p against α; alarms marked, the replay's change point dashed."""
     plt = _plt()
@@ -408,7 +408,7 @@ def monitor_figure(doc: dict, path: str | Path) -> Path:
 
 
 def prevalence_figure(doc: dict, path: str | Path) -> Path:
-    """Prior shift (beyond the paper; :mod:`src.prevalence`): per calibration set (columns), Brier, ECE, F1 and
+    """Prior shift (beyond the paper; :mod:`src.studies.prevalence`): per calibration set (columns), Brier, ECE, F1 and
     balanced accuracy at the served decision against the deployment prevalence — uncorrected, corrected with the
     true prevalence, corrected with the EM estimate (95 % cluster-bootstrap intervals shaded) — and, last row,
     the EM estimate of the prevalence against the truth (the mean uncorrected posterior dotted)."""

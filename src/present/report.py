@@ -1,10 +1,10 @@
 """The generated Markdown report: ``python -m src.report`` → results/report.md, the figures embedded.
 
-It opens with the deployment decision per dataset (:mod:`src.decide`: the panel, the CV-best single judge, or
+It opens with the deployment decision per dataset (:mod:`src.core.decide`: the panel, the CV-best single judge, or
 nothing, from the §3.3 admissibility test and the §2 call against the CV-best single), then mirrors the paper's
 Tables 1, 4, 5, 6, 7, 15, 16, 17, 22 and 23, the Appendix C check, the transfer (Appendix E) and the cost model
-(Table 2, Appendix H). The figures are :mod:`src.figures`'; the tables read results.json (:mod:`src.ladder`)
-and suite.json (:mod:`src.analyses`).
+(Table 2, Appendix H). The figures are :mod:`src.present.figures`'; the tables read results.json (:mod:`src.core.ladder`)
+and suite.json (:mod:`src.studies.suite`).
 """
 
 from __future__ import annotations
@@ -379,7 +379,7 @@ def _break_even(b: dict, head: list[str], rows: list[list]) -> str:
 
 
 def decision_section(results: dict) -> str:
-    """The opening table: one deployment decision per dataset (:mod:`src.decide`), then the rule in words."""
+    """The opening table: one deployment decision per dataset (:mod:`src.core.decide`), then the rule in words."""
     st = results.get("settings", {})
     floor = st.get("kappa_floor", 0.40)
     rows = []
@@ -554,7 +554,7 @@ def cascade_section(suite: dict, fig) -> list[str]:
 
 
 def noise_section(doc: dict, brief: bool = False) -> list[str]:
-    """Noisy calibration labels (issue 12, beyond the paper; :mod:`src.noise`): per dataset and the simulated
+    """Noisy calibration labels (beyond the paper; :mod:`src.studies.noise`): per dataset and the simulated
     admissible panel, each TRIVIA+ noise type at each rate — stacked κ on clean gold of each stacker trained on
     noisy labels with its paired Δκ against the clean-label fit, how often the ladder's call and the CV-best
     selection survive, and how far noisy *test* labels move the measured κ and the admissibility call.
@@ -600,8 +600,8 @@ def noise_section(doc: dict, brief: bool = False) -> list[str]:
     return out
 
 def monitor_section(doc: dict) -> list[str]:
-    """Live monitoring (beyond the paper; issue 11 §3): the monitored stream's alarms and, for a replay, the
-    detection delay and false alarms over seeds (monitor.json of :mod:`src.monitor`)."""
+    """Live monitoring (beyond the paper): the monitored stream's alarms and, for a replay, the
+    detection delay and false alarms over seeds (monitor.json of :mod:`src.studies.monitor`)."""
     s, cal = doc["settings"], doc["calibration"]
     out = ["## Live monitoring of the served panel (beyond the paper)", "",
            f"Windows of {s['window']} items every {s['step']}; drift test against the calibration set's class-"
@@ -638,7 +638,7 @@ def monitor_section(doc: dict) -> list[str]:
 
 
 def prevalence_section(doc: dict) -> list[str]:
-    """Prevalence shift (beyond the paper; issue 11 §2, :mod:`src.prevalence`): per calibration set and deployment
+    """Prevalence shift (beyond the paper; :mod:`src.studies.prevalence`): per calibration set and deployment
     prevalence π, the stacker's Brier, ECE, F1 and balanced accuracy at the served decision — uncorrected, and the
     paired Δ of the correction with the true π and with the EM-estimated π (Saerens et al. 2002), bold when its
     cluster-bootstrap interval excludes 0 — and the EM estimate of π (prevalence.json)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def summary_lines(doc: dict) -> list[str]:
     """One line per dataset: the stacker against the CV-best single judge, the call, the admissibility verdict
-    (§2, §3.3), and what to deploy there (:mod:`src.decide`)."""
+    (§2, §3.3), and what to deploy there (:mod:`src.core.decide`)."""
     out = []
     for name, s in doc["datasets"].items():
         st, cv = (s["comparators"][c]["kappa"]["estimate"] for c in ("stacked", "best_cv"))

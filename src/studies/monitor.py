@@ -1,10 +1,10 @@
-"""Live admissibility monitoring of a served panel (beyond the paper; issue 11 §3).
+"""Live admissibility monitoring of a served panel (beyond the paper).
 
 The admissibility test of §3.3 is read once, on the labelled calibration set. A served panel can leave the
 region it certified — a member's model is swapped or starts refusing, the traffic moves to a task where the
 members err together — and nothing in its verdicts says so. This module watches the votes instead:
 
-* **Recording.** The served models (:mod:`src.serve`) append each scored item's member votes (never its text),
+* **Recording.** The served models (:mod:`src.mlops.serving`) append each scored item's member votes (never its text),
   the stacker's p(hallucinated), a timestamp and the item id (when given) to a sqlite store — stdlib, one file,
   readable by pandas, and safe under concurrent requests: WAL journal, a busy timeout and one transaction per
   request. Recording is on when a store is named (a panel model's config ``monitor_store``, else
@@ -28,7 +28,7 @@ members err together — and nothing in its verdicts says so. This module watche
   on the stream's first ``reference_items``) by more than a tolerance *and* significantly at level α (a z-test
   with the estimates' standard errors from the observed information of the mixture likelihood that the EM
   maximises, Saerens et al. 2002 §2.2): re-estimate the prevalence or re-adjust the threshold
-  (:mod:`src.prevalence`).
+  (:mod:`src.studies.prevalence`).
 * **Alarm rule.** A kind alarms when ``consecutive`` successive windows are flagged (one window's test is at
   level α; the run of flags guards the many overlapping windows against a single unlucky one, as in the
   "k-of-n" runs rules of statistical process control, Montgomery, *Introduction to Statistical Quality

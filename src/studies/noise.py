@@ -1,4 +1,4 @@
-"""Noisy calibration labels (beyond the paper; issue 12): TRIVIA+'s four noise types, measured and resisted.
+"""Noisy calibration labels (beyond the paper): TRIVIA+'s four noise types, measured and resisted.
 
 RAIM's stacker, its admissibility test (§3.3) and its CV-best single selection (§2) all learn from a few hundred
 labelled calibration items. TRIVIA+ (Chen et al. 2026, "Rethinking Evaluation for LLM Hallucination Detection",
@@ -28,7 +28,7 @@ exactly its share and an item's chance rises with its weight. When the table car
 (``noisy_ws/dw/dl/rf``, from the dataset's jsonl, or as columns of a bring-your-own table) those labels are used
 instead, at their own realised rate.
 
-The study, per dataset and on a simulated panel in the admissible regime (:mod:`src.simulate`), for each type and
+The study, per dataset and on a simulated panel in the admissible regime (:mod:`src.studies.simulate`), for each type and
 rate and ``draws`` seeded draws: **training** on noisy labels — cross-fitted on the ladder's cluster folds
 (:func:`src.core.ladder.checked_folds`), scored on clean gold: stacked κ of each configured stacker, the CV-best single,
 the selected member, and the ladder's call (§2) with the oracle re-taken on every draw; paired cluster-bootstrap

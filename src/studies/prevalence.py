@@ -1,4 +1,4 @@
-"""Prevalence (prior) shift of the stacker's posteriors (beyond the paper; issue 11 §2).
+"""Prevalence (prior) shift of the stacker's posteriors (beyond the paper).
 
 The stacker is fitted on balanced sets (train prevalence 0.5), while deployment traffic is hallucinated at
 5–30 %. Under a pure prior shift (p(votes | class) unchanged), the posterior under a new prior follows from

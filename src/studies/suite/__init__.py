@@ -9,7 +9,7 @@ Appendix C. Across datasets: leave-one-dataset-out transfer
 threshold grid, Fig. 3a's invariance region, and the cost model (Table 2, Appendix H).
 
 ``python -m src.analyses`` runs it on the table of ``src.judges.tables.load_table(cfg)``, writes suite.json and the
-figures (:mod:`src.figures`) and logs them to MLflow.
+figures (:mod:`src.present.figures`) and logs them to MLflow.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Escalation cascade (beyond the paper; issue 11 §1): the cheap panel decides, an expensive judge sees only the
+"""Escalation cascade (beyond the paper): the cheap panel decides, an expensive judge sees only the
 items the panel is unsure of.
 
 The rule is the LLM cascade of FrugalGPT (Chen, Zaharia & Zou 2023, "FrugalGPT: How to Use Large Language Models

@@ -1,4 +1,4 @@
-"""Vectorised building blocks of the analysis suite (:mod:`src.analyses`): the §2 stacker and the §3.3 coordinates,
+"""Vectorised building blocks of the analysis suite (:mod:`src.studies.suite`): the §2 stacker and the §3.3 coordinates,
 fitted and scored for many weightings and panels at once.
 
 * :func:`fit_logit_many` fits many L2-penalised logistic regressions at once (the stacker of §2, P(y=1|v) =

@@ -3,7 +3,7 @@
 The reported stacker's out-of-fold predictions and the CV-best single judge come from
 :func:`src.core.aggregate.crossfit` on :func:`src.core.aggregate.cluster_folds` with the ladder's settings (or the folds
 the ladder already used, :func:`src.core.ladder.dataset_folds`), so they are the very predictions behind results.json
-(Table 1); the admissibility coordinates come from :mod:`src.admissibility` (§3.3). Each dataset's paired cluster
+(Table 1); the admissibility coordinates come from :mod:`src.core.admissibility` (§3.3). Each dataset's paired cluster
 bootstrap (§2) is drawn once per seed, at the most draws any analysis asks, and every analysis takes the first
 draws it needs (:meth:`Reference.bootstrap`).
 """
