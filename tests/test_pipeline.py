@@ -165,6 +165,37 @@ def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
         (ROOT / "params.yaml").read_text()), "regenerate: python -m src.track params (see README)"
 
 
+def _dvc_deps():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dvc_deps", ROOT / "scripts" / "dvc_deps.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_dvc_yaml_src_deps_are_the_import_graph_of_each_stage():
+    """Each stage depends on exactly the src/ files its command's module imports (transitively, plus the
+    `_target_` modules Hydra imports): an edit to one of them reruns it, an edit elsewhere does not."""
+    dd = _dvc_deps()
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    want = dd.derived(spec, yaml.safe_load((ROOT / "params.yaml").read_text()))
+    for name, st in spec["stages"].items():
+        assert dd.declared(st.get("do", st)) == want[name], (
+            f"dvc.yaml stage {name}: src/ deps differ from its import graph; run python scripts/dvc_deps.py --write")
+
+
+def test_the_derived_deps_follow_an_import(tmp_path):
+    """The derivation reads imports: the report stage reaches its entry and src/present/report.py; the verdicts
+    stage reaches the roster's backends through their `_target_` (Hydra and the runner import them at run time)."""
+    dd = _dvc_deps()
+    spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    want = dd.derived(spec, yaml.safe_load((ROOT / "params.yaml").read_text()))
+    assert "src/present/report.py" in want["report"] and "src/report.py" in want["report"]
+    assert "src/judges/backends/llamacpp.py" in want["verdicts"]
+    assert "src/mlops/tracking.py" in want["stacking"]  # it logs the run and writes the stage's metrics
+
+
 def test_dvc_yaml_declares_an_honest_pipeline():
     spec = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     assert list(spec) == ["balance", "verdicts", "coverage", "stacking", "suite", *BEYOND, "report"]
