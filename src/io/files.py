@@ -1,34 +1,58 @@
-"""Small file helpers shared by the stages: atomic writes (a crash never leaves a partial file) and JSON-clean
-values (NaN → null, never an invalid ``NaN`` token)."""
+"""Small file helpers shared by the stages: atomic writes (a crash never leaves a partial file), JSON-clean
+values (NaN → null, never an invalid ``NaN`` token), file hashes, and the one inter-process lock helper."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 from src.core.errors import RaimError
 
 
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write via a temporary file in the same folder and rename; the old file survives any failure."""
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` (same suffix) for a writer that takes a path (``savefig``, a CSV writer);
+    renamed onto ``path`` when the block ends, removed if it fails, so the old file survives any failure."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
+        yield Path(tmp)
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are shared data
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write via a temporary file in the same folder and rename; the old file survives any failure."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def file_lock(path: str | Path, what: str, timeout_s: float = 600.0) -> Iterator[None]:
+    """An exclusive inter-process lock on the lock file ``path`` (``filelock``: portable, released when the
+    process dies), waited for at most ``timeout_s``; past that, one line naming ``what`` was waited for."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(path), timeout=timeout_s):
+            yield
+    except Timeout:
+        raise RaimError(f"{what}: {path} stayed locked for {timeout_s:.0f} s (another process holds it)") from None
 
 
 def jsonable(x):

@@ -5,7 +5,6 @@ a store is named (a panel model's config ``monitor_store``, else ``$RAIM_MONITOR
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import sqlite3
@@ -20,6 +19,7 @@ import pandas as pd
 
 from src.core.errors import MonitorError
 from src.core.verdicts import ABSTAIN
+from src.io.files import file_lock
 
 STORE_ENV = "RAIM_MONITOR_STORE"
 
@@ -52,12 +52,8 @@ def connect(path: str | Path) -> sqlite3.Connection:
     con = sqlite3.connect(str(path), timeout=30.0)
     con.execute("PRAGMA busy_timeout = 30000")
     if str(con.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-        with open(f"{path}.lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                con.execute("PRAGMA journal_mode = WAL")
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        with file_lock(f"{path}.lock", f"monitor store {path}", timeout_s=60.0):
+            con.execute("PRAGMA journal_mode = WAL")
     con.execute(_SCHEMA)
     return con
 

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from src.io.files import atomic_write_text
 from src.judges.frames import canonical_hash
 
 
@@ -263,10 +264,7 @@ def write_identity(cache: VerdictCache) -> None:
     """A readable sidecar naming the identity behind a cache file (written once)."""
     side = cache.path.with_suffix(".identity.json")
     if not side.exists():
-        cache.dir.mkdir(parents=True, exist_ok=True)
-        tmp = side.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache.identity, indent=2, sort_keys=True, default=str) + "\n")
-        os.replace(tmp, side)
+        atomic_write_text(side, json.dumps(cache.identity, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def iter_records(paths: Iterable[Path]) -> Iterable[dict]:

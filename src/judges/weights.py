@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from src.core.errors import ArgumentParser
+from src.io.files import atomic_write_text
 from src.io.paths import ROOT
 
 MODELS_DIR = Path(os.environ.get("RAIM_MODELS_DIR", ROOT / "models"))
@@ -136,7 +137,7 @@ def _sidecar_ok(path: Path, sha: str) -> bool:
 
 def _write_sidecar(path: Path, sha: str) -> None:
     st = path.stat()
-    path.with_name(path.name + ".sha256").write_text(f"{sha} {st.st_size} {st.st_mtime}\n")
+    atomic_write_text(path.with_name(path.name + ".sha256"), f"{sha} {st.st_size} {st.st_mtime}\n")
 
 
 def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True) -> Path:
@@ -223,7 +224,10 @@ def export_hf(key: str, out_dir: Path | str | None = None, dtype: str = "float32
     if marker.exists() and json.loads(marker.read_text()) == stamp:
         return out
     import torch  # imported here, not at start-up: torch (seconds)
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # imported here, not at start-up: transformers (seconds)
+    from transformers import (  # imported here, not at start-up: transformers (seconds)
+        AutoModelForCausalLM,
+        AutoTokenizer,
+    )
 
     g = resolve(key)
     tok = AutoTokenizer.from_pretrained(str(g.parent), gguf_file=g.name)

@@ -9,14 +9,13 @@ import contextlib
 import logging
 import os
 import re
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from src.core.errors import RaimError
+from src.io.files import file_lock
 from src.io.paths import ROOT
 
 DEFAULT_URI = "sqlite:///mlflow.db"
@@ -53,35 +52,15 @@ def _sqlite_file(uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def store_lock(uri: str, timeout_s: float = 600.0) -> Iterator[None]:
-    """An exclusive ``flock`` on ``mlruns/.<db>.lock`` beside a sqlite store (``mlruns/`` is git-ignored), held
-    while one process creates (and migrates) the store and its experiment: two first runs on a new ``mlflow.db``
+    """An exclusive lock on ``mlruns/.<db>.lock`` beside a sqlite store (``mlruns/`` is git-ignored), held while
+    one process creates (and migrates) the store and its experiment: two first runs on a new ``mlflow.db``
     otherwise race in MLflow's alembic migration and in creating the experiment. Other stores: no lock."""
     db = _sqlite_file(uri)
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock
-        fcntl = None
-    if db is None or fcntl is None:
+    if db is None:
         yield
         return
-
-    lock = db.parent / "mlruns" / f".{db.name}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout_s
-    with open(lock, "a") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise RaimError(f"MLflow store {uri}: {lock} stayed locked for {timeout_s:.0f} s (another "
-                                    f"process creating the store?)") from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with file_lock(db.parent / "mlruns" / f".{db.name}.lock", f"MLflow store {uri}", timeout_s):
+        yield
 
 
 def _experiment_id(name: str, uri: str) -> str:

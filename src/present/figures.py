@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from src.io.files import atomic_path
 from src.studies.noise import parts as studied
 
 
@@ -300,10 +301,10 @@ def fig8_transfer(suite: dict, path: Path) -> Path | None:
 def _save(fig, path: Path, tight: bool = True) -> Path:
     plt = _plt()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if tight:
         fig.tight_layout()
-    fig.savefig(path, dpi=130, bbox_inches="tight")
+    with atomic_path(path) as tmp:  # a crash never leaves a truncated PNG
+        fig.savefig(tmp, dpi=130, bbox_inches="tight", format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     return path
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from src.core.decide import decide
 from src.core.errors import RaimError
+from src.io.files import atomic_write_text
 from src.present.figures import FIGURES, draw, estimate
 from src.studies.noise import parts as studied
 from src.studies.prevalence import CONDITIONS, statements
@@ -487,9 +488,7 @@ def write_docs(results: dict | None, suite: dict | None, fig_dir: str | Path, re
     if redraw or any(not (Path(fig_dir) / f).exists() for f in FIGURES.values()):
         draw(results, suite, fig_dir)
     report_path = Path(report_path)
-    report_path.parent.mkdir(parents=True, exist_ok=True)
-    report_path.write_text(markdown(results, suite, fig_dir, report_path, beyond))
-    return report_path
+    return atomic_write_text(report_path, markdown(results, suite, fig_dir, report_path, beyond))
 
 
 def write(results_path: str | Path, suite_path: str | Path, fig_dir: str | Path, report_path: str | Path,
