@@ -40,7 +40,6 @@ from src.io import files
 from src.io.config import flatten, option_name
 from src.io.files import sha256_file, sha256_tree, to_json
 from src.io.paths import ROOT
-from src.mlops import serving as serve
 from src.mlops.redact import scrub, scrub_text
 from src.mlops.store import quiet_mlflow, setup, tracking_uri
 
@@ -376,7 +375,9 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
     # the model first, then its metrics in one batch carrying its id (logged after the metrics, MLflow would
     # copy each onto the model with one history query per metric name)
     example = stacker_example(table, result)
-    info = serve.log_stacker(result.stacker, list(example.columns), example)
+    from src.mlops import serving  # imported here, not at start-up: it loads mlflow.pyfunc (~0.8 s, python -X importtime); only a tracked run logs a model
+
+    info = serving.log_stacker(result.stacker, list(example.columns), example)
     folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
     log_metrics(metrics, {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})},
                 model_id=info.model_id)
