@@ -78,7 +78,7 @@ ENV_DEPENDENT = ("MLFLOW_TRACKING_URI", "RAIM_RAW_DIR")  # conf/ interpolations 
 def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[str] = ()) -> Path:
     """Regenerate params.yaml from conf/ exactly as `dvc exp run` does (DVC's Hydra composition), with the
     environment variables of :data:`ENV_DEPENDENT` unset so that no machine-specific value is committed."""
-    from dvc.utils.hydra import compose_and_dump  # imported here, not at start-up: dvc ~0.14 s; only this command needs it
+    from dvc.utils.hydra import compose_and_dump  # imported here, not at start-up: dvc ~0.14 s
 
     saved = {k: os.environ.pop(k) for k in ENV_DEPENDENT if k in os.environ}
     try:

@@ -374,9 +374,10 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
     mlflow.log_params(distinguishing_params(cfg))
     # the model first, then its metrics in one batch carrying its id (logged after the metrics, MLflow would
     # copy each onto the model with one history query per metric name)
-    example = stacker_example(table, result)
-    from src.mlops import serving  # imported here, not at start-up: it loads mlflow.pyfunc (~0.8 s, python -X importtime); only a tracked run logs a model
+    # only a tracked run logs a model: the pyfunc module (mlflow.pyfunc, ~0.8 s) is not part of the start-up
+    from src.mlops import serving  # imported here, not at start-up: mlflow.pyfunc ~0.8 s
 
+    example = stacker_example(table, result)
     info = serving.log_stacker(result.stacker, list(example.columns), example)
     folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
     log_metrics(metrics, {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})},
