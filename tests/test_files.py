@@ -73,3 +73,13 @@ def test_a_cache_identity_sidecar_needs_no_fixed_temporary_name(tmp_path):
     cache.path.with_suffix(".identity.json").with_suffix(".tmp").mkdir(parents=True)
     write_identity(cache)
     assert cache.path.with_suffix(".identity.json").is_file()
+
+
+def test_the_tracked_beta_table_writes_rounding_noise_as_zero():
+    """A β of 1e-16 (a member whose vote never changes) depends on the floating-point path: it is written as 0."""
+    from src.present.stagefiles import beta_rows
+
+    doc = {"datasets": {"d": {"stacker": {"beta_mean": {"m1": 6.579e-16, "m2": 0.52}, "beta_full": {"m1": -1.4e-14,
+                                                                                                  "m2": 0.53}}}}}
+    rows = beta_rows(doc)
+    assert rows["beta"].tolist() == [0.0, 0.52] and rows["beta_full"].tolist() == [0.0, 0.53]

@@ -308,7 +308,6 @@ def test_an_old_logged_model_still_loads_and_predicts(logged):
 
 
 def test_panel_model_takes_a_prevalence(monkeypatch):
-    from src.judges import runner
     from src.mlops import serving as serve
 
     X = np.array([[1, 1], [1, 0], [0, 0], [0, 1]], float)
@@ -319,7 +318,7 @@ def test_panel_model_takes_a_prevalence(monkeypatch):
         t.attrs["cached"] = {"m1": [True] * 4, "m2": [True] * 4}
         return t
 
-    monkeypatch.setattr(runner, "verdict_table", table)
+    monkeypatch.setattr(serve, "verdict_table", table)  # where the panel model looks it up
     model = serve.PanelModel({"name": "r", "members": []}, {}, "claim", st, ["m1", "m2"])
     items = pd.DataFrame({"candidate": list("abcd")})
     p = st.predict_proba(X)[:, 1]

@@ -223,7 +223,7 @@ import sys, time
 from pathlib import Path
 import mlflow
 from hydra import compose, initialize_config_dir
-from src.mlops import tracking as track
+from src.mlops import store
 tmp = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=None):
     cfg = compose(config_name="config", overrides=[f"tracking.uri=sqlite:///{tmp}/new.db"])
@@ -238,7 +238,7 @@ with store.quiet_mlflow():
 
 
 def test_concurrent_first_runs_on_a_new_store_all_succeed(tmp_path):
-    """Without :func:`src.mlops.tracking.store_lock` this fails nearly every time (N=3): alembic's "Online migration expected
+    """Without :func:`src.mlops.store.store_lock` this fails nearly every time (N=3): alembic's "Online migration expected
     to match one row when updating … in 'alembic_version'; 0 found" or sqlite "database is locked"."""
     import mlflow
 

@@ -29,12 +29,21 @@ def compact_metrics(doc: dict) -> dict:
     return out
 
 
+NOISE = 1e-9  # a coefficient this close to 0 is rounding noise (a member that never changes its vote): written as 0
+
+
+def _meaningful(beta: float) -> float:
+    """β as written to the tracked β table: below :data:`NOISE` in size it is 0.0, so that the file does not
+    depend on the machine's floating-point path (one BLAS kernel gives 6.6e-16, another 1.7e-16)."""
+    return 0.0 if abs(beta) < NOISE else beta
+
+
 def beta_rows(doc: dict):
     """β per dataset and stacker feature (fold mean and full refit), long format, as a DataFrame."""
     import pandas as pd  # imported here, not at start-up: pandas ~0.5 s
 
-    rows = [{"dataset": name, "feature": f, "label": f"{name}: {f}", "beta": b,
-             "beta_full": s["stacker"]["beta_full"][f]}
+    rows = [{"dataset": name, "feature": f, "label": f"{name}: {f}", "beta": _meaningful(b),
+             "beta_full": _meaningful(s["stacker"]["beta_full"][f])}
             for name, s in doc["datasets"].items() for f, b in s["stacker"]["beta_mean"].items()]
     return pd.DataFrame(rows, columns=["dataset", "feature", "label", "beta", "beta_full"])
 
