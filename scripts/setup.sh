@@ -17,9 +17,27 @@ VENV=${RAIM_VENV:-.venv}
 # project() shadows that cache entry. Your own CMAKE_ARGS are kept (and come last).
 skip=$(mktemp "${TMPDIR:-/tmp}/raim-llama-XXXXXX.cmake")
 trap 'rm -f "$skip"' EXIT
-echo 'set(LLAMA_BUILD_COMMON OFF)' > "$skip"
+# AMX tiles: inside some VMs (Firecracker here) the CPU reports AMX and the kernel grants the tile permission, yet
+# the first tile instruction traps (SIGILL in ggml's AMX matmul, measured). The AMX path only speeds quantised
+# matmuls on Sapphire Rapids and later, so the native build leaves it out.
+cat > "$skip" <<'CMAKE'
+set(LLAMA_BUILD_COMMON OFF)
+include(CheckCCompilerFlag)
+check_c_compiler_flag(-mno-amx-tile RAIM_NO_AMX)
+if(RAIM_NO_AMX)
+  string(APPEND CMAKE_C_FLAGS " -mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+  string(APPEND CMAKE_CXX_FLAGS " -mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+endif()
+CMAKE
 export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$skip ${CMAKE_ARGS:-}"
 # --no-compile: no up-front bytecode for ~400 packages (torch, ray, ...); a module compiles on its first import
 "$VENV/bin/pip" install -q --no-compile -e '.[dev,llama,torch-cpu,ray]'
 PY="$VENV/bin/python" bash scripts/install_models.sh "${RAIM_MODELS:-tiny}"
+# pip caches the compiled wheel by version, not by CPU or flags: a wheel built natively on another machine (or
+# before the AMX fix above) dies with SIGILL on its first matmul here. Probe one forward pass; rebuild if it dies.
+if ! "$VENV/bin/python" scripts/probe_llama.py; then
+  echo "llama.cpp's cached build does not run on this CPU: rebuilding it without pip's cache" >&2
+  "$VENV/bin/pip" install -q --no-compile --no-cache-dir --force-reinstall --no-deps 'llama-cpp-python==0.3.36'
+  "$VENV/bin/python" scripts/probe_llama.py
+fi
 echo "RAIM installed in $VENV (models: ${RAIM_MODELS:-tiny})"
