@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     t_item = {m: rep[m]["seconds_per_item"] or 0.0 for m in members}
     d_fixed = t_fixed["ray"] - t_fixed["local"]
     d_item = (min(times["ray"]) - min(times["local"]) - d_fixed) / (n - len(one))
-    print(f"per-item judge cost t_item: " + ", ".join(f"{m} {v:.4f} s" for m, v in t_item.items()))
+    print("per-item judge cost t_item: " + ", ".join(f"{m} {v:.4f} s" for m, v in t_item.items()))
     print(f"fixed cost: a {len(one)}-item run (all members, min of {a.repeats}): local {t_fixed['local']:.2f} s, ray "
           f"{t_fixed['ray']:.2f} s -> Ray's extra fixed cost {d_fixed:.2f} s for {len(members)} member pools "
           f"({d_fixed / len(members):.2f} s each)")

@@ -17,6 +17,9 @@ votes with, so scoring is the panel model's own code. Judging goes through the v
 the panel reads every vote from the cache — an item seen before is never judged again, and ``--no-compute``
 judges nothing (a miss is an abstention, named in the ``uncached`` column).
 
+Each output row also says whether the item's text looks like a prompt injection aimed at the judges
+(``injection_flag``, ``injection_reasons``: :func:`src.core.injection.scan`; the panel model adds them).
+
 Frames: ``--frame NAME`` judges every item under that prompt frame; otherwise an item's own ``frame`` field,
 else the frame the stacker was calibrated under (its run's ``frame`` tag, or its dataset's frame when that is
 ``auto``; a panel model's default frame), else ``def_on`` for an item with a question and ``claim`` for one
@@ -43,10 +46,10 @@ from src.io.files import atomic_write_text
 from src.io.paths import ROOT
 from src.judges.config import load_roster
 from src.judges.ray_engine import add_engine_args, engine_from_args
-from src.judges.runner import NothingCached, verdict_table
+from src.judges.runner import verdict_table
 from src.mlops.registry import find_candidate
 from src.mlops.serving import SCORED_CACHE, PanelModel, frame_configs, panel_roster
-from src.mlops.store import quiet_mlflow, tracking_uri
+from src.mlops.store import check_server, quiet_mlflow, tracking_uri
 
 TEXT_FIELDS = ("question", "evidence")
 ITEM_FIELDS = ("candidate", *TEXT_FIELDS, "item_id", "frame")
@@ -266,11 +269,11 @@ def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = T
         report = table.attrs["report"]
     try:
         out = model.predict(None, raw, params={"cache_dir": str(cache_dir), "compute": False})
-    except NothingCached as e:
-        raise PredictError(f"none of the {len(raw)} items has a cached verdict of any member under {cache_dir}; "
-                           f"run without --no-compute to judge them") from e
     except MlflowException as e:
         raise PredictError(e.message) from e
+    if not any(r["cached"] for r in getattr(model, "last_report", {}).values()):  # a served panel abstains here
+        raise PredictError(f"none of the {len(raw)} items has a cached verdict of any member under {cache_dir}; "
+                           f"run without --no-compute to judge them")
     report = report or getattr(model, "last_report", {})
     out.insert(1, "frame", raw["frame"].to_numpy())
     if not items.passed.empty:
@@ -303,6 +306,8 @@ def table_text(out: pd.DataFrame, members: list[str], rows: int | None = SHOWN_R
     cols = ["item_id", "frame", *members, "p_hallucinated", "label"]
     if out["uncached"].astype(bool).any():
         cols.append("uncached")
+    if "injection_flag" in out and out["injection_flag"].any():  # text that looks like a prompt injection
+        cols.append("injection_reasons")
     shown = out[cols].head(rows) if rows else out[cols]
     cells = {c: [_cell(v, "{:.0f}") for v in shown[c]] for c in members}
     shown = shown.assign(item_id=shown["item_id"].str.slice(0, 24), **cells,
@@ -322,8 +327,10 @@ def summary(out: pd.DataFrame, report: dict, members: list[str]) -> str:
     cached = sum(r.get("cached", 0) for r in report.values()) - computed
     missing = sum(r.get("uncached", 0) for r in report.values())
     judged = ", ".join(f"{m} {r['computed']}" for m, r in report.items() if r.get("computed"))
+    flagged = int(out["injection_flag"].sum()) if "injection_flag" in out else 0
     return (f"{len(out)} items: {labels}; verdicts judged now: {computed}" + (f" ({judged})" if judged else "")
-            + f", read from the cache: {cached}" + (f", not cached (abstained): {missing}" if missing else ""))
+            + f", read from the cache: {cached}" + (f", not cached (abstained): {missing}" if missing else "")
+            + (f"; {flagged} flagged as a possible prompt injection (injection_flag)" if flagged else ""))
 
 
 # -------------------------------------------------------------------------------------------------- cli
@@ -375,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.out is not None and a.out.suffix not in (".jsonl", ".csv"):
         raise PredictError(f"--out {a.out}: write .jsonl or .csv")
     items = _items(a)
+    check_server(a.tracking_uri or tracking_uri())
     mlflow.set_tracking_uri(a.tracking_uri or tracking_uri())
     uri = a.model_uri or stacker_uri(a.run_id, a.dataset)
     panel = load_panel(uri, a.roster)

@@ -8,13 +8,14 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from src.core.errors import one_line
+from src.core.errors import checked_overrides, one_line
 from src.io.paths import CONF_DIR
 from src.present.report import BEYOND, write
 
 log = logging.getLogger("raim.report")
 
 
+@checked_overrides
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:

@@ -19,10 +19,11 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from src.core.errors import one_line
+from src.core.errors import checked_overrides, one_line
 from src.io.files import atomic_write_text, check_output, write_json
 from src.io.paths import CONF_DIR
 from src.mlops import tracking as track
+from src.mlops.redact import scrub
 from src.mlops.store import ui_command
 from src.present.stagefiles import write_stage_files
 from src.present.summary import skipped_lines, summary_lines
@@ -60,6 +61,7 @@ def output_paths(cfg: DictConfig) -> list[Path]:
     return [Path(cfg.output), own] if named and hc.mode != RunMode.MULTIRUN and Path(cfg.output) != own else [own]
 
 
+@checked_overrides
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> float:
@@ -95,7 +97,7 @@ class SweepSummary(Callback):
     """At the end of a ``-m`` sweep, one compact table of its jobs: the swept overrides, then per dataset the
     stacked κ, its paired call against the CV-best single judge (§2), the admissibility verdict (§3.3), the
     decision (:mod:`src.core.decide`) and the MLflow run; printed and written as ``sweep_summary.csv`` in the sweep
-    folder."""
+    folder, secrets scrubbed (:func:`src.mlops.redact.scrub`: a swept ``+judge.api_key=…`` reads ``…=***``)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         self.rows: list[dict] = []
@@ -111,8 +113,8 @@ class SweepSummary(Callback):
         if not rows:
             return
         shared = set.intersection(*(set(r["job"]) for r in rows))  # the sweep's fixed overrides: said once
-        df = pd.DataFrame([{**r, "job": " ".join(o for o in r["job"] if o not in shared) or "(defaults)"}
-                           for r in rows])
+        df = pd.DataFrame(scrub([{**r, "job": " ".join(o for o in r["job"] if o not in shared) or "(defaults)"}
+                                 for r in rows]))  # an override's secret never reaches the table
         atomic_write_text(Path(config.hydra.sweep.dir) / "sweep_summary.csv", df.to_csv(index=False))
         print("\nRAIM sweep summary\n" + df.to_string(index=False, na_rep="-", float_format="{:.3f}".format))
 

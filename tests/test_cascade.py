@@ -19,9 +19,9 @@ from src.studies import simulate
 from src.studies.suite import cascade, cost
 from src.studies.suite.reference import reference, references
 
-CFG = {"enabled": True, "operating_points": [0.05, 0.1, 0.2, 0.3, 0.5], "budgets": [0.1, 0.2], "grid_step": 0.05,
-       "margin": 0.05, "random_draws": 20}
-COST_CFG = {"price_per_gpu_hour": 2.0, "throughput": {"default": 142.45},
+CFG = {"enabled": True, "expensive": None, "operating_points": [0.05, 0.1, 0.2, 0.3, 0.5], "budgets": [0.1, 0.2],
+       "grid_step": 0.05, "margin": 0.05, "random_draws": 20}
+COST_CFG = {"price_per_gpu_hour": 2.0, "throughput": {"default": 142.45}, "use_measured": True, "paper_panel_size": 10,
             "frontier": {"price_per_mtok": {"input": 3.0, "output": 15.0}, "tokens_per_item": {"input": 790, "output": 10}},
             "labelling": {"price_per_label": 1.0, "labels_per_record": 2, "records": []}}
 
@@ -214,7 +214,7 @@ def test_suite_block_figure_report_and_metrics(tmp_path):
     assert tmp_path / figures.FIGURES["cascade"] in paths
     text = report.markdown(None, doc, tmp_path, tmp_path / "report.md")
     assert "## Escalation cascade (beyond the paper)" in text and "cascade.png" in text
-    off = run_suite(t, StackedLogit(), LadderSettings(n_boot=100), {**scfg, "cascade": {"enabled": False}})
+    off = run_suite(t, StackedLogit(), LadderSettings(n_boot=100), {**scfg, "cascade": {**scfg["cascade"], "enabled": False}})
     assert off["cascade"] == {} and "Escalation cascade" not in report.markdown(None, off, tmp_path, tmp_path / "r.md")
 
 

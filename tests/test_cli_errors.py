@@ -88,6 +88,7 @@ def _garbage(t: Path) -> Path:
     return t / "r.json"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
     args, expect = CASES[case]

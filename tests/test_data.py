@@ -502,9 +502,14 @@ PAIRS = {"_target_": "src.io.datasets.Fields", "path": "pairs/answers.json", "qu
 
 
 def test_generic_pairs_nested_fields_and_split_pick(tmp_path):
-    df = _generic(tmp_path, PAIRS).items
+    with pytest.raises(RawRecordError, match=r"^pairs/answers\.json record 3: field 'answers\.wrong': no candidate "
+                                             r"\(splits on ';' to nothing\)$"):
+        _generic(tmp_path, PAIRS)
+    built = _generic(tmp_path, {**PAIRS, "on_bad_record": "drop"})  # record 3: no wrong answer after the split
+    df = built.items
+    assert built.summary()["bad_records"]["count"] == 1
     assert sorted(df.item_id) == ["mybench-00000-neg", "mybench-00000-pos", "mybench-00001-neg", "mybench-00001-pos"]
-    for _, g in df.groupby(df.item_id.str[:13]):  # record 3 has no wrong answer after the split: no pair
+    for _, g in df.groupby(df.item_id.str[:13]):
         assert sorted(g.gold) == [0, 1] and g.question.nunique() == 1 and g.evidence.nunique() == 1
     first = df.set_index("item_id")
     assert first.loc["mybench-00000-pos", "candidate"] == "William Shakespeare."
@@ -513,7 +518,8 @@ def test_generic_pairs_nested_fields_and_split_pick(tmp_path):
     evidence = "Hamlet is a tragedy.\n\nIt was written by William Shakespeare."
     assert first.loc["mybench-00000-pos", "evidence"] == evidence
     assert set(df.cluster_id) == {f"mybench-{data._ident('Hamlet')}"}  # cluster = meta.topic, both Hamlet
-    negs = {_generic(tmp_path, PAIRS, seed=s).items.set_index("item_id").loc["mybench-00000-neg", "candidate"]
+    negs = {_generic(tmp_path, {**PAIRS, "on_bad_record": "drop"}, seed=s).items.set_index("item_id")
+            .loc["mybench-00000-neg", "candidate"]
             for s in range(10)}
     assert len(negs) > 1 and negs <= {"Christopher Marlowe", "Ben Jonson", "Thomas Kyd"}
 
@@ -604,11 +610,11 @@ def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, cap
 
 @pytest.mark.parametrize("node,match", [
     ({**MYBENCH, "pairs": PAIRS["pairs"]}, r"give `gold`.*or `pairs`.*not both or neither"),
-    ({**MYBENCH, "candidat": "response"}, r"unexpected keyword argument 'candidat'"),
+    ({**MYBENCH, "candidat": "response"}, r"unknown key 'candidat' for Fields \(known: path, .*; did you mean 'candidate'\?\)$"),
     ({**MYBENCH, "gold": {"field": "hallucination", "labels": {"yes": 2}}}, r"`gold.labels` maps each raw label"),
     ({**MYBENCH, "gold": {"field": "hallucination"}}, r"`gold`: missing \['labels'\]"),
     ({"_target_": "src.io.datasets.Registered", "name": "nope"}, r"no registered builder 'nope'; registered: expertqa"),
-    ({"_target_": "collections.OrderedDict"}, r"is not a dataset builder"),
+    ({"_target_": "collections.OrderedDict"}, r"_target_ 'collections.OrderedDict' is not a dataset builder RAIM ships"),
 ])
 def test_bad_builder_node_is_one_line_naming_the_spec(tmp_path, node, match):
     with pytest.raises(data.DatasetError, match=rf"^{tmp_path / 'specs' / 'mybench.yaml'}: builder.*{match}"):

@@ -110,3 +110,30 @@ def test_results_json_carries_the_decision_per_dataset():
     assert bad["action"] == "single" and bad["member"] == "m00" == doc["datasets"]["bad"]["selected"]["oracle"]
     assert bad["kappa"] == doc["datasets"]["bad"]["comparators"]["best_cv"]["kappa"]["estimate"]
     assert decide.decide_all(doc)["bad"].as_dict() == bad
+
+
+def test_a_clean_win_the_rule_vetoes_is_said_in_the_reason():
+    """The paper's rule stands (an inadmissible panel is not deployed), and the decision says what it overrides."""
+    s = summary(stacked=0.62, single=0.50, call="clean win", admissible=False, at_k0=1, n=8)
+    s["admissibility"].update(reason="only 1/8 members at κ≥0.3 (< 0.5 share)", admitted_share=0.043,
+                              members_uncertain=["b", "c"])
+    d = decide.decide(s, 0.40)
+    assert (d.action, d.member) == ("single", "a") and d.vetoed_win and d.admitted_share == 0.043
+    for text in ("the ladder shows a clean win against the CV-best single (Δκ lower bound +0.070) that the "
+                 "admissibility rule vetoes (only 1/8 members at κ≥0.3 (< 0.5 share); admissible in 4% of the "
+                 "bootstrap draws; 2 member(s) with κ intervals across κ₀ 0.3)",):
+        assert text in d.reason, d.reason
+    assert not decide.decide(summary(call="tie", admissible=False), 0.40).vetoed_win
+
+
+def test_the_floor_is_read_with_its_interval():
+    s = summary(stacked=0.45, single=0.42, call="tie")  # CV-best single κ 0.42 [0.32, 0.52]
+    d = decide.decide(s, 0.40)
+    assert d.action == "single" and d.floor_clear is False and d.floor_rule == "estimate"
+    assert "≥ floor 0.4 (its interval spans the floor: reached on the estimate only)" in d.reason
+    strict = decide.decide(s, 0.40, "lower_bound")
+    assert strict.action == "none" and "< floor 0.4 (its interval spans the floor: " in strict.reason
+    assert decide.decide(summary(), 0.40, "lower_bound").action == "panel"  # 0.60 [0.50, 0.70]: clearly above
+    assert decide.decide(summary(), 0.40).floor_clear is True
+    with pytest.raises(decide.FloorError, match=r"^analysis.floor_rule='mean': must be one of estimate, lower_bound$"):
+        decide.decide(s, 0.40, "mean")

@@ -194,7 +194,8 @@ def test_drift_test_reads_a_prior_shift_as_such_and_a_flipped_member_as_drift():
 
 
 def _cfg(compose_cfg, *extra):
-    return compose_cfg("monitor.evaluation.seeds=1", "monitor.evaluation.first_seed=100", *extra)
+    return compose_cfg("monitor.evaluation.seeds=1", "monitor.evaluation.first_seed=100",
+                       "monitor.evaluation.stable_streams=2", *extra)
 
 
 @pytest.mark.parametrize("scenario", ["accuracy", "abstain", "prevalence"])
@@ -253,6 +254,7 @@ def test_bad_settings_are_named(compose_cfg):
 # ------------------------------------------------------------------------------------------------- the job
 
 
+@pytest.mark.slow
 def test_main_writes_json_and_figure_and_logs_windows_as_step_metrics(tmp_path):
     import mlflow
 
@@ -261,7 +263,8 @@ def test_main_writes_json_and_figure_and_logs_windows_as_step_metrics(tmp_path):
     with tracking_store(tmp_path) as uri:
         env["MLFLOW_TRACKING_URI"] = uri
         proc = subprocess.run([sys.executable, "-m", "src.monitor", f"monitor.output={out}", f"monitor.figure={fig}",
-                               "monitor.evaluation.seeds=2", "monitor.evaluation.scenarios=[none,abstain]"],
+                               "monitor.evaluation.seeds=2", "monitor.evaluation.scenarios=[none,abstain]",
+                               "monitor.evaluation.stable_streams=3"],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc = json.loads(out.read_text())
@@ -277,4 +280,44 @@ def test_main_writes_json_and_figure_and_logs_windows_as_step_metrics(tmp_path):
         assert run.data.metrics["monitor/delay"] == doc["replay"]["delay"]
         assert run.data.metrics["monitor/eval/abstain/detected"] == 2
         assert {a.path for a in client.list_artifacts(run.info.run_id, "figures")} == {"figures/monitor.png"}
-    assert doc["evaluation_settings"]["seeds"] == [100, 101]
+    assert doc["evaluation_settings"]["seeds"] == {"none": [100, 101], "abstain": [102, 103]}
+    assert doc["false_alarms"]["streams"] == 3 and doc["false_alarms"]["seeds"] == [10000, 10002]
+
+
+# ------------------------------------------------------------------------------------------- false alarms
+
+
+def test_alpha_auto_is_set_by_the_false_alarm_target(compose_cfg):
+    """α = target·step/2: each alarm needs a flagged window, one starts every step items, two tests per window."""
+    cfg = compose_cfg("monitor.false_alarm_target=1e-5", "monitor.step=50")
+    mon = monitor.make_monitor(cfg.monitor, MEMBERS)
+    assert cfg.monitor.alpha == "auto" and mon.alpha == pytest.approx(2.5e-4)
+    assert monitor.make_monitor(compose_cfg("monitor.alpha=0.01").monitor, MEMBERS).alpha == 0.01
+    with pytest.raises(monitor.MonitorError, match=r"monitor.false_alarm_target: 0 must be a rate per item in \(0, 1\)"):
+        monitor.make_monitor(compose_cfg("monitor.false_alarm_target=0").monitor, MEMBERS)
+    with pytest.raises(monitor.MonitorError, match=r"monitor.alpha: 'often' must be in \(0, 1\) or 'auto'"):
+        monitor.make_monitor(compose_cfg("monitor.alpha=often").monitor, MEMBERS)
+
+
+def test_false_alarms_on_fresh_stable_streams_with_exact_intervals(compose_cfg):
+    from scipy.stats import beta, chi2
+
+    node = OmegaConf.to_container(compose_cfg("monitor.alpha=0.02").monitor, resolve=True)  # a loose α: alarms
+    fa = monitor.stable_false_alarms(node, StackedLogit(), [10_000, 10_001, 10_002, 10_003])
+    n, k, total = fa["streams"], fa["streams_with_alarm"], fa["alarms_total"]
+    assert n == 4 and fa["items"] == 4 * fa["items_per_stream"] and total >= 1
+    assert total == fa["alarms"]["panel"] + fa["alarms"]["prevalence"]
+    assert fa["rate"] == pytest.approx(total / fa["items"] * 1e5)
+    assert fa["rate_ci"] == pytest.approx([chi2.ppf(0.025, 2 * total) / 2 / fa["items"] * 1e5,
+                                           chi2.ppf(0.975, 2 * total + 2) / 2 / fa["items"] * 1e5])
+    lo = beta.ppf(0.025, k, n - k + 1) if k else 0.0
+    hi = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
+    assert fa["streams_with_alarm_ci"] == pytest.approx([lo, hi])
+    assert fa["bound"] == pytest.approx(2 * 0.02 / node["step"] * 1e5) and fa["target"] is None
+
+
+def test_each_scenario_has_its_own_seeds():
+    seeds = monitor.scenario_seeds(100, 20, ["none", "accuracy", "abstain"])
+    assert seeds["none"] == list(range(100, 120)) and seeds["abstain"] == list(range(140, 160))
+    flat = [x for v in seeds.values() for x in v]
+    assert len(flat) == len(set(flat))

@@ -15,6 +15,7 @@ from test_pipeline import child_env, sh
 
 ROOT = Path(__file__).resolve().parents[1]
 FIX = ROOT / "tests" / "fixtures" / "newbench"
+pytestmark = pytest.mark.slow  # the module fixture judges the new set with the tiny roster's real weights
 
 
 @pytest.fixture(scope="module")

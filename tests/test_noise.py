@@ -16,7 +16,7 @@ from hydra.utils import instantiate
 from scipy.stats import spearmanr
 
 from src.core import verdicts
-from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit, cluster_folds, crossfit
+from src.core.aggregate import BestSingle, NoiseRobustStackedLogit, StackedLogit, cluster_folds, crossfit
 from src.core.evaluate import kappa
 from src.core.ladder import LadderSettings
 from src.studies import noise, simulate
@@ -254,11 +254,38 @@ def test_study_on_the_admissible_simulation(sim_doc):
 
 def test_cpu_tables_ws_judge_is_a_member():
     t = _sim(60, seed=1, frontier=None)
-    folds = cluster_folds(t.gold, t.clusters, 5, 0)
-    j = noise.ws_judge(t, folds, 0.5)
+    j = noise.ws_judge(t, 0.5)
     assert j["member"] and j["name"] in t.members
 
 
+def test_ws_judge_is_chosen_without_gold():
+    """A user with weak labels only cannot pick their label source on clean gold: the pick reads no gold (the
+    same member whatever the gold), and on a panel with one strong member it is that member."""
+    t = _sim(150, seed=2, frontier=None)
+    picks = {noise.ws_judge(t, 0.5)["name"]}
+    for seed in range(3):
+        shuffled = t.subset(np.ones(len(t.gold), bool), list(t.members))
+        shuffled.items["gold"] = np.random.default_rng(seed).permutation(t.gold)
+        picks.add(noise.ws_judge(shuffled, 0.5)["name"])
+    assert len(picks) == 1
+    strong = verdicts.validate(simulate.panel(150, 2, [0.9, 0.65, 0.62, 0.6, 0.58], 0.2, seed=4))
+    assert noise.ws_judge(strong, 0.5)["name"] == "m00"
+
+
+def test_noisy_fits_are_cross_fitted_on_folds_stratified_on_the_noisy_labels():
+    """The folds a user with noisy labels can build: stratified on those labels, not on clean gold."""
+    t = _sim(100, seed=3, frontier=None)
+    s = LadderSettings()
+    yn = noise.random_flip(t.gold, 0.25, np.random.default_rng(1))
+    own = noise._fits(t.votes, t.votes, yn, t.clusters, {"logreg": StackedLogit(n_votes=len(t.members))}, s)
+    folds = cluster_folds(yn, t.clusters, 5, 0)
+    assert np.array_equal(own["logreg"], crossfit(StackedLogit(), t.votes, yn, folds).pred)
+    assert np.array_equal(own["best_cv"], crossfit(BestSingle(), t.votes, yn, folds).pred)
+    gold_folds = cluster_folds(t.gold, t.clusters, 5, 0)
+    assert any(not np.array_equal(a[1], b[1]) for a, b in zip(folds, gold_folds))  # the two splits differ here
+
+
+@pytest.mark.slow
 def test_entry_point_writes_json_figure_and_mlflow_run(tmp_path):
     out, fig = tmp_path / "noise.json", tmp_path / "noise.png"
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/m.db")

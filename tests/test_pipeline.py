@@ -31,7 +31,7 @@ SIBLING_RAW = (ROOT.parent / "shared" / "data" / "raw").resolve()  # data.dvc's 
 
 
 # the beyond-the-paper studies' stages, in dvc.yaml's order (each: python -m src.<name>, conf/<name>/)
-BEYOND = ("prevalence", "monitor", "noise")
+BEYOND = ("prevalence", "monitor", "noise", "rate")
 
 def sh(args, cwd, env, timeout=600) -> subprocess.CompletedProcess:
     p = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -68,6 +68,7 @@ def _runs(filter_string: str):
     return mlflow.search_runs(search_all_experiments=True, output_format="list", filter_string=filter_string)
 
 
+@pytest.mark.slow
 def test_cli_run_logs_one_tagged_run_with_dataset_children(cli_runs):
     with tracking_store(cli_runs["tmp"]):
         runs = _runs("tags.stacker = 'logreg' and tags.kind = 'stacking'")
@@ -82,6 +83,7 @@ def test_cli_run_logs_one_tagged_run_with_dataset_children(cli_runs):
         assert sorted(k.data.tags["dataset"] for k in kids) == ["bad", "good"]
 
 
+@pytest.mark.slow
 def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
     with tracking_store(cli_runs["tmp"]):
         sweeps = _runs("tags.kind = 'sweep'")
@@ -93,6 +95,7 @@ def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
         assert sweeps[0].data.tags["sweep_dir"].startswith(str(cli_runs["tmp"] / "hydra" / "multirun"))
 
 
+@pytest.mark.slow
 def test_results_json_depends_on_the_inputs_only(cli_runs):
     """results.json is a DVC output: a run id in it would change dvc.lock on every clean-clone `dvc repro`; the
     MLflow run id goes beside the run folder's copy instead."""
@@ -103,6 +106,7 @@ def test_results_json_depends_on_the_inputs_only(cli_runs):
     assert f"MLflow run {ids[0].read_text().strip()}" in cli_runs["single"].stdout
 
 
+@pytest.mark.slow
 def test_a_sweep_ends_with_a_table_of_its_jobs(cli_runs):
     import pandas as pd
 
@@ -122,6 +126,7 @@ def test_a_sweep_ends_with_a_table_of_its_jobs(cli_runs):
     assert len(list((cli_runs["tmp"] / "hydra" / "multirun").glob("*/*/results.json"))) == 2
 
 
+@pytest.mark.slow
 def test_hydra_outputs_stay_out_of_the_repo(cli_runs):
     new = {p.name for p in ROOT.iterdir()} - cli_runs["before"]
     assert not new & {"outputs", "multirun", ".hydra", "run.log"}, new
@@ -130,6 +135,7 @@ def test_hydra_outputs_stay_out_of_the_repo(cli_runs):
     assert list((hydra / "runs").glob("*/.hydra/config.yaml")) and list((hydra / "multirun").glob("*/1/.hydra"))
 
 
+@pytest.mark.slow
 def test_mlflow_server_finds_the_runs_over_rest(cli_runs):
     port = free_port()
     args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", cli_runs["uri"],
@@ -282,6 +288,7 @@ def test_ci_environment_is_set_before_test_modules_import():
         Path(os.environ["RAIM_ENV_PROBE"]).write_text(json.dumps(ENV_AT_IMPORT))
 
 
+@pytest.mark.slow
 def test_bare_pytest_behaves_like_ci(tmp_path):
     """The check above, in a `python -m pytest` started with none of CI's variables and no venv on PATH."""
     ci = _ci_exports()

@@ -162,6 +162,7 @@ def test_one_item_on_the_command_line(store, judged, capsys):
     assert f"{p:.3f}" in out and "hallucinated" in out and "verdicts judged now: 0" in out
 
 
+@pytest.mark.slow
 def test_the_module_runs_as_a_command(store, judged, tmp_path):
     """`python -m src.predict`, one item, in a fresh process pointed at the store."""
     env = {**os.environ, **QUIET, "MLFLOW_TRACKING_URI": store["uri"]}
@@ -215,7 +216,8 @@ BAD_FILES = {
     "repeated id": ("items.jsonl", '{"candidate": "a", "item_id": 7}\n{"candidate": "b", "item_id": "7"}\n',
                     "items.jsonl line 2: field 'item_id': '7' repeats items.jsonl line 1"),
     "unknown frame": ("items.jsonl", '{"candidate": "a", "frame": "qa"}\n',
-                      "items.jsonl line 1: field 'frame': 'qa' not among ['claim', 'def_on']"),
+                      "items.jsonl line 1: field 'frame': 'qa' not among ['claim', 'claim_guarded', 'def_on', "
+                      "'def_on_guarded']"),
     "not JSON": ("items.jsonl", '{"candidate": "a"}\n{candidate\n', "items.jsonl line 2: unreadable JSON"),
     "csv without candidate": ("items.csv", "question,evidence\nq,e\n",
                               "items.csv header: field 'candidate': missing column"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from scipy.optimize import minimize_scalar
+from scipy.optimize import brentq, minimize_scalar
 from scipy.special import expit, logit
 from sklearn.metrics import balanced_accuracy_score, brier_score_loss, f1_score
 
@@ -95,7 +95,7 @@ def test_estimate_boundary_and_vectorised_rows_agree():
     assert estimate([0.7] * 5, 0.5) > 0.999  # every posterior above the train prior: the MLE is π = 1
     rng = np.random.default_rng(0)
     P = rng.random((7, 50))
-    rows = priorshift._em_rows(P, 0.5, 1e-6, 1000)
+    rows = priorshift._ml_rows(P, 0.5, 1e-6, 1000)
     assert np.allclose(rows, [estimate(r, 0.5) for r in P], rtol=0, atol=0)
 
 
@@ -208,6 +208,7 @@ def test_study_settings_are_checked():
         prevalence.check_study({"prevalences": [0.1]})
 
 
+@pytest.mark.slow
 def test_entry_point_on_the_committed_caches(tmp_path, compose_cfg):
     """`python -m src.prevalence` (the DVC stage's command shape): JSON, figure and an MLflow run of kind
     prevalence, on the committed cpu caches with shrunk settings."""
@@ -338,3 +339,23 @@ def test_study_entries_refuse_a_directory_output_before_any_work(tmp_path, modul
     assert p.stderr.strip().splitlines()[-1] == \
         f"error: output={tmp_path}: is a directory (give a file path, e.g. {tmp_path / 'results.json'})"
     assert not fig.exists()
+
+
+def test_estimate_converges_on_the_likelihood_where_it_is_flat():
+    """Posteriors near the training prior (a flat likelihood, as on TruthfulQA): EM's steps shrink under 1e-6 while
+    it is still far from the maximum; the estimate is within tol of the maximiser of Σ log(π·aᵢ + (1 − π)·bᵢ)
+    (the root of its derivative, found by brentq)."""
+    rng = np.random.default_rng(4)
+    interior = 0
+    for _ in range(40):
+        p = np.clip(0.5 + 0.03 * rng.standard_normal(200), 0.01, 0.99)
+        a, b = p / 0.5, (1 - p) / 0.5
+        slope = lambda q: np.sum((a - b) / (q * a + (1 - q) * b))  # noqa: E731
+        if not (slope(0.0) > 0 > slope(1.0)):
+            continue
+        interior += 1
+        ml = brentq(slope, 0.0, 1.0, xtol=1e-14)
+        assert abs(estimate(p, 0.5) - ml) < 1e-6
+        rows = priorshift._ml_rows(np.vstack([p, p]), 0.5, 1e-9, 1000)
+        assert np.abs(rows - ml).max() < 1e-9
+    assert interior >= 10

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import subprocess
 import sys
 
@@ -43,25 +45,52 @@ def test_refuses_an_ambiguous_parent_run(store):
         registry.promote(store["run_id"], dataset="nope")
 
 
-@pytest.mark.parametrize("admissible,call,ok", [
-    ("true", "win", True), ("true", "clean win", True), ("true", "tie", False),
-    ("false", "clean win", False), ("true", "clear worsening", False), ("true", None, False)])
-def test_rule_needs_both_admissibility_and_a_win(admissible, call, ok):
-    tags = {"admissible": admissible, "admissibility_reason": "r"}
-    if call:
-        tags["call.best_cv.kappa"] = call
-    metrics = {"delta_best_cv/kappa": 0.01, "delta_best_cv/kappa_lo": -0.02, "delta_best_cv/kappa_hi": 0.04}
-    assert (registry.reasons_to_refuse(tags, metrics) == []) is ok
+def _variant(s: dict, kappas: float | None = None, ci: tuple | None = None, oracle_lo: float | None = None,
+             record: bool = True) -> dict:
+    """A copy of a results.json entry with its members' κ, its Δκ interval vs the CV-best single or the oracle's
+    lower bound changed; ``record``: its recorded verdict, call and decision follow (as RAIM would write them)."""
+    s = copy.deepcopy(s)
+    if kappas is not None:
+        for m in s["members"].values():
+            m["kappa"] = kappas
+    if ci is not None:
+        s["deltas"]["best_cv"]["kappa"]["ci"] = list(ci)
+    if oracle_lo is not None:
+        s["deltas"]["oracle"]["kappa"]["ci"][0] = oracle_lo
+    if record:
+        r = registry.rederive(s, SETTINGS)
+        s["admissibility"]["admissible"] = r["admissible"]
+        s["deltas"]["best_cv"]["kappa"]["call"] = r["call"]
+        s["decision"] = r["decision"].as_dict()
+    return s
 
 
-def test_refuses_an_admissible_win_that_the_decision_does_not_deploy():
-    """A run tagged with RAIM's decision: an admissible win under the κ floor is not the panel decision."""
-    metrics = {"delta_best_cv/kappa": 0.05, "delta_best_cv/kappa_lo": 0.01, "delta_best_cv/kappa_hi": 0.09}
-    tags = {"admissible": "true", "call.best_cv.kappa": "win", "decision": "none",
-            "decision_reason": "the panel pays but is under the floor; stacked κ 0.350 < floor 0.4"}
-    why = registry.reasons_to_refuse(tags, metrics)
-    assert len(why) == 1 and "not to deploy the panel (the panel pays but is under the floor" in why[0]
-    assert registry.reasons_to_refuse({**tags, "decision": "panel"}, metrics) == []
+SETTINGS = {"kappa0": 0.30, "c": 0.5, "phi0": 0.40, "kappa_floor": 0.40}
+
+
+@pytest.mark.parametrize("change,ok", [
+    ({}, True), ({"oracle_lo": 0.01}, True), ({"ci": (-0.01, 0.2)}, False), ({"kappas": 0.1}, False),
+    ({"ci": (-0.3, -0.1)}, False), ({"kappas": 0.1, "ci": (0.05, 0.2)}, False)])
+def test_rule_needs_both_admissibility_and_a_win(store, change, ok):
+    s = _variant(store["doc"]["datasets"]["good"], **change)
+    assert (registry.reasons_to_refuse(s, SETTINGS) == []) is ok
+
+
+@pytest.mark.parametrize("change", [{"kappas": 0.1}, {"ci": (-0.01, 0.2)}])
+def test_an_entry_whose_recorded_verdict_or_call_its_numbers_contradict_is_refused(store, change):
+    """Recorded admissible / win / deploy-the-panel, numbers that give otherwise: the numbers decide."""
+    s = _variant(store["doc"]["datasets"]["good"], **change, record=False)
+    why = registry.reasons_to_refuse(s, SETTINGS)
+    assert why and any("where its own numbers give" in w for w in why)
+
+
+def test_refuses_an_admissible_win_that_the_decision_does_not_deploy(store):
+    """An admissible win under the κ floor is not the panel decision."""
+    s = _variant(store["doc"]["datasets"]["good"])
+    floor = {**SETTINGS, "kappa_floor": 0.99}
+    why = registry.reasons_to_refuse(s, floor)
+    assert "not to deploy the panel (the panel pays but is under the floor" in why[0]
+    assert registry.reasons_to_refuse(s, SETTINGS) == []
 
 
 def test_promotes_a_winning_admissible_stacker_and_loads_it_by_alias(store):
@@ -80,6 +109,7 @@ def test_promotes_a_winning_admissible_stacker_and_loads_it_by_alias(store):
     assert client.get_model_version_by_alias("raim-stacker-good", "champion").version == mv2.version
 
 
+@pytest.mark.slow
 def test_cli_exit_status_and_message(store, capsys):
     env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
     refused = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
@@ -97,6 +127,7 @@ def test_cli_exit_status_and_message(store, capsys):
 
 # ------------------------------------------------------------------------- models that cannot predict
 
+@pytest.mark.slow
 def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_example(tmp_path):
     """Stop-9 defect: a member that never voted was dropped from the stacker but kept in the logged signature
     and example; the registry promoted that model, which failed on every input, its own example included."""
@@ -126,6 +157,7 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
         assert len(model.predict(example)) == len(example)
 
 
+@pytest.mark.slow
 def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
     import mlflow
 
@@ -159,3 +191,112 @@ def test_cli_errors_are_one_line(store, args, expect):
     p = subprocess.run([sys.executable, "-m", "src.registry", *args], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith(f"error: {expect}") and len(p.stderr.splitlines()) == 1
+
+
+# ------------------------------------------------------------------------------ forged runs and tampered tags
+
+WIN_TAGS = {"kind": "stacking", "admissible": "true", "admissibility_reason": "8/8 members at κ≥0.3",
+            "call.best_cv.kappa": "clean win", "best_cv_call": "clean win", "decision": "panel",
+            "decision_reason": "the panel pays"}
+
+
+@pytest.fixture(scope="module")
+def forge(tmp_path_factory):
+    """A store with a genuine analysis (datasets good and bad) beside which forged runs are made."""
+    tmp = tmp_path_factory.mktemp("forge")
+    with tracking_store(tmp) as uri:
+        rid, cfg, table, results, doc = log_simulated(tmp)
+        yield {"uri": uri, "run_id": rid, "doc": doc, "kids": children(rid), "results": results,
+               "by": table.by_dataset()}
+
+
+def _claims_a_win(s: dict) -> dict:
+    s = copy.deepcopy(s)
+    s["admissibility"]["admissible"] = True
+    s["deltas"]["best_cv"]["kappa"]["call"] = "clean win"
+    s["decision"] = {**s["decision"], "action": "panel", "label": "deploy the panel"}
+    return s
+
+
+def _forged_run(forge, experiment: str | None = None, tags: dict | None = None, artifacts: dict | None = None,
+                stacker_of: str | None = None) -> str:
+    """A hand-made run: ``tags``, JSON ``artifacts``, and (``stacker_of``) its own copy of that dataset's stacker."""
+    import mlflow
+
+    from src.mlops import serving as serve
+    from src.mlops import tracking as track
+
+    exp = mlflow.set_experiment(experiment).experiment_id if experiment else \
+        mlflow.get_run(forge["run_id"]).info.experiment_id
+    with mlflow.start_run(experiment_id=exp, tags=tags or {}) as run:
+        for name, doc in (artifacts or {}).items():
+            mlflow.log_text(json.dumps(doc), name)
+        if stacker_of:
+            example = track.stacker_example(forge["by"][stacker_of], forge["results"][stacker_of])
+            info = serve.log_stacker(forge["results"][stacker_of].stacker, list(example.columns), example)
+            mlflow.set_tag("stacker_model_uri", info.model_uri)
+    return run.info.run_id
+
+
+def _forgery(forge, case: str) -> str:
+    doc, kids, parent = forge["doc"], forge["kids"], forge["run_id"]
+    good, bad = doc["datasets"]["good"], doc["datasets"]["bad"]
+    uri = {d: kids[d].data.tags["stacker_model_uri"] for d in kids}
+    if case == "another experiment, tags claim a win, another run's stacker":
+        return _forged_run(forge, "forged", {**WIN_TAGS, "dataset": "bad", "stacker_model_uri": uri["good"]})
+    if case == "a child of the analysis pointing at another run's stacker":
+        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "good", "mlflow.parentRunId": parent,
+                                        "stacker_model_uri": uri["good"]}, artifacts={"summary.json": good})
+    if case == "its own stacker, a summary.json claiming a win":
+        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "bad", "mlflow.parentRunId": parent},
+                           artifacts={"summary.json": _claims_a_win(bad)}, stacker_of="bad")
+    if case == "a hand-made analysis whose results.json claims a win":
+        entry = _claims_a_win(bad)
+        fake = _forged_run(forge, tags={"kind": "stacking"},
+                           artifacts={"results.json": {"settings": doc["settings"], "datasets": {"bad": entry}}})
+        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "bad", "mlflow.parentRunId": fake},
+                           artifacts={"summary.json": entry}, stacker_of="bad")
+    if case == "a genuine winning entry, another dataset's stacker":
+        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "good", "mlflow.parentRunId": parent},
+                           artifacts={"summary.json": good}, stacker_of="bad")
+    if case == "tags edited on a genuine losing run":
+        import mlflow
+
+        mlflow.MlflowClient().set_tag(kids["bad"].info.run_id, "admissible", "true")
+        for k, v in WIN_TAGS.items():
+            mlflow.MlflowClient().set_tag(kids["bad"].info.run_id, k, v)
+        return kids["bad"].info.run_id
+    raise AssertionError(case)
+
+
+FORGERIES = {
+    "another experiment, tags claim a win, another run's stacker": "not a dataset run of a RAIM analysis",
+    "a child of the analysis pointing at another run's stacker": "was logged by run",
+    "its own stacker, a summary.json claiming a win": "its summary.json is not the 'bad' entry",
+    "a hand-made analysis whose results.json claims a win": "where its own numbers give",
+    "a genuine winning entry, another dataset's stacker": "is not the stacker its results describe",
+    "tags edited on a genuine losing run": "the panel is not admissible",
+}
+
+
+@pytest.mark.parametrize("case", FORGERIES)
+def test_a_forged_or_tampered_run_is_refused_in_one_line(forge, case):
+    rid = _forgery(forge, case)
+    with pytest.raises(registry.PromotionRefused) as e:
+        registry.promote(rid)
+    msg = str(e.value)
+    assert msg.startswith(f"refusing to promote the stacker of run {rid}") and FORGERIES[case] in msg, msg
+    assert "\n" not in msg
+
+
+def test_the_cli_refuses_a_forged_run_in_one_line_and_the_genuine_candidate_still_promotes(forge):
+    import mlflow
+
+    rid = _forgery(forge, "another experiment, tags claim a win, another run's stacker")
+    env = {"MLFLOW_TRACKING_URI": forge["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", rid], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == registry.REFUSED and p.stderr.startswith("REFUSED: ") and len(p.stderr.splitlines()) == 1
+    assert mlflow.MlflowClient().search_registered_models() == []  # nothing was registered
+    mv = registry.promote(forge["kids"]["good"].info.run_id, name="genuine")
+    assert mv.run_id == forge["kids"]["good"].info.run_id and mv.tags["call.best_cv.kappa"] in registry.WINS

@@ -27,7 +27,7 @@ TABLES = ("Table 1", "Table 4", "Table 5", "Table 6", "Table 7", "Table 15", "Ta
 
 
 def _frame() -> pd.DataFrame:
-    parts = [simulate.panel(70, 2, [0.82] * 6, rho=0.1, abstain_rate=0.03, dataset="spread", seed=1,
+    parts = [simulate.panel(100, 2, [0.82] * 6, rho=0.1, abstain_rate=0.03, dataset="spread", seed=1,
                             frontier_accuracy=0.85),
              simulate.panel(70, 2, [0.95] + [0.57] * 5, rho=0.6, abstain_rate=0.03, dataset="dominant", seed=2,
                             frontier_accuracy=0.85)]
@@ -191,6 +191,7 @@ def _run(*args: str, env: dict) -> subprocess.CompletedProcess:
     return p
 
 
+@pytest.mark.slow
 def test_entry_points_end_to_end(tmp_path):
     """results.json → src.analyses (MLflow on) → src.report, on a bring-your-own table."""
     csv = tmp_path / "v.csv"

@@ -122,6 +122,7 @@ def test_a_judge_of_this_roster_gets_verdicts_from_the_server(compose_cfg, chat_
     assert len(ChatAPI.seen) == 2
 
 
+@pytest.mark.slow
 def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, chat_api, monkeypatch, tmp_path,
                                                                   capsys):
     import mlflow
@@ -159,3 +160,26 @@ def test_the_served_judge_against_a_real_llama_cpp_server(compose_cfg, llama_ser
     recs = be.score(load_frame("claim"), ITEMS.to_dict("records"))
     for r in recs:  # llama-cpp-python's server returns chat logprobs: a verdict read off them
         assert r["abstain"] is None and r["vote"] in (0, 1) and 0 < r["mass"] <= 1 and r["n_prompt_tokens"] > 0
+
+
+def test_a_user_and_password_in_the_base_url_are_sent_as_basic_authorization(compose_cfg, chat_api, monkeypatch,
+                                                                             tmp_path):
+    """``RAIM_OPENAI_BASE_URL=http://user:pass@host/v1``: the request goes to ``host`` with HTTP Basic
+    authorization (the standard library would take ``user:pass@host`` for the host name and resolve it)."""
+    import base64
+
+    from src.core.errors import RaimError
+
+    host = chat_api.split("//", 1)[1]
+    monkeypatch.setenv("RAIM_OPENAI_BASE_URL", f"http://bob:p%40ss-{KEY}@{host}")
+    monkeypatch.setenv("OPENAI_API_KEY", "an-unrelated-key")  # the URL's credentials win over this fallback
+    be = build_backend(roster(compose_cfg)["members"][0]["backend"])
+    assert be.base_url == chat_api and KEY not in be.base_url
+    t = verdict_table(roster(compose_cfg), ITEMS, None, tmp_path, compute=True, progress=False)
+    assert t["served"].tolist() == [0, 1]
+    assert ChatAPI.seen[0]["auth"] == "Basic " + base64.b64encode(f"bob:p@ss-{KEY}".encode()).decode()
+    monkeypatch.setenv("RAIM_OPENAI_API_KEY", KEY)  # two credentials: refused, the password not in the line
+    be = build_backend(roster(compose_cfg)["members"][0]["backend"])
+    with pytest.raises(RaimError, match="carries a user:password and api_key is set as well") as e:
+        be.score_one(load_frame("claim"), ITEMS.iloc[0].to_dict())
+    assert KEY not in str(e.value) and "\n" not in str(e.value) and len(ChatAPI.seen) == 2  # nothing sent

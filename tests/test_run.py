@@ -243,6 +243,7 @@ def test_cli_missing_verdicts_is_one_line_and_leaves_results_alone(cache_copy, t
     assert out.read_text() == "{}\n"
 
 
+@pytest.mark.slow
 def test_cli_run_on_the_committed_caches_ends_with_a_summary_and_no_mlflow_chatter(tmp_path):
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/m.db")
     proc = subprocess.run([sys.executable, "-m", "src.run", "analysis=fast", f"output={tmp_path}/r.json"], cwd=ROOT,

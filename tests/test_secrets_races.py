@@ -10,12 +10,17 @@ import random
 import string
 import subprocess
 import sys
+import threading
 import time
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 from hydra import compose, initialize_config_dir
+from test_judges_servers import reply_json
 
 from src.io import config
 from src.io import files as fsutil
@@ -223,7 +228,10 @@ import sys, time
 from pathlib import Path
 import mlflow
 from hydra import compose, initialize_config_dir
+from test_judges_servers import reply_json
+
 from src.mlops import store
+from src.mlops import tracking as track
 tmp = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=None):
     cfg = compose(config_name="config", overrides=[f"tracking.uri=sqlite:///{tmp}/new.db"])
@@ -237,6 +245,7 @@ with store.quiet_mlflow():
 """
 
 
+@pytest.mark.slow
 def test_concurrent_first_runs_on_a_new_store_all_succeed(tmp_path):
     """Without :func:`src.mlops.store.store_lock` this fails nearly every time (N=3): alembic's "Online migration expected
     to match one row when updating … in 'alembic_version'; 0 found" or sqlite "database is locked"."""
@@ -310,3 +319,243 @@ def test_suite_json_holds_no_timings(tmp_path, monkeypatch):
     inner(cfg)
     written = (tmp_path / "suite.json").read_text()
     assert "timings" not in written and "12.5" not in written and json.loads(written) == {"datasets": {}, "cost": {}}
+
+
+# ------------------------------------------------------------------- secrets never resolved into a written file
+
+PLANTED_ENV = {"RAIM_OPENAI_API_KEY": "raimkey-" + rnd(24), "RAIM_OPENAI_BASE_URL": "http://bob:urlpw" + rnd(12)
+               + "@127.0.0.1:9/v1", "RAIM_OPENAI_MODEL": "planted-model", "MY_SERVER_TOKEN": "mytok" + rnd(20)}
+
+
+def _planted(env: dict) -> list[str]:
+    """The secret parts of the planted values (the URL's password, not its host)."""
+    return [env["RAIM_OPENAI_API_KEY"], env["RAIM_OPENAI_BASE_URL"].split(":")[2].split("@")[0],
+            env["MY_SERVER_TOKEN"]]
+
+
+@pytest.mark.parametrize("writer", ["src.track params", "dvc exp run -S"])
+def test_params_yaml_keeps_environment_references_unresolved(tmp_path, monkeypatch, writer):
+    """params.yaml (committed) holds ``${oc.env:…}`` for the key and the base URL, whoever writes it: RAIM's
+    ``python -m src.track params`` or DVC's own composition (what ``dvc exp run -S roster=…`` runs); a secret
+    an override reads from the environment is not written either."""
+    from dvc.utils.hydra import compose_and_dump
+
+    for k, v in PLANTED_ENV.items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "params.yaml"
+    overrides = ["roster=openai_server"]
+    if writer == "dvc exp run -S":
+        compose_and_dump(out, str(ROOT / "conf"), None, "config", "", overrides)
+    else:
+        config.write_params(out, [*overrides, "+judge.headers.x-api-key=${oc.env:MY_SERVER_TOKEN,null}"])
+        with pytest.raises(config.RaimError, match=r"MY_SERVER_TOKEN.*give such a reference a default"):
+            config.write_params(tmp_path / "p2.yaml", ["+judge.headers.x-api-key=${oc.env:MY_SERVER_TOKEN}"])
+    text = out.read_text()
+    assert [s for s in _planted(PLANTED_ENV) if s in text] == []
+    backend = yaml.safe_load(text)["roster"]["members"][0]["backend"]
+    assert backend["api_key"] == "${oc.env:RAIM_OPENAI_API_KEY,null}"
+    assert backend["base_url"] == "${oc.env:RAIM_OPENAI_BASE_URL,http://localhost:8000/v1}"
+    if writer == "src.track params":  # no value of this machine's environment is committed
+        assert backend["model"] == "default" and "planted-model" not in text
+        assert yaml.safe_load(text)["judge"]["headers"]["x-api-key"] is None
+
+
+SHORT = "qwertyui"  # a credential below every shape rule: only the name it is given under marks it
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "Basic", "Token", "Digest", "bearer"])
+@pytest.mark.parametrize("form", ["override", "override list", "free text", "header line", "launcher line"])
+def test_a_secret_named_pair_whose_value_is_a_scheme_and_a_credential(scheme, form):
+    """``Authorization=Bearer <token>``: the value of a secret-named pair is the scheme word *and* the credential,
+    however short, as one override, in Hydra's override list, in free text and as a header line."""
+    override = f"+judge.headers.Authorization={scheme} {SHORT}"
+    text = {"override": override, "override list": str([override, "analysis=fast"]),
+            "free text": f"calling with Authorization={scheme} {SHORT} now",
+            "header line": f"Authorization: {scheme} {SHORT}", "launcher line": f"\t#0 : analysis=fast {override}"}
+    out = redact.scrub_text(text[form], secrets=[])
+    assert SHORT not in out and "Authorization" in out and redact.REDACTED in out
+
+
+@pytest.mark.parametrize("override", ["+judge.api_key=[ab1,cd2]", "+judge.api_key=two words", "+db.password='a b c'",
+                                      "~judge.token=x1", "+judge.api_key="])
+def test_a_whole_override_under_a_secret_name_loses_its_whole_value(override):
+    key, value = override.split("=", 1)
+    assert redact.scrub([override], secrets=[]) == [f"{key}=***" if value else override]
+
+
+def test_override_secrets_are_redacted_wherever_they_appear_later():
+    vals = redact.override_secrets(["+judge.api_key=sekrit-one,sekrit-two", "analysis=fast",
+                                    f"+judge.headers.Authorization=Bearer {SHORT}"])
+    assert {"sekrit-one", "sekrit-two", SHORT} <= set(vals) and "fast" not in vals
+    redact.add_secrets(vals)
+    assert redact.scrub_text(f"job 2 used sekrit-two and {SHORT}") == "job 2 used *** and ***"
+
+
+def test_one_line_errors_and_debug_tracebacks_are_scrubbed(monkeypatch, capsys):
+    from src.core import errors
+
+    @errors.one_line
+    def fail():
+        raise errors.RaimError(f"server said no to Authorization=Bearer {SHORT} at https://bob:pw12345@h/v1")
+
+    monkeypatch.delenv("RAIM_DEBUG", raising=False)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    with pytest.raises(SystemExit):
+        fail()
+    err = capsys.readouterr().err
+    assert err.startswith("error: server said no") and SHORT not in err and "pw12345" not in err
+    with pytest.raises(SystemExit):  # an argument error quotes the arguments
+        errors.ArgumentParser(prog="p").parse_args([f"+judge.headers.Authorization=Bearer {SHORT}"])
+    err = capsys.readouterr().err
+    assert err.startswith("error: p: unrecognized arguments: +judge.headers.Authorization=***") and SHORT not in err
+    monkeypatch.setenv("RAIM_DEBUG", "1")
+    with pytest.raises(errors.RaimError) as e:
+        fail()
+    assert SHORT not in str(e.value) and "pw12345" not in str(e.value) and "https://***@h/v1" in str(e.value)
+
+
+HYDRA_CASES = {  # what goes wrong → the overrides (and env) of a src.run that prints it
+    "composition error": (["judge.api_key=SECRET"], {}, "To append to your config use +judge.api_key=***"),
+    "job error": (["+judge.api_key=SECRET", "analysis.seed=abc"], {}, "Error executing job with overrides"),
+    "job error, HYDRA_FULL_ERROR": (["+judge.api_key=SECRET", "analysis.seed=abc"], {"HYDRA_FULL_ERROR": "1"},
+                                    "Traceback"),
+    "sweep job error": (["-m", "+judge.api_key=SECRET,SECRET2", "analysis.seed=abc"], {}, "Launching 2 jobs"),
+    "bad command line": (["+judge.api_key=SECRET,SECRET2", "-m", "x=1"], {}, "unrecognized arguments"),
+    "RAIM error, RAIM_DEBUG": (["+judge.api_key=SECRET", "analysis.kappa_floor=2"], {"RAIM_DEBUG": "1"},
+                               "FloorError"),
+    "--info": (["+judge.api_key=SECRET", "--info"], {}, "api_key: ***"),
+    "--cfg job": (["+judge.api_key=SECRET", "--cfg", "job"], {}, "api_key: ***"),
+}
+
+
+@pytest.mark.parametrize("case", HYDRA_CASES)
+def test_nothing_hydra_prints_holds_an_override_secret(tmp_path, small_verdicts, case):
+    overrides, extra, expect = HYDRA_CASES[case]
+    secret = "hydrasecret" + rnd(12)
+    env = {**os.environ, **QUIET, "RAIM_HYDRA_DIR": str(tmp_path / "hydra"), **extra}
+    for k in ("RAIM_DEBUG", "HYDRA_FULL_ERROR"):
+        env.setdefault(k, "") if k in extra else env.pop(k, None)
+    args = [o.replace("SECRET", secret) for o in overrides]
+    flags = ["-m"] if args[0] == "-m" else []
+    p = subprocess.run([sys.executable, "-m", "src.run", *flags, f"verdicts={small_verdicts}", "analysis=fast",
+                        "analysis.n_boot=20", "tracking.enabled=false", *args[len(flags):]], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    out = p.stdout + p.stderr
+    assert expect in out, out[-2000:]
+    assert secret not in out
+    assert [str(f) for f in tmp_path.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()] == []
+
+
+# ------------------------------------------------ every command that writes or logs, with keys planted everywhere
+
+class JudgeAPI(BaseHTTPRequestHandler):
+    """A stand-in OpenAI-compatible chat server: a verdict per prompt (its CRC's parity); records each request's
+    ``Authorization`` header."""
+
+    auth: list[str] = []
+
+    def log_message(self, *a):  # quiet
+        pass
+
+    def do_POST(self):  # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        type(self).auth.append(self.headers.get("authorization"))
+        no = zlib.crc32(body["messages"][-1]["content"].encode()) % 3 == 0
+        top = [{"token": "No", "logprob": -0.1 if no else -3.0}, {"token": "Yes", "logprob": -3.0 if no else -0.1}]
+        reply_json(self, {"object": "chat.completion", "model": body["model"], "usage": {"prompt_tokens": 9},
+                          "choices": [{"index": 0, "message": {"role": "assistant", "content": top[0]["token"]},
+                                       "logprobs": {"content": [{**top[0], "top_logprobs": top}]}}]})
+
+
+def _dump(db: Path) -> bytes:
+    """The MLflow store as SQL text (what ``sqlite3 mlflow.db .dump`` prints)."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        return "\n".join(con.iterdump()).encode()
+    finally:
+        con.close()
+
+
+def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
+    """Unique fake keys in every place the docs name — the environment (RAIM_OPENAI_API_KEY, OPENAI_API_KEY,
+    ANTHROPIC_API_KEY, HF_TOKEN), overrides (``+judge.api_key=…``, a swept one, ``Authorization=Bearer …``), the
+    base URL's password — through every command that writes or logs: ``src.run`` (a single run that judges
+    through the served judge, a ``-m`` sweep), ``src.track params``, the registry's ``log-panel``,
+    ``src.predict`` on the panel model, and the studies on the committed caches. Then the whole worktree, the
+    Hydra folders, the MLflow store (its raw bytes and its SQL dump), every artifact (pickles included, raw
+    bytes) and everything printed: no key anywhere. The keys did reach the server, each as it should."""
+    import mlflow
+
+    tag = rnd(6)
+    keys = {name: f"{name.lower()[:6]}{tag}{rnd(14)}" for name in
+            ("RAIM_OPENAI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN", "OVERRIDE", "SWEPT",
+             "BEARER", "URLPW")}
+    keys["BEARER"] = "b" + tag  # shorter than every shape rule
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), JudgeAPI)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    JudgeAPI.auth = []
+    host = f"127.0.0.1:{srv.server_address[1]}"
+    store = tmp_path / "store"
+    store.mkdir()
+    env = {**{k: v for k, v in os.environ.items() if k not in ("RAIM_DEBUG", "HYDRA_FULL_ERROR")}, **QUIET,
+           "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}", "RAIM_HYDRA_DIR": str(tmp_path / "hydra"),
+           **{k: keys[k] for k in ("RAIM_OPENAI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN")},
+           "RAIM_OPENAI_BASE_URL": f"http://{host}/v1", "RAIM_OPENAI_MODEL": "planted-model"}
+    url_env = {**env, "RAIM_OPENAI_BASE_URL": f"http://bob:{keys['URLPW']}@{host}/v1"}
+    url_env.pop("RAIM_OPENAI_API_KEY")  # a password in the URL, and no key beside it
+    printed: list[str] = []
+
+    def run(*args: str, environ: dict = env) -> subprocess.CompletedProcess:
+        p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=environ, capture_output=True, text=True,
+                           timeout=600)
+        printed.append(p.stdout + p.stderr)
+        assert p.returncode == 0, (args, p.stderr[-3000:])
+        return p
+
+    secret_overrides = [f"+judge.api_key={keys['OVERRIDE']}", f"+judge.headers.Authorization=Bearer {keys['BEARER']}"]
+    judged = ["roster=openai_server", "dataset=wice", "judge.per_dataset=60", "judge.compute=true", "analysis=fast",
+              "analysis.n_boot=50", f"paths.tables_dir={tmp_path / 'tables'}"]
+    # a single run that judges through the served judge (HTTP Basic from the URL), then a sweep (Bearer key)
+    run("src.run", *judged, f"paths.cache_dir={tmp_path / 'cache1'}", f"output={tmp_path / 'results.json'}",
+        *secret_overrides, environ=url_env)
+    run("src.run", "-m", *judged, f"paths.cache_dir={tmp_path / 'cache2'}", "stacker.C=0.1,10",
+        f"+judge.api_key={keys['OVERRIDE']},{keys['SWEPT']}", secret_overrides[1])
+    basic = "Basic " + base64.b64encode(f"bob:{keys['URLPW']}".encode()).decode()
+    assert set(JudgeAPI.auth) == {basic, f"Bearer {keys['RAIM_OPENAI_API_KEY']}"}
+    run("src.track", "params", "roster=openai_server", *secret_overrides, "--out", str(tmp_path / "params.yaml"),
+        environ={**url_env, "RAIM_OPENAI_API_KEY": keys["RAIM_OPENAI_API_KEY"]})
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    try:
+        runs = mlflow.search_runs(search_all_experiments=True, output_format="list", order_by=["start_time ASC"],
+                                  filter_string="tags.kind = 'stacking' and tags.dataset = 'wice'")
+        stacker = next(r.data.tags["stacker_model_uri"] for r in runs if "stacker_model_uri" in r.data.tags)
+    finally:
+        mlflow.set_tracking_uri(None)
+    panel = run("src.registry", "log-panel", "--roster", "openai_server", "--stacker-uri", stacker,
+                "--cache-dir", str(tmp_path / "cache2")).stdout.split()[2]
+    items = tmp_path / "items.csv"
+    pd.DataFrame({"evidence": ["Paris is the capital of France."] * 2,
+                  "candidate": ["The capital is Paris.", "The capital is Lyon."]}).to_csv(items, index=False)
+    run("src.predict", str(items), "--model-uri", panel, "--cache-dir", str(tmp_path / "pcache"),
+        "--out", str(tmp_path / "pred.jsonl"), "--no-progress")
+    # the studies, on the committed caches, with the overrides' keys
+    study_out = {"prevalence": ["prevalence.n_boot=5", "prevalence.n_draws=2", "prevalence.simulations=[]"],
+                 "monitor": ["monitor.evaluation.seeds=1", "monitor.replay.stable_items=400",
+                             "monitor.replay.changed_items=400"],
+                 "noise": ["noise.types=[rf]", "noise.rates=[0,0.15]", "noise.draws=1", "noise.n_boot=20",
+                           "noise.simulation.enabled=false", "noise.stackers=[logreg]"]}
+    for study, shrink in study_out.items():
+        run(f"src.{study}", "analysis=fast", *shrink, f"{study}.output={tmp_path / study}.json",
+            f"{study}.figure={tmp_path / study}.png", *secret_overrides)
+    assert (tmp_path / "pred.jsonl").is_file() and (store / "mlflow.db").is_file()
+
+    planted = list(keys.values())
+    found = [(name, "printed") for name, k in keys.items() if any(k in out for out in printed)]
+    files = [f for root in (tmp_path, ROOT) for f in root.rglob("*") if f.is_file() and ".git" not in f.parts]
+    assert any(f.name == "python_model.pkl" for f in files) and any(f.name == "sweep_summary.csv" for f in files)
+    blobs = [(str(f), f.read_bytes()) for f in files] + [("mlflow.db dump", _dump(store / "mlflow.db"))]
+    found += [(name, where) for where, blob in blobs for name, k in keys.items() if k.encode() in blob]
+    assert found == [], found
+    assert len(planted) == len(set(planted))

@@ -43,6 +43,7 @@ def served(champion):
         yield url
 
 
+@pytest.mark.slow
 def test_served_stacker_answers_member_verdicts_with_probability_and_verdict(champion, served):
     rows = [[1, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0], [1, 0, 1, 0, 1, 0.5, 1, 1]]
     status, body = post_json(served + "/invocations", {"dataframe_split": {"columns": MEMBERS, "data": rows}})
@@ -55,6 +56,7 @@ def test_served_stacker_answers_member_verdicts_with_probability_and_verdict(cha
     assert 0.0 <= got["p_hallucinated"].min() and got["p_hallucinated"].max() <= 1.0
 
 
+@pytest.mark.slow
 def test_served_stacker_takes_abstentions_as_null_and_rejects_bad_votes(served):
     rec = {m: 1 for m in MEMBERS}
     abst = {**rec, "m03": None}
@@ -82,6 +84,7 @@ def test_serve_imports_neither_track_nor_registry():
     assert not {m for m in imported if m.split(".")[0] in ("track", "registry") or m.endswith((".track", ".registry"))}
 
 
+@pytest.mark.slow
 def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
     """`python -m src.registry log-panel` (it was `src.serve log-panel`): roster + stacker URI -> a panel run."""
     import subprocess
@@ -123,6 +126,7 @@ def strict(champion):
 BAD_REQUESTS = serving_requests(MEMBERS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(BAD_REQUESTS))
 def test_strict_server_rejects_a_malformed_request_with_one_line(strict, case):
     status, body = post_json(strict + "/invocations", BAD_REQUESTS[case])
@@ -131,6 +135,7 @@ def test_strict_server_rejects_a_malformed_request_with_one_line(strict, case):
     assert "Traceback" not in body["message"] and len(body["message"]) < 400
 
 
+@pytest.mark.slow
 def test_strict_server_answers_valid_requests_like_the_model(champion, strict):
     rows = [[1, 1, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0], [1, 0, None, 0, 1, 0.5, 1, 1]]
     status, body = post_json(strict + "/invocations", {"dataframe_split": {"columns": MEMBERS, "data": rows}})

@@ -313,6 +313,7 @@ def test_secrets_never_reach_params_tags_artifacts_or_the_database(logged):
     assert not leaks
 
 
+@pytest.mark.slow
 def test_start_run_nests_under_active_run_and_logs_figures(tmp_path):
     import mlflow
 
@@ -393,6 +394,7 @@ def test_stage_files_and_judge_args(logged, tmp_path):
     assert set(b["dataset"]) == {"good", "bad"} and len(b) == 2 * 9
 
 
+@pytest.mark.slow
 def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
     """The committed cpu caches, where MiniLM and lexical never vote on TruthfulQA (stop-9 defect: that dataset's
     logged stacker expected 4 columns, its signature and example had 6, and it failed on every input)."""

@@ -13,30 +13,31 @@ import logging
 from pathlib import Path
 
 import hydra
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from src.core.errors import one_line
+from src.core.errors import checked_overrides, one_line
 from src.core.names import metric_name
 from src.io import files
 from src.judges import tables
 from src.mlops import tracking as track
 from src.present import figures
+from src.studies.stacking import configured
 from src.studies.suite import cascade, cost, run_suite
+from src.studies.suite.settings import suite_settings
 
 log = logging.getLogger("raim.suite")
 
 
 def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
     """(suite document, results.json document or None) for the configured table."""
-    settings = instantiate(cfg.analysis, _convert_="all")
-    stacker = instantiate(cfg.stacker, _convert_="all")
+    settings, stacker = configured(cfg)
+    suite = suite_settings(cfg.suite)
     table = tables.load_table(cfg)
     measured = None
-    if not cfg.verdicts and cfg.suite.cost.get("use_measured", True):
+    if not cfg.verdicts and suite.cost.use_measured:
         names = list(table.members) + ([table.frontier_name] if table.frontier_name else [])
         measured = cost.measured_from_cache(cfg.paths.cache_dir, names)
-    doc = run_suite(table, stacker, settings, OmegaConf.to_container(cfg.suite, resolve=True), measured)
+    doc = run_suite(table, stacker, settings, suite, measured)
     doc["meta"] = {"verdicts": table.source, "members": table.members, "frontier": table.frontier_name}
     res_path = Path(cfg.output)
     results = json.loads(res_path.read_text()) if res_path.exists() else None
@@ -74,6 +75,7 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v is not None}
 
 
+@checked_overrides
 @hydra.main(version_base=None, config_path="../../conf", config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from src.core.evaluate import kappa
 from src.core.verdicts import ABSTAIN
@@ -23,13 +24,13 @@ def reaches(member_k: np.ndarray, kappa0: float) -> np.ndarray:
         return np.asarray(member_k, dtype=float) >= kappa0 - TOL
 
 
-def competent(n_ok: np.ndarray, c: float, size: np.ndarray) -> np.ndarray:
+def competent(n_ok: ArrayLike, c: float, size: ArrayLike) -> np.ndarray:
     """At least the share ``c`` of a panel of ``size`` members reach κ₀ (within :data:`TOL`: c·K can land a hair
     above a whole number, e.g. 0.3 × 10)."""
     return np.asarray(n_ok) >= c * np.asarray(size) - TOL
 
 
-def within(phibar: np.ndarray, phi0: float) -> np.ndarray:
+def within(phibar: ArrayLike, phi0: float) -> np.ndarray:
     """φ̄ at or under the correlation threshold φ₀ (within :data:`TOL`; NaN = undefined never is)."""
     phibar = np.asarray(phibar, dtype=float)
     with np.errstate(invalid="ignore"):
@@ -142,8 +143,8 @@ def member_kappas(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
     return np.array([kappa(gold, votes[:, j]) for j in range(votes.shape[1])])
 
 
-def admits(member_k: np.ndarray, phibar: np.ndarray, kappa0: float, c: float, phi0: float,
-           size: np.ndarray | None = None) -> np.ndarray:
+def admits(member_k: np.ndarray, phibar: ArrayLike, kappa0: float, c: float, phi0: float,
+           size: ArrayLike | None = None) -> np.ndarray:
     """The rule, vectorised over panels: ``member_k`` is … × K (NaN = not in the panel), ``phibar`` … (NaN =
     undefined, never admissible), ``size`` the panel sizes (default: the non-NaN members)."""
     member_k = np.asarray(member_k, dtype=float)
@@ -168,6 +169,18 @@ def decide(member_k: np.ndarray, phibar: float | None, kappa0: float, c: float, 
     if not decorrelated:
         why.append(f"φ̄={phibar:.3f} > {phi0}")
     return False, "; ".join(why)
+
+
+def admitted_share(boot, gold: np.ndarray, votes: np.ndarray, member_kappa_draws: np.ndarray, kappa0: float,
+                   c: float, phi0: float) -> float:
+    """How often the rule admits the panel when both coordinates are estimated again on each draw of §2's cluster
+    bootstrap (``boot``, a :class:`src.core.evaluate.ClusterBootstrap`; ``member_kappa_draws`` its B × K member κ):
+    the verdict's own uncertainty, near 0 or 1 when it is firm, near ½ when a member's κ or φ̄ sits at its
+    threshold."""
+    P = len(pair_index(votes.shape[1])[0])
+    stats = boot.sums(pair_stats(gold, votes).reshape(len(gold), P * 4)).reshape(-1, P, 4)
+    phibar = phi_bar_from(phi_from_stats(stats))
+    return float(np.mean(admits(member_kappa_draws, phibar, kappa0, c, phi0, np.full(len(phibar), votes.shape[1]))))
 
 
 def agreement_proxy(votes: np.ndarray) -> float | None:

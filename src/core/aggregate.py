@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,7 +91,7 @@ class StackedLogit(_VoteClassifier):
     def _p1(self, X: np.ndarray) -> np.ndarray:
         return self.lr_.predict_proba(self.features(X))[:, 1]
 
-    def feature_names(self, members: list[str], extras: list[str] = ()) -> list[str]:
+    def feature_names(self, members: list[str], extras: Sequence[str] = ()) -> list[str]:
         """Names aligned with ``coef_``."""
         if self.abstention == "category":
             base = [f"{m}=1" for m in members] + [f"{m}=abstain" for m in members]
@@ -113,12 +114,13 @@ class MajorityVote(_VoteClassifier):
         return X.mean(axis=1)
 
 
-def member_accuracy(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Each member's accuracy over the items it voted on (abstentions excluded); 0.5 if it never voted."""
+def member_accuracy(X: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """Each member's accuracy over the items it voted on (abstentions excluded); 0.5 if it never voted.
+    ``weights`` (M × n item weights, e.g. bootstrap multiplicities) gives one row of accuracies per weighting."""
     voted = X != ABSTAIN
     correct = (X == y[:, None]) & voted
-    n = voted.sum(axis=0)
-    return np.where(n > 0, correct.sum(axis=0) / np.maximum(n, 1), 0.5)
+    n, hits = (voted.sum(axis=0), correct.sum(axis=0)) if weights is None else (weights @ voted, weights @ correct)
+    return np.where(n > 0, hits / np.where(n > 0, n, 1), 0.5)
 
 
 class WeightedVote(_VoteClassifier):
@@ -134,19 +136,32 @@ class WeightedVote(_VoteClassifier):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> WeightedVote:
         self._set_classes(X, y)
-        acc = np.clip(member_accuracy(np.asarray(X, float), np.asarray(y)), _EPS, 1 - _EPS)
-        if self.weighting == "accuracy":
-            self.weights_ = acc
-        elif self.weighting == "logodds":
-            self.weights_ = np.log(acc / (1 - acc))
-        else:
-            raise ValueError(f"weighting must be 'accuracy' or 'logodds', got {self.weighting!r}")
+        self.weights_ = self.weights_of(member_accuracy(np.asarray(X, float), np.asarray(y)), self.weighting)
         return self
 
+    @staticmethod
+    def weights_of(accuracy: np.ndarray, weighting: str) -> np.ndarray:
+        """The members' weights from their accuracies (… × K), clipped to [ε, 1 − ε]."""
+        acc = np.clip(accuracy, _EPS, 1 - _EPS)
+        if weighting == "accuracy":
+            return acc
+        if weighting == "logodds":
+            return np.log(acc / (1 - acc))
+        raise ValueError(f"weighting must be 'accuracy' or 'logodds', got {weighting!r}")
+
+    @staticmethod
+    def p1_of(X: np.ndarray, weights: np.ndarray, weighting: str) -> np.ndarray:
+        """P(hallucinated) of the vote rows X (n × K) under weights (K,) → (n,), or under M weightings (M × K)
+        → M × n."""
+        W = np.asarray(weights, dtype=float).T  # K, or K × M
+        if weighting == "accuracy":
+            p = X @ W / W.sum(axis=0)
+        else:
+            p = 1.0 / (1.0 + np.exp(-((2 * X - 1) @ W)))
+        return p.T
+
     def _p1(self, X: np.ndarray) -> np.ndarray:
-        if self.weighting == "accuracy":
-            return X @ self.weights_ / self.weights_.sum()
-        return 1.0 / (1.0 + np.exp(-((2 * X - 1) @ self.weights_)))
+        return self.p1_of(X, self.weights_, self.weighting)
 
 
 def eligible(X: np.ndarray, min_coverage: float) -> np.ndarray:
@@ -308,7 +323,7 @@ class DawidSkene(_VoteClassifier):
             return q2, theta2
         flat = [np.concatenate([p.ravel(), c.ravel()]) for p, c in (theta, theta1, theta2)]
         r, v = flat[1] - flat[0], flat[2] - 2 * flat[1] + flat[0]
-        alpha = min(-1.0, -float(np.linalg.norm(r) / max(np.linalg.norm(v), 1e-300)))
+        alpha = min(-1.0, -float(np.linalg.norm(r)) / max(float(np.linalg.norm(v)), 1e-300))
         ext = flat[0] - 2 * alpha * r + alpha ** 2 * v
         if alpha == -1.0 or not ((ext > 0) & (ext < 1)).all():
             return q2, theta2

@@ -12,8 +12,17 @@ One of three decisions, in this order:
 3. ``none`` — *nothing here is good enough*: neither the panel where it pays nor the CV-best single reaches
    κ_min; the reason names the best κ any member or aggregate reached.
 
-Every κ is compared with κ_min within :data:`src.core.admissibility.TOL` (a κ of exactly κ_min reaches it). The
-decision only reads the JSON summary (:func:`src.core.ladder.analyze_dataset`), so an older results.json can be
+Every κ is compared with κ_min within :data:`src.core.admissibility.TOL` (a κ of exactly κ_min reaches it), by the
+floor rule (``analysis.floor_rule``): ``estimate`` — the point estimate reaches κ_min; ``lower_bound`` — the 95%
+interval's lower bound does. Either way the reason says when the interval spans κ_min (the floor is then reached,
+or missed, on the estimate only).
+
+The rule is the paper's: an inadmissible panel is never deployed, even where the ladder measures a win against
+the CV-best single (a strong member among weak ones: §3.3 counts the members at κ₀, not the win). The decision
+then says so — ``vetoed_win`` and a reason that names the win and the rule's grounds, with how often the panel
+is admissible over the bootstrap draws (``admissibility.admitted_share``: near ½ when a member's κ sits at κ₀).
+
+The decision only reads the JSON summary (:func:`src.core.ladder.analyze_dataset`), so an older results.json can be
 decided again.
 """
 
@@ -25,6 +34,7 @@ from dataclasses import asdict, dataclass
 from src.core.admissibility import TOL
 from src.core.errors import RaimError
 
+FLOOR_RULES = ("estimate", "lower_bound")  # what must reach κ_min: the κ estimate, or its interval's lower bound
 WINS = ("win", "clean win")  # the ladder's calls against the CV-best single that mean the panel pays (§2)
 ACTIONS = {"panel": "deploy the panel", "single": "deploy the single judge", "none": "nothing here is good enough"}
 AGGREGATES = ("stacked", "majority", "dawid_skene", "acc_weighted", "logodds_weighted")
@@ -36,7 +46,7 @@ class Decision:
 
     action: str  # panel | single | none
     member: str | None  # the single judge to deploy (action ``single``), else None
-    kappa: float  # κ of what is deployed (stacked or CV-best single); for ``none``, the better of the two
+    kappa: float | None  # κ of what is deployed (stacked or CV-best single); for ``none``, the better of the two
     kappa_ci: list[float]
     kappa_floor: float
     delta_kappa: float  # stacked − CV-best single, paired
@@ -48,6 +58,10 @@ class Decision:
     n_members: int
     phi_bar: float | None
     reason: str
+    vetoed_win: bool = False  # the ladder shows a win vs the CV-best single that admissibility vetoes
+    admitted_share: float | None = None  # share of the bootstrap draws in which the panel is admissible
+    floor_rule: str = "estimate"
+    floor_clear: bool | None = None  # the deployed κ's interval lies wholly on one side of the floor
 
     @property
     def label(self) -> str:
@@ -62,9 +76,11 @@ class FloorError(RaimError, ValueError):
     """A κ floor outside [-1, 1] (``analysis.kappa_floor``)."""
 
 
-def check_floor(kappa_floor: float) -> None:
+def check_floor(kappa_floor: float, floor_rule: str = "estimate") -> None:
     if isinstance(kappa_floor, bool) or not isinstance(kappa_floor, (int, float)) or not -1 <= kappa_floor <= 1:
         raise FloorError(f"analysis.kappa_floor={kappa_floor!r}: must be in [-1, 1]")
+    if floor_rule not in FLOOR_RULES:
+        raise FloorError(f"analysis.floor_rule={floor_rule!r}: must be one of {', '.join(FLOOR_RULES)}")
 
 
 def reaches(kappa: float | None, floor: float) -> bool:
@@ -97,13 +113,27 @@ def _best_reached(s: dict) -> str:
     """The highest κ of any member (on all items) and of any aggregate (out of fold)."""
     members = {m: v["kappa"] for m, v in s["members"].items()}
     aggs = {c: k for c in AGGREGATES if (k := _kappa(s, c)[0]) is not None}
-    best = [(f"member {m}", members[m]) for m in [max(members, key=members.get)] if members]
-    best += [(f"aggregate {c}", aggs[c]) for c in [max(aggs, key=aggs.get)] if aggs]
+    best = [(f"member {m}", members[m]) for m in [max(members, key=lambda m: members[m])] if members]
+    best += [(f"aggregate {c}", aggs[c]) for c in [max(aggs, key=lambda c: aggs[c])] if aggs]
     return ", ".join(f"best {what} κ {_num(k)}" for what, k in best)
 
 
-def _cmp(kappa: float | None, floor: float) -> str:
-    return f"{'≥' if reaches(kappa, floor) else '<'} floor {floor:g}"
+def spans(ci: list[float], floor: float) -> bool:
+    """The interval holds values on both sides of the floor (within :data:`TOL`)."""
+    return reaches(ci[1], floor) and not reaches(ci[0], floor)
+
+
+def reaches_floor(kappa: float | None, ci: list[float], floor: float, rule: str = "estimate") -> bool:
+    """The floor rule (:data:`FLOOR_RULES`): the estimate, or the interval's lower bound, at or above the floor."""
+    return reaches(kappa, floor) if rule == "estimate" else reaches(kappa, floor) and reaches(ci[0], floor)
+
+
+def _cmp(kappa: float | None, ci: list[float], floor: float, rule: str = "estimate") -> str:
+    text = f"{'≥' if reaches_floor(kappa, ci, floor, rule) else '<'} floor {floor:g}"
+    if kappa is not None and math.isfinite(kappa) and spans(ci, floor):
+        text += " (its interval spans the floor: " + ("reached on the estimate only)" if reaches(kappa, floor)
+                                                      else "missed on the estimate only)")
+    return text
 
 
 def _no_pay(admissible: bool, call: str) -> str:
@@ -111,36 +141,56 @@ def _no_pay(admissible: bool, call: str) -> str:
     return f"the panel does not pay here ({' and '.join(why)})"
 
 
-def decide(s: dict, kappa_floor: float = 0.40) -> Decision:
+def _veto(a: dict, d: dict) -> str:
+    """The reason's statement of a win the admissibility rule vetoes."""
+    share = a.get("admitted_share")
+    shown = "" if share is None else f"; admissible in {100 * share:.0f}% of the bootstrap draws"
+    uncertain = a.get("members_uncertain") or []
+    near = f"; {len(uncertain)} member(s) with κ intervals across κ₀ {a['kappa0']:g}" if uncertain else ""
+    return (f"the ladder shows a {d['call']} against the CV-best single (Δκ lower bound {_num(d['ci'][0], True)}) "
+            f"that the admissibility rule vetoes ({a.get('reason') or 'not admissible'}{shown}{near})")
+
+
+def decide(s: dict, kappa_floor: float = 0.40, floor_rule: str = "estimate") -> Decision:
     """The decision for one dataset's ladder summary (the rule of the module docstring)."""
-    check_floor(kappa_floor)
+    check_floor(kappa_floor, floor_rule)
     a, d = s["admissibility"], s["deltas"]["best_cv"]["kappa"]
     stk, stk_ci = _kappa(s, "stacked")
     single, single_ci = _kappa(s, "best_cv")
     member = s["selected"]["oracle"]
     pays = bool(a["admissible"]) and d["call"] in WINS
+    vetoed = not a["admissible"] and d["call"] in WINS
     numbers = f"Δκ vs the CV-best single {_num(d['estimate'], True)} {_ci(d['ci'], True)} ({d['call']}); {_adm_text(a)}"
-    panel = f"stacked κ {_num(stk)} {_ci(stk_ci)} {_cmp(stk, kappa_floor)}"
-    cv = f"CV-best single {member} κ {_num(single)} {_ci(single_ci)} {_cmp(single, kappa_floor)}"
+    panel = f"stacked κ {_num(stk)} {_ci(stk_ci)} {_cmp(stk, stk_ci, kappa_floor, floor_rule)}"
+    cv = f"CV-best single {member} κ {_num(single)} {_ci(single_ci)} {_cmp(single, single_ci, kappa_floor, floor_rule)}"
     common = dict(kappa_floor=kappa_floor, delta_kappa=d["estimate"], delta_ci=list(d["ci"]), call=d["call"],
                   admissible=bool(a["admissible"]), share_competent=a["members_at_kappa0"] / max(a["n_members"], 1),
-                  members_at_kappa0=a["members_at_kappa0"], n_members=a["n_members"], phi_bar=a["phi_bar"])
-    if pays and reaches(stk, kappa_floor):
-        return Decision("panel", None, stk, stk_ci, reason=f"the panel pays: {panel}; {numbers}", **common)
-    why_not = "the panel pays but is under the floor" if pays else _no_pay(bool(a["admissible"]), d["call"])
-    if reaches(single, kappa_floor):
+                  members_at_kappa0=a["members_at_kappa0"], n_members=a["n_members"], phi_bar=a["phi_bar"],
+                  vetoed_win=vetoed, admitted_share=a.get("admitted_share"), floor_rule=floor_rule)
+
+    def clear(k, ci):
+        return dict(floor_clear=None if k is None or not math.isfinite(k) else not spans(ci, kappa_floor))
+
+    if pays and reaches_floor(stk, stk_ci, kappa_floor, floor_rule):
+        return Decision("panel", None, stk, stk_ci, reason=f"the panel pays: {panel}; {numbers}", **common,
+                        **clear(stk, stk_ci))
+    why_not = ("the panel pays but is under the floor" if pays else
+               f"{_no_pay(False, d['call'])}: {_veto(a, d)}" if vetoed else _no_pay(bool(a["admissible"]), d["call"]))
+    if reaches_floor(single, single_ci, kappa_floor, floor_rule):
         return Decision("single", member, single, single_ci, reason=f"{why_not}; {cv}; {panel}; {numbers}",
-                        **common)
+                        **common, **clear(single, single_ci))
     better = stk is not None and (single is None or stk > single)
     kappa, ci = (stk, stk_ci) if better else (single, single_ci)
     return Decision("none", None, kappa, ci, reason=f"{why_not}; {cv}; {panel}; {_best_reached(s)}; {numbers}",
-                    **common)
+                    **common, **clear(kappa, ci))
 
 
 def decide_all(doc: dict, kappa_floor: float | None = None) -> dict[str, Decision]:
-    """A results.json document's decisions, per dataset (the floor: ``settings.kappa_floor`` unless given)."""
-    floor = kappa_floor if kappa_floor is not None else doc.get("settings", {}).get("kappa_floor", 0.40)
-    return {name: decide(s, floor) for name, s in doc["datasets"].items()}
+    """A results.json document's decisions, per dataset (the floor and its rule: ``settings.kappa_floor`` and
+    ``settings.floor_rule`` unless given)."""
+    settings = doc.get("settings", {})
+    floor = kappa_floor if kappa_floor is not None else settings.get("kappa_floor", 0.40)
+    return {name: decide(s, floor, settings.get("floor_rule", "estimate")) for name, s in doc["datasets"].items()}
 
 
-__all__ = ["Decision", "decide", "decide_all", "reaches", "WINS", "ACTIONS"]
+__all__ = ["Decision", "decide", "decide_all", "reaches", "reaches_floor", "WINS", "ACTIONS", "FLOOR_RULES"]

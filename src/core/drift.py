@@ -7,6 +7,7 @@ z-tests, Holm 1979), the prevalence flag from the EM estimate's observed informa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -142,13 +143,13 @@ class DriftMonitor(BaseEstimator):
             return float(self.reference_prevalence), 0.0
         return self._estimate(np.asarray(p, dtype=float)[: int(self.reference_items)])
 
-    def prevalence_flag(self, est: float, se: float, ref: tuple[float, float]) -> bool:
-        """Moved by more than the tolerance and significantly (two-sided z-test at α)."""
+    def prevalence_flag(self, est: float, se: float, ref: tuple[float, float], alpha: float | None = None) -> bool:
+        """Moved by more than the tolerance and significantly (two-sided z-test at α, or at ``alpha``)."""
         from scipy.stats import norm  # imported here, not at start-up: scipy
 
         diff = abs(est - ref[0])
         z = diff / max(np.hypot(se, ref[1]), 1e-12)
-        return bool(diff > self.tolerance + 1e-12 and z > norm.isf(self.alpha / 2))
+        return bool(diff > self.tolerance + 1e-12 and z > norm.isf((self.alpha if alpha is None else alpha) / 2))
 
     def windows(self, votes: np.ndarray, p: np.ndarray) -> pd.DataFrame:
         """One row per window (``start``, ``end`` exclusive): prevalence estimate, agreement proxy, vote and
@@ -169,7 +170,7 @@ class DriftMonitor(BaseEstimator):
         p_min, adj = holm_min(pv)
         K = len(self.members_)
         voted = votes != ABSTAIN
-        row = {"start": start, "end": end, "prevalence": prev, "prevalence_se": se,
+        row: dict[str, Any] = {"start": start, "end": end, "prevalence": prev, "prevalence_se": se,
                "agreement_proxy": agreement_proxy(votes), "p_holm_min": p_min, "flag_panel": bool(p_min < self.alpha),
                "flag_prevalence": self.prevalence_flag(prev, se, ref)}
         for j, m in enumerate(self.members_):

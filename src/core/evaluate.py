@@ -148,6 +148,14 @@ class ClusterBootstrap:
             out._weights = self._weights[:n_boot]
         return out
 
+    def sums(self, per_item: np.ndarray) -> np.ndarray:
+        """Each draw's weighted sums of per-item values (n × …) → B × … (a custom statistic's bootstrap: each
+        cluster's sum, times its multiplicity in the draw)."""
+        per_item = np.asarray(per_item, dtype=float)
+        per_cluster = self._agg @ per_item.reshape(len(self.item_cluster), -1)
+        out = np.vstack([w @ per_cluster for w in self.chunks()])
+        return out.reshape((len(out),) + per_item.shape[1:])
+
     def item_weights(self) -> np.ndarray:
         """B × n item multiplicities (for tests and for custom statistics)."""
         return self.weights[:, self.item_cluster]
@@ -194,6 +202,7 @@ class Delta:
     p_one_sided: float
     call: str
     p_holm: float | None = None
+    se: float | None = None  # the standard error behind a normal interval (the ladder's corrected refit one)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)

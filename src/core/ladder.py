@@ -1,5 +1,10 @@
 """The comparator ladder of Table 1, per dataset, with paired cluster-bootstrap deltas (§2, §3.1).
 
+The deltas and intervals that calls and decisions read refit, in every bootstrap draw, what was fitted to the labels
+(the stacker, the CV-best choice, the weighted votes), with each cluster's own refit noise taken out of the
+variance (:mod:`src.core.refit`, docs/intervals.md); the paper's fixed-prediction ones are kept beside them
+(``deltas_fixed``, ``ci_fixed``).
+
 Ladder rungs, ordered by the labelled information they consume: ``avg_member``, ``majority``,
 ``dawid_skene`` (label-free); ``acc_weighted``, ``logodds_weighted`` (Appendix I); ``best_avg`` (one member
 chosen by its mean κ over all datasets of the table, deployed everywhere), ``best_cv`` (chosen on each fold's
@@ -10,6 +15,7 @@ draw); ``stacked`` (the RAIM panel); ``frontier`` when the table carries one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sklearn.base import clone
@@ -33,6 +39,7 @@ from src.core.evaluate import (
     ClusterBootstrap,
     Delta,
     best_single_call,
+    call_for,
     coverage,
     from_counts,
     holm,
@@ -40,11 +47,16 @@ from src.core.evaluate import (
     interval,
     paired_delta,
 )
-from src.core.verdicts import ABSTAIN, VerdictTable
+from src.core.refit import RefitBootstrap, RefitDraws, corrected_interval
+from src.core.verdicts import ABSTAIN, VerdictError, VerdictTable
 
 COMPARATORS = ("avg_member", "majority", "dawid_skene", "acc_weighted", "logodds_weighted",
                "best_avg", "best_cv", "oracle", "stacked", "frontier")
 DELTA_METRICS = ("kappa", "bacc")
+# Which datasets Holm adjusts together (analysis.holm): ``core`` — §2's family, the configured core datasets present
+# (every dataset when none is), the others left unadjusted; ``separate`` — that family, and the other datasets (a
+# user's own sets) as a second family; ``all`` — every dataset analysed in one family.
+HOLM_FAMILIES = ("core", "separate", "all")
 
 
 class AnalysisError(RaimError, ValueError):
@@ -67,6 +79,8 @@ class LadderSettings:
     abstention_contrast: bool = True  # Table 23: categorical vs scalar abstention encoding
     min_coverage: float = 0.5  # a single-judge comparator (best_avg, best_cv, oracle) must answer this share
     kappa_floor: float = 0.40  # the κ a deployed panel or single judge must reach (src.decide); not κ₀
+    holm: str = "core"  # Holm's families (HOLM_FAMILIES): the core sets (§2), + the other sets apart, or all
+    floor_rule: str = "estimate"  # what must reach kappa_floor: the κ estimate or its lower bound (src.decide)
 
 
 def _in(value, lo: float, hi: float, lo_open: bool, hi_open: bool) -> bool:
@@ -88,7 +102,9 @@ def check_settings(s: LadderSettings, stacker: StackedLogit) -> None:
         if not _in(value, lo, hi, lo_open, hi_open) or (whole and not isinstance(value, int)):
             want = f"an integer ≥ {lo}" if whole else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
             raise AnalysisError(f"{key}={value!r}: must be {want}")
-    check_floor(s.kappa_floor)  # the deployment floor's own rule (src.decide), before any work
+    check_floor(s.kappa_floor, s.floor_rule)  # the deployment floor's own rules (src.decide), before any work
+    if s.holm not in HOLM_FAMILIES:
+        raise AnalysisError(f"analysis.holm={s.holm!r}: must be one of {', '.join(HOLM_FAMILIES)}")
     if stacker.abstention not in ("scalar", "category"):
         raise AnalysisError(f"stacker.abstention={stacker.abstention!r}: must be 'scalar' or 'category'")
 
@@ -112,7 +128,9 @@ def design_matrix(table: VerdictTable, features: list[str]) -> tuple[np.ndarray,
         for m in table.members:
             key = f"{m}@{feat}"
             if key not in table.features:
-                raise KeyError(f"{table.source}: stacker feature '{key}' requested but the table has no such column")
+                have = [k.split("@")[0] for k in table.features if k.endswith(f"@{feat}")]
+                raise VerdictError(f"{table.source}: stacker feature '{key}' requested (analysis.features) but the "
+                                   f"table has no such column (members with '@{feat}': {have or 'none'})")
             extras.append(table.features[key])
             names.append(key)
     X = np.column_stack([table.votes] + extras) if extras else table.votes
@@ -193,7 +211,7 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         cv = crossfit(BestSingle(min_coverage=s.min_coverage), votes, y, folds)
     except ValueError as e:
         raise AnalysisError(f"CV-best single: {e} (analysis.min_coverage)") from None
-    preds = {
+    preds: dict[str, np.ndarray] = {
         "stacked": stk.pred,
         "majority": MajorityVote().fit(votes).predict(votes).astype(float),
         "dawid_skene": DawidSkene().fit(votes).predict(votes).astype(float),
@@ -203,43 +221,51 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     }
     if best_avg_votes is not None:
         preds["best_avg"] = best_avg_votes
-    if table.has_frontier:
+    if table.has_frontier and table.frontier is not None:  # has_frontier implies it; said for the type checker
         preds["frontier"] = table.frontier
-    alt = _other_encoding(X, y, folds, stacker) if s.abstention_contrast else None
+    alt_stacker = _other_arm(stacker) if s.abstention_contrast else None
+    alt = crossfit(alt_stacker, X, y, folds).pred if alt_stacker is not None else None
     named = list(preds)
     K = votes.shape[1]
     P = np.column_stack([preds[k] for k in named] + [votes] + ([] if alt is None else [alt]))
-    full = from_counts(np.stack([indicators(y, P[:, p]).sum(0) for p in range(P.shape[1])]))
-    draws = ClusterBootstrap(clusters, s.n_boot, s.seed).metrics(y, P)  # one pass over the draws
+    cells = np.stack([indicators(y, P[:, p]).sum(0) for p in range(P.shape[1])])
+    full = from_counts(cells)
+    boot = ClusterBootstrap(clusters, s.n_boot, s.seed)
+    draws = boot.metrics(y, P)  # the fixed predictions: one pass over the draws
+    at = {**{k: cells[i] for i, k in enumerate(named)}, **({} if alt is None else {"other_encoding": cells[-1]})}
+    rd = refit_draws(RefitBootstrap(y, folds, boot), stacker, X, votes, s.min_coverage, at, alt_stacker)
+    refit = {r: from_counts(c) for r, c in rd.counts.items()}
     full_m = {k: v[len(named):len(named) + K] for k, v in full.items()}
     draw_m = {k: v[:, len(named):len(named) + K] for k, v in draws.items()}
     oracle_full = int(np.argmax(np.where(ok, full_m["kappa"], -np.inf)))
     oracle_draw = np.argmax(np.where(ok[None, :], draw_m["kappa"], -np.inf), axis=1)
     est = {name: {m: full[m][i] for m in METRICS} for i, name in enumerate(named)}
-    dist = {name: {m: draws[m][:, i] for m in METRICS} for i, name in enumerate(named)}
+    fixed = {name: {m: draws[m][:, i] for m in METRICS} for i, name in enumerate(named)}
     est["avg_member"] = {m: float(full_m[m].mean()) for m in METRICS}
-    dist["avg_member"] = {m: draw_m[m].mean(axis=1) for m in METRICS}
+    fixed["avg_member"] = {m: draw_m[m].mean(axis=1) for m in METRICS}
     est["oracle"] = {m: float(full_m[m][oracle_full]) for m in METRICS}
-    dist["oracle"] = {m: draw_m[m][np.arange(len(oracle_draw)), oracle_draw] for m in METRICS}
+    fixed["oracle"] = {m: draw_m[m][np.arange(len(oracle_draw)), oracle_draw] for m in METRICS}
     comparators = {
-        c: {m: {"estimate": float(est[c][m]), "ci": interval(dist[c][m], s.level)} for m in METRICS}
+        c: {m: {"estimate": float(est[c][m]), "ci": (
+                _within(corrected_interval(est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}),
+                                           s.level)[0], -1.0 if m == "kappa" else 0.0, 1.0)
+                if c in refit else interval(fixed[c][m], s.level)),
+                "ci_fixed": interval(fixed[c][m], s.level)} for m in METRICS}
         for c in COMPARATORS if c in est
     }
-    deltas = {
-        c: {m: paired_delta(est["stacked"][m] - est[c][m], dist["stacked"][m] - dist[c][m], s.level)
-            for m in DELTA_METRICS}
-        for c in COMPARATORS if c in est and c != "stacked"
-    }
-    deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])
+    deltas, deltas_fixed = ladder_deltas(est, fixed, s.level, refit, rd), ladder_deltas(est, fixed, s.level)
     names = stacker.feature_names(table.members, extra_names)
     betas = [dict(zip(["intercept"] + names, [e.intercept_, *e.coef_])) for e in stk.estimators]
     final = clone(stacker).fit(X, y)
-    members = {
-        m: {"kappa": float(full_m["kappa"][j]), "bacc": float(full_m["bacc"][j]), "f1": float(full_m["f1"][j]),
+    members: dict[str, dict[str, Any]] = {
+        m: {"kappa": float(full_m["kappa"][j]), "kappa_ci": interval(draw_m["kappa"][:, j], s.level),
+            "bacc": float(full_m["bacc"][j]), "f1": float(full_m["f1"][j]),
             "coverage": float(coverage(votes[:, j:j + 1])[0]), "abstentions": int(np.sum(votes[:, j] == ABSTAIN))}
         for j, m in enumerate(table.members)
     }
-    adm = admissibility.test(y, votes, s.kappa0, s.c, s.phi0)
+    adm = admissibility.test(y, votes, s.kappa0, s.c, s.phi0).as_dict()
+    adm["admitted_share"] = admissibility.admitted_share(boot, y, votes, draw_m["kappa"], s.kappa0, s.c, s.phi0)
+    adm["members_uncertain"] = [m for m, v in members.items() if v["kappa_ci"][0] < s.kappa0 <= v["kappa_ci"][1]]
     summary = {
         "n": int(len(y)),
         "n_clusters": int(len(np.unique(clusters))),
@@ -248,6 +274,9 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         "abstentions": {"count": int(np.sum(votes == ABSTAIN)), "rate": float(np.mean(votes == ABSTAIN))},
         "comparators": comparators,
         "deltas": {c: {m: d.as_dict() for m, d in v.items()} for c, v in deltas.items()},
+        "deltas_fixed": {c: {m: d.as_dict() for m, d in v.items()} for c, v in deltas_fixed.items()},
+        "bootstrap": {"n_boot": s.n_boot, "seed": s.seed, "interval": "refit_corrected", "refitted": sorted(refit),
+                      "fixed_predictions": sorted(set(fixed) - set(refit))},
         "stacker": {
             "features": names,
             "beta_mean": {k: float(np.mean([b[k] for b in betas])) for k in betas[0]},
@@ -263,30 +292,91 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
             "min_coverage": s.min_coverage,
             "ineligible": ineligible,
         },
-        "admissibility": adm.as_dict(),
+        "admissibility": adm,
     }
     if alt is not None:
         i = named.index("stacked")
         summary["abstention_contrast"] = _abstention_contrast(
-            stacker, stk.pred, alt, (full["kappa"][i], full["kappa"][-1]), (draws["kappa"][:, i], draws["kappa"][:, -1]),
-            s.level)
+            stacker, stk.pred, alt, (full["kappa"][i], full["kappa"][-1]),
+            contrast_delta(stacker, est["stacked"]["kappa"], full["kappa"][-1], refit, rd, fixed["stacked"]["kappa"],
+                           draws["kappa"][:, -1], s.level))
     return DatasetResult(summary, final, stk.proba, preds, names, list(table.members))
 
 
-def _other_encoding(X, y, folds, stacker) -> np.ndarray:
-    """Table 23's other arm: the same stacker, folds and items with the other abstention encoding."""
-    other = "category" if stacker.abstention == "scalar" else "scalar"
-    return crossfit(clone(stacker).set_params(abstention=other), X, y, folds).pred
+def _within(ci: list[float], lo: float, hi: float) -> list[float]:
+    """A normal interval cut to the metric's range (κ in [−1, 1], bacc and F1 in [0, 1])."""
+    return [float(min(max(ci[0], lo), hi)), float(min(max(ci[1], lo), hi))]
 
 
-def _abstention_contrast(stacker, reported, alt, full: tuple, draws: tuple, level: float) -> dict:
-    """Table 23: abstention as a category against 0.5 (same folds and draws); ``full`` / ``draws`` hold κ of the
-    reported arm and of the other one, in that order."""
-    cat_first = stacker.abstention == "scalar"  # the reported arm is the scalar one
-    (k_cat, k_sca), (d_cat, d_sca) = ((full[1], full[0]), (draws[1], draws[0])) if cat_first else (full, draws)
-    d = paired_delta(float(k_cat - k_sca), d_cat - d_sca, level)
+def ladder_deltas(est: dict, fixed: dict, level: float, refit: dict | None = None, rd: RefitDraws | None = None
+                  ) -> dict[str, dict[str, Delta]]:
+    """Every rung's paired Δ (stacked − rung) on κ and bacc (§2), and the call against the CV-best single (win /
+    clean win against the oracle). Without ``refit``: the paper's paired cluster bootstrap of the fixed
+    out-of-fold predictions (``fixed`` draws, percentile interval). With ``refit`` (the refitted rungs' metric
+    draws) and ``rd`` (:class:`src.core.refit.RefitDraws`): each refitted rung's draws in place of its fixed ones,
+    and the corrected normal interval of :func:`src.core.refit.corrected_interval` (its standard error ``se``)."""
+    deltas: dict[str, dict[str, Delta]] = {}
+    for c in COMPARATORS:
+        if c not in est or c == "stacked":
+            continue
+        deltas[c] = {}
+        for m in DELTA_METRICS:
+            estimate = est["stacked"][m] - est[c][m]
+            held = fixed["stacked"][m] - fixed[c][m]
+            if refit is None:
+                deltas[c][m] = paired_delta(estimate, held, level)
+                continue
+            assert rd is not None, "refitted draws come with their RefitDraws"
+            draws = refit["stacked"][m] - (refit[c][m] if c in refit else fixed[c][m])
+            ci, se, p = corrected_interval(estimate, draws, held, rd.correction({("stacked", m): 1.0, (c, m): -1.0}),
+                                           level)
+            deltas[c][m] = Delta(float(estimate), ci, p, call_for(ci), se=se)
+    deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])
+    return deltas
+
+
+def refit_draws(refit: RefitBootstrap, stacker: StackedLogit, X: np.ndarray, votes: np.ndarray,
+                min_coverage: float, full: dict[str, np.ndarray], other: StackedLogit | None = None) -> RefitDraws:
+    """The bootstrap draws of the rungs fitted to the labels, each fitted again on the draw (:mod:`src.core.refit`):
+    the stacker (the plain one by the batched Newton fit, any other by its own fit), the CV-best single's choice,
+    the two weighted votes, and ``other_encoding`` (Table 23's other arm) when ``other`` is given; ``full``: each
+    rung's full-sample confusion counts (where its draws are linearised)."""
+    def stacked(st):
+        if type(st) is StackedLogit:
+            return refit.stacked_clusters(st.features(X), st.C, st.threshold)
+        return refit.stacked_loop_clusters(st, X)
+
+    parts = {"stacked": stacked(stacker), "best_cv": refit.best_cv_clusters(votes, min_coverage),
+             "acc_weighted": refit.weighted_clusters(votes, "accuracy"),
+             "logodds_weighted": refit.weighted_clusters(votes, "logodds")}
+    if other is not None:
+        parts["other_encoding"] = stacked(other)
+    return RefitDraws.collect(parts, full)
+
+
+def contrast_delta(stacker: StackedLogit, k_reported: float, k_other: float, refit: dict, rd: RefitDraws,
+                   fixed_reported: np.ndarray, fixed_other: np.ndarray, level: float) -> dict:
+    """Table 23's Δκ (category − scalar) with both arms refitted in every draw (corrected interval)."""
+    sign = 1.0 if stacker.abstention == "scalar" else -1.0  # category − scalar = sign · (other − reported)
+    estimate = sign * (k_other - k_reported)
+    draws = sign * (refit["other_encoding"]["kappa"] - refit["stacked"]["kappa"])
+    held = sign * (fixed_other - fixed_reported)
+    ci, se, p = corrected_interval(estimate, draws, held,
+                                   rd.correction({("other_encoding", "kappa"): sign, ("stacked", "kappa"): -sign}), level)
+    return {"estimate": float(estimate), "ci": ci, "p_one_sided": p, "call": call_for(ci), "se": se}
+
+
+def _other_arm(stacker: StackedLogit) -> StackedLogit:
+    """Table 23's other arm: the same stacker with the other abstention encoding (same folds and items)."""
+    return clone(stacker).set_params(abstention="category" if stacker.abstention == "scalar" else "scalar")
+
+
+def _abstention_contrast(stacker, reported, alt, full: tuple, delta: dict) -> dict:
+    """Table 23: abstention as a category against 0.5 (same folds and draws); ``full`` holds κ of the reported arm
+    and of the other one, in that order; ``delta`` is :func:`contrast_delta`."""
+    k_cat, k_sca = (full[1], full[0]) if stacker.abstention == "scalar" else full
     return {"kappa_scalar": float(k_sca), "kappa_category": float(k_cat),
-            "delta_category_minus_scalar": d.as_dict(), "moved": int(np.sum(reported != alt))}
+            "delta_category_minus_scalar": {**delta, "p_holm": None}, "moved": int(np.sum(reported != alt))}
 
 
 def dataset_folds(table: VerdictTable, s: LadderSettings) -> dict[str, list[tuple]]:
@@ -321,21 +411,37 @@ def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
             except AnalysisError as e:
                 raise AnalysisError(f"{table.source}: dataset {name!r}: {e}") from e
             results[name].summary["selected"]["best_avg_ineligible"] = avg_ineligible
-    _apply_holm(results, s.core)
+    _apply_holm(results, s.core, s.holm)
     return results
 
 
-def _apply_holm(results: dict[str, DatasetResult], core: list[str]) -> None:
-    family = [d for d in results if d in core] or list(results)
+def holm_families(datasets: list[str], core: list[str], mode: str = "core") -> list[list[str]]:
+    """The families Holm adjusts (``analysis.holm``, :data:`HOLM_FAMILIES`); a dataset in none is not adjusted."""
+    if mode == "all":
+        return [list(datasets)]
+    first = [d for d in datasets if d in core]
+    if not first:
+        return [list(datasets)]
+    rest = [d for d in datasets if d not in core]
+    return [first] + ([rest] if mode == "separate" and rest else [])
+
+
+def _apply_holm(results: dict[str, DatasetResult], core: list[str], mode: str = "core") -> None:
+    """Holm's adjusted one-sided p per comparator and metric within each family; each summary records its family
+    (``holm_family``, null where the dataset is in none and its ``p_holm`` stays null)."""
     comps = {c for r in results.values() for c in r.summary["deltas"]}
-    for c in comps:
-        for m in DELTA_METRICS:
-            fam = [d for d in family if c in results[d].summary["deltas"]]
-            adj = holm([results[d].summary["deltas"][c][m]["p_one_sided"] for d in fam])
-            for d, p in zip(fam, adj):
-                results[d].summary["deltas"][c][m]["p_holm"] = p
     for r in results.values():
-        r.summary["holm_family"] = family
+        r.summary["holm_family"] = None
+    for family in holm_families(list(results), core, mode):
+        for key in ("deltas", "deltas_fixed"):
+            for c in comps:
+                for m in DELTA_METRICS:
+                    fam = [d for d in family if c in results[d].summary[key]]
+                    adj = holm([results[d].summary[key][c][m]["p_one_sided"] for d in fam])
+                    for d, p in zip(fam, adj):
+                        results[d].summary[key][c][m]["p_holm"] = p
+        for d in family:
+            results[d].summary["holm_family"] = family
 
 
 def to_json(results: dict[str, DatasetResult], s: LadderSettings, meta: dict | None = None) -> dict:
@@ -343,7 +449,7 @@ def to_json(results: dict[str, DatasetResult], s: LadderSettings, meta: dict | N
     return {
         "settings": dict(s.__dict__),
         "meta": meta or {},
-        "datasets": {name: {"decision": decide(r.summary, s.kappa_floor).as_dict(), **r.summary}
+        "datasets": {name: {"decision": decide(r.summary, s.kappa_floor, s.floor_rule).as_dict(), **r.summary}
                      for name, r in results.items()},
     }
 

@@ -72,31 +72,45 @@ def adjust(p: np.ndarray, train_prevalence: float, prevalence: float) -> np.ndar
     return _shift(arr, t, q)
 
 
-def _em_rows(P: np.ndarray, T, tol: float, max_iter: int) -> np.ndarray:
-    """EM prior of each row of ``P`` (windows × items; ``T`` the training prior, a scalar or per item), rows
-    iterated together and each frozen once it has converged: row by row the same numbers as :func:`estimate`."""
-    P = np.atleast_2d(P)
+def _ml_rows(P: np.ndarray, T, tol: float, max_iter: int) -> np.ndarray:
+    """The maximum-likelihood prior of each row of ``P`` (windows × items; ``T`` the training prior, a scalar or
+    per item), rows bisected together: row by row the same numbers as :func:`estimate`.
+
+    With aᵢ = pᵢ/tᵢ and bᵢ = (1 − pᵢ)/(1 − tᵢ), the log-likelihood of the prior π is Σᵢ log(π·aᵢ + (1 − π)·bᵢ)
+    (Saerens et al. 2002, §2.2), concave in π: its maximum is π = 0 where the derivative Σ (aᵢ − bᵢ)/bᵢ at 0 is
+    ≤ 0, π = 1 where the derivative at 1 is ≥ 0, and otherwise the one root of the derivative in (0, 1), which
+    bisection brackets to a width under ``tol`` (at most ``max_iter`` halvings); the bracket's midpoint is
+    returned, within ``tol``/2 of the maximiser."""
+    P = np.atleast_2d(np.asarray(P, dtype=float))
     T = np.broadcast_to(np.asarray(T, dtype=float), P.shape)
-    prior = T.mean(axis=1).copy()
-    active = np.arange(len(P))
+    a, b = P / T, (1.0 - P) / (1.0 - T)
+    d = a - b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        at0 = np.where(d == 0, 0.0, d / b).sum(axis=1)  # +inf where an item has p = 1
+        at1 = np.where(d == 0, 0.0, d / a).sum(axis=1)  # −inf where an item has p = 0
+    prior = np.where(at0 <= 0, 0.0, 1.0)
+    inner = np.flatnonzero((at0 > 0) & (at1 < 0))
+    lo, hi = np.zeros(len(inner)), np.ones(len(inner))
     for _ in range(int(max_iter)):
-        new = _shift(P[active], T[active], prior[active, None]).mean(axis=1)
-        done = np.abs(new - prior[active]) < tol
-        prior[active] = new
-        active = active[~done]
-        if not active.size:
+        if not len(inner) or (hi - lo).max() < tol:
             break
+        mid = 0.5 * (lo + hi)
+        slope = (d[inner] / (mid[:, None] * a[inner] + (1.0 - mid[:, None]) * b[inner])).sum(axis=1)
+        lo, hi = np.where(slope > 0, mid, lo), np.where(slope > 0, hi, mid)
+    prior[inner] = 0.5 * (lo + hi)
     return prior
 
 
 def estimate(p: np.ndarray, train_prevalence: float, tol: float = 1e-6, max_iter: int = 1000) -> float:
-    """label-free EM estimate of the deployment prevalence from the posteriors p (EMQ).
+    """label-free maximum-likelihood estimate of the deployment prevalence from the posteriors p (EMQ's answer).
 
-    Saerens et al. 2002, §2.2 (eqs. 2.9–2.10): start from the training prior, adjust the posteriors to the
-    current prior (eq. 2.4), take their mean as the next prior; stop when the prior moves by less than
-    ``tol`` (or after ``max_iter`` steps; mlquantify's EMQ defaults). The fixed point maximises the likelihood
-    of the mixing proportion; it lies on the boundary (0 or 1) when the posteriors all sit on one side of the
-    training prior, so a handful of items gives a poor estimate (the study measures it at 200).
+    Saerens et al. 2002, §2.2 (eqs. 2.9–2.10) reach it by EM: start from the training prior, adjust the posteriors
+    to the current prior (eq. 2.4), take their mean as the next prior. EM's steps shrink long before it arrives
+    where the likelihood is flat (posteriors near the training prior), so a rule that stops on a small step can
+    end far from the maximum; here the maximiser itself is bracketed on the likelihood (:func:`_ml_rows`) and the
+    estimate is within ``tol`` of it (after at most ``max_iter`` halvings of the bracket). It lies on the boundary
+    (0 or 1) when the posteriors all sit on one side of the training prior, so a handful of items gives a poor
+    estimate (the study measures it at 200).
     """
     arr = check_posteriors(p).ravel()
     if arr.size == 0:
@@ -106,7 +120,21 @@ def estimate(p: np.ndarray, train_prevalence: float, tol: float = 1e-6, max_iter
         raise PrevalenceError(f"tol: {tol!r} must be a positive number")
     if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
         raise PrevalenceError(f"max_iter: {max_iter!r} must be an integer ≥ 1")
-    return float(_em_rows(arr[None, :], t, tol, int(max_iter))[0])
+    return float(_ml_rows(arr[None, :], t, tol, int(max_iter))[0])
+
+
+def estimate_rows(P: np.ndarray, train_prevalence, tol: float = 1e-6, max_iter: int = 1000) -> np.ndarray:
+    """:func:`estimate` of every row of ``P`` (windows × items) at once, ``train_prevalence`` a scalar or one per
+    item: row by row the same numbers, the rows bisected together (a study's many windows)."""
+    P = np.atleast_2d(check_posteriors(P))
+    t = np.asarray(train_prevalence, dtype=float)
+    if not np.all((t > 0) & (t < 1)):
+        raise PrevalenceError(f"train_prevalence: {train_prevalence!r} is not a prevalence in (0, 1) (open interval)")
+    if not (np.isfinite(tol) and tol > 0):
+        raise PrevalenceError(f"tol: {tol!r} must be a positive number")
+    if isinstance(max_iter, bool) or int(max_iter) != max_iter or max_iter < 1:
+        raise PrevalenceError(f"max_iter: {max_iter!r} must be an integer ≥ 1")
+    return _ml_rows(P, t, tol, int(max_iter))
 
 
 def train_prevalence(stacker) -> float:

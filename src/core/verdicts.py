@@ -14,6 +14,7 @@ import codecs
 import csv
 import io
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,12 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 ROWS_ATTR = "verdict_rows"  # read_table: each record's row number in its file
 MISSING_MARKERS = frozenset({"na", "n/a", "none", "null", "nan", "<na>"})  # never an id, a vote or a gold label
 _BINARY = re.compile(r"[01](?:\.0*)?")  # 1, 0, and 1.0 / 0.0 as pandas writes a float column
+# The range of each continuous feature a judge writes (``<member>@<feature>``): a log-odds log p(hal)/p(sup) of
+# probabilities floored at 1e-30 (src.judges.scoring) lies within ±69.08; a verdict-word mass is a sum of two
+# probabilities (a rounding slack above 1). A value outside is a damaged cell, never a score: one such cell of
+# 1e300 would dominate the stacker's fit. Features without a range need only be finite.
+LOGODDS_LIMIT = 70.0
+FEATURE_RANGES = {"logodds": (-LOGODDS_LIMIT, LOGODDS_LIMIT), "mass": (0.0, 1.0 + 1e-6)}
 
 
 class VerdictError(RaimError, ValueError):
@@ -265,12 +272,25 @@ def _check_header(names: list, source: str) -> None:
     for i, c in enumerate(names, 1):
         if not str(c).strip():
             raise VerdictError(f"{source}: header: column {i} has no name")
+        hidden = invisible(str(c))
+        if hidden:
+            raise VerdictError(f"{source}: header: column {i} {str(c)!r} holds {hidden} (a judge named so would be "
+                               f"a member of its own, distinct from the one it looks like)")
         at.setdefault(c, []).append(i)
     for c, cols in at.items():
         if len(cols) > 1:
             times = "twice" if len(cols) == 2 else f"{len(cols)} times"
             listed = ", ".join(map(str, cols[:-1])) + f" and {cols[-1]}"
             raise VerdictError(f"{source}: header: column {c!r} appears {times} (columns {listed})")
+
+
+def invisible(name: str) -> str | None:
+    """The first character of ``name`` that does not print (a zero-width space, a control or format character, a
+    non-breaking or other unusual space), described (``'U+200B ZERO WIDTH SPACE'``); None when every one prints."""
+    for ch in name:
+        if not ch.isprintable():
+            return f"an invisible character U+{ord(ch):04X} {unicodedata.name(ch, '')}".rstrip()
+    return None
 
 
 def _cells(df: pd.DataFrame, col: str, where: _Where, what: str) -> tuple[pd.Series, bool]:
@@ -334,13 +354,29 @@ def _binary_cell(v: object) -> float:
     return float(v) if v in (0, 1) else np.inf
 
 
+def feature_problem(feature: str, x: float) -> str | None:
+    """Why ``x`` cannot be a value of the continuous ``feature`` (``logodds``, ``mass``, …; see
+    :data:`FEATURE_RANGES`), or None when it can: it must be finite, and inside the feature's range."""
+    if not np.isfinite(x):
+        return f"not a finite number: {_show(x)}"
+    lo, hi = FEATURE_RANGES.get(feature, (-np.inf, np.inf))
+    if not lo <= x <= hi:
+        return f"{_show(x)} is outside [{lo:g}, {hi:g}], the range of a {feature} (a damaged value, not a score)"
+    return None
+
+
 def _feature_col(df: pd.DataFrame, col: str, where: _Where) -> np.ndarray:
-    """A continuous score; an empty cell is 0.0 (neutral log-odds), a non-finite one an error."""
+    """A continuous score; an empty cell is 0.0 (neutral log-odds); a non-finite one, or one outside the
+    feature's range (:func:`feature_problem`), is an error."""
     s, numeric = _cells(df, col, where, "numbers")
+    feature = col.split("@", 1)[1]
     if numeric:
         vals = s.to_numpy(dtype=float, na_value=np.nan)
-        for r in np.flatnonzero(np.isinf(vals))[:1]:
-            raise VerdictError(f"{where(int(r), col)}: not a finite number: {_show(s.iloc[r])}")
+        lo, hi = FEATURE_RANGES.get(feature, (-np.inf, np.inf))
+        with np.errstate(invalid="ignore"):
+            bad = np.isinf(vals) | (vals < lo) | (vals > hi)
+        for r in np.flatnonzero(bad)[:1]:
+            raise VerdictError(f"{where(int(r), col)}: {feature_problem(feature, vals[r])}")
         return np.nan_to_num(vals, nan=0.0)
     out = np.zeros(len(s))
     for r, v in enumerate(s.to_numpy(dtype=object)):
@@ -350,8 +386,11 @@ def _feature_col(df: pd.DataFrame, col: str, where: _Where) -> np.ndarray:
             x = float(v.strip() if isinstance(v, str) else v) if not isinstance(v, (bool, np.bool_)) else None
         except (TypeError, ValueError):
             x = None
-        if x is None or not np.isfinite(x):
-            raise VerdictError(f"{where(r, col)}: not a {'number' if x is None else 'finite number'}: {_show(v)}")
+        if x is None:
+            raise VerdictError(f"{where(r, col)}: not a number: {_show(v)}")
+        why = feature_problem(feature, x) if np.isfinite(x) else f"not a finite number: {_show(v)}"
+        if why:
+            raise VerdictError(f"{where(r, col)}: {why}")
         out[r] = x
     return out
 

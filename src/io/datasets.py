@@ -11,7 +11,7 @@ constructions (Table 18):
   cluster being the shared document.
 
 A dataset is a spec, ``conf/dataset/<name>.yaml`` (``name``, ``title``, ``frame``,
-``paper_n`` and a ``builder`` node built with ``hydra.utils.instantiate``): either
+``paper_n`` and a ``builder`` node, instantiated only through an allow-list of RAIM's builders): either
 :class:`Fields`, a field mapping over one JSON / JSON Lines / CSV / Parquet file, or
 :class:`Registered`, a builder written in Python (ExpertQA, RAGTruth, FActScore).
 Raw paths are relative to the raw roots, searched in order: the shipped snapshot
@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,12 +39,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from src.core.errors import ArgumentParser, RaimError, one_line
-from src.io.files import atomic_write_text
+from src.io.config import Targets, check_keys, load_yaml, refuse_interpolation
+from src.io.files import StrictJSONError, atomic_write_text, check_regular, loads_strict
 from src.io.paths import conf_group
 
 ITEM_COLUMNS: tuple[str, ...] = (
@@ -226,6 +226,7 @@ def utf8_error(path: Path, name: str) -> RawRecordError | None:
 @contextlib.contextmanager
 def _readable(path: Path, name: str):
     """Turn a read failure (bytes that are not UTF-8, a file that is not Parquet) into one clear line."""
+    check_regular(path, "a data file")
     try:
         yield
     except UnicodeDecodeError:
@@ -236,8 +237,9 @@ def _readable(path: Path, name: str):
         raise RawRecordError(name, None, f"unreadable ({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
 
 
-def read_jsonl(path: Path, root: Path | None) -> list[Rec]:
-    """JSON Lines with 1-based line numbers in every error."""
+def read_jsonl(path: Path, root: Path | None, bad: Duplicates | None = None) -> list[Rec]:
+    """JSON Lines with 1-based line numbers in every error. ``bad`` (a dataset's ``on_bad_record: drop``): a line
+    that is not a JSON object is added there and skipped instead (the file must still hold one record)."""
     name, out = _rel(path, root), []
     with _readable(path, name), open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -245,13 +247,22 @@ def read_jsonl(path: Path, root: Path | None) -> list[Rec]:
                 continue
             where = f"{name} line {n}"
             try:
-                obj = json.loads(line)
+                obj = loads_strict(line)
+                if not isinstance(obj, dict):
+                    raise RawRecordError(where, None, "expected a JSON object")
             except json.JSONDecodeError as err:
-                raise RawRecordError(where, None, f"unreadable JSON ({err.msg}, column {err.colno})") from None
-            if not isinstance(obj, dict):
-                raise RawRecordError(where, None, "expected a JSON object")
-            out.append(Rec(obj, where))
-    return _nonempty(out, name)
+                problem = RawRecordError(where, None, f"unreadable JSON ({err.msg}, column {err.colno})")
+            except StrictJSONError as err:
+                problem = RawRecordError(where, None, f"unreadable JSON ({err.msg})")
+            except RawRecordError as err:
+                problem = err
+            else:
+                out.append(Rec(obj, where))
+                continue
+            if bad is None:
+                raise problem from None
+            bad.add(str(problem))
+    return _nonempty(out, name) if bad is None or not bad.count else out
 
 
 def read_csv(path: Path, root: Path | None, required: Sequence[str]) -> list[Rec]:
@@ -301,10 +312,12 @@ def read_json(path: Path, root: Path | None, records: str | None = None) -> list
     name = _rel(path, root)
     with _readable(path, name), open(path, encoding="utf-8") as fh:
         try:
-            doc = json.load(fh)
+            doc = loads_strict(fh.read())
         except json.JSONDecodeError as err:
             raise RawRecordError(f"{name} line {err.lineno}", None,
                                  f"unreadable JSON ({err.msg}, column {err.colno})") from None
+        except StrictJSONError as err:
+            raise RawRecordError(name, None, f"unreadable JSON ({err.msg})") from None
     out = []
     for n, obj in enumerate(_record_list(doc, name, records), 1):
         if not isinstance(obj, Mapping):
@@ -318,13 +331,14 @@ FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"
 
 
 def read_records(path: Path, root: Path | None, fmt: str | None = None, records: str | None = None,
-                 required: Sequence[str] = ()) -> list[Rec]:
-    """Records of a JSON, JSON Lines, CSV or Parquet file (``fmt``, else from the suffix)."""
+                 required: Sequence[str] = (), bad: Duplicates | None = None) -> list[Rec]:
+    """Records of a JSON, JSON Lines, CSV or Parquet file (``fmt``, else from the suffix); ``bad``: see
+    :func:`read_jsonl`."""
     fmt = fmt or FORMATS.get(path.suffix.lower())
     if fmt == "json":
         return read_json(path, root, records)
     if fmt == "jsonl":
-        return read_jsonl(path, root)
+        return read_jsonl(path, root, bad)
     if fmt == "csv":
         return read_csv(path, root, required)
     if fmt == "parquet":
@@ -340,8 +354,11 @@ def _stable_int(key: Any) -> int:
 
 
 def _ident(key: Any) -> str:
-    """A short, stable, sortable token for an id: zero-padded int or a hash."""
-    if isinstance(key, (int, np.integer)) or (isinstance(key, str) and key.isascii() and key.isdigit()):
+    """A short, stable, sortable token for an id: an integer (or its canonical decimal text) zero-padded, any
+    other id a hash of its text: ``"1"``, ``"01"`` and ``"001"`` are three ids (only ``1`` and ``"1"`` are one)."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+        return f"{int(key):05d}"
+    if isinstance(key, str) and key.isascii() and key.isdigit() and str(int(key)) == key:
         return f"{int(key):05d}"
     return hashlib.sha1(str(key).encode("utf-8")).hexdigest()[:12]
 
@@ -448,7 +465,8 @@ def _searched(roots: Sequence[Path]) -> str:
 
 @dataclass
 class Duplicates:
-    """Records dropped as duplicates (same ``id``, or identical records): count and the first few."""
+    """Records dropped: duplicates (same ``id``, or identical records), or bad records under ``on_bad_record:
+    drop``; the count and the first few."""
 
     count: int = 0
     first: list[str] = field(default_factory=list)
@@ -457,6 +475,9 @@ class Duplicates:
         self.count += 1
         if len(self.first) < 5:
             self.first.append(label)
+
+
+BAD_RECORD_POLICIES = ("error", "drop")
 
 
 class Builder:
@@ -538,8 +559,16 @@ def _keys(node: Any, what: str, required: Sequence[str], optional: Sequence[str]
     return node
 
 
+def _field(value: Any, what: str) -> str:
+    """A field name of a builder node: a non-empty text (a null or a list would fail later, unnamed)."""
+    if not isinstance(value, str) or not value:
+        raise DatasetError(f"`{what}` is a field name, not {value!r}")
+    return value
+
+
 def _gold_map(node: Any) -> tuple[str, LabelMap]:
     gold = _keys(node, "gold", ("field", "labels"))
+    _field(gold["field"], "gold.field")
     labels = gold["labels"] if isinstance(gold["labels"], Mapping) else {}
     bad = {k: v for k, v in labels.items() if not (v is None or (type(v) is int and v in (0, 1)))}
     if bad or not labels:
@@ -551,15 +580,19 @@ def _gold_map(node: Any) -> tuple[str, LabelMap]:
 def _side(pairs: Mapping, side: str) -> tuple[str, str | None]:
     node = pairs[side]
     if isinstance(node, str):
-        return node, None
+        return _field(node, f"pairs.{side}"), None
     node = _keys(node, f"pairs.{side}", ("field",), ("split",))
-    return node["field"], node.get("split")
+    split = node.get("split")
+    if split is not None and (not isinstance(split, str) or not split):
+        raise DatasetError(f"`pairs.{side}.split` is a separator text, not {split!r}")
+    return _field(node["field"], f"pairs.{side}.field"), split
 
 
 def _extra(col: str, node: Any) -> tuple[str, LabelMap | None, bool]:
     if isinstance(node, str):
-        return node, None, False
+        return _field(node, f"extras.{col}"), None, False
     node = _keys(node, f"extras.{col}", ("field",), ("labels", "optional"))
+    _field(node["field"], f"extras.{col}.field")
     labels = node.get("labels")
     return node["field"], None if labels is None else LabelMap(labels), bool(node.get("optional", False))
 
@@ -593,7 +626,10 @@ class Fields(Builder):
     {field: value or [values]}; ``extras`` (pooled only): {column: field or {field, labels,
     optional}}, an optional one left out when the first record lacks it.
     A record repeating an earlier ``id`` (without ``id``: an identical record) is dropped and
-    reported; the first is kept.
+    reported; the first is kept. ``on_bad_record``: ``error`` (the default) stops the build at the
+    first record that cannot be used (a missing or empty field, an unknown label, a pair side with
+    no candidate, an unreadable JSON Lines line), naming its file, line and field; ``drop`` leaves
+    such records out, counts them and names the first few (the summary's ``bad_records``).
     """
 
     def __init__(self, path: str, question: str, candidate: str | None = None, evidence: str | None = None,
@@ -601,7 +637,17 @@ class Fields(Builder):
                  cluster: str | Sequence[str] | None = None, id: str | None = None,  # noqa: A002
                  filter: Mapping[str, Any] | None = None, extras: Mapping[str, Any] | None = None,  # noqa: A002
                  join: str = "\n\n", balance: bool = True, format: str | None = None,  # noqa: A002
-                 records: str | None = None, glob: str = "all", public: str | None = None, hub: str | None = None):
+                 records: str | None = None, glob: str = "all", public: str | None = None, hub: str | None = None,
+                 on_bad_record: str = "error"):
+        for what, value, optional in (("path", path, False), ("question", question, False),
+                                      ("candidate", candidate, True), ("evidence", evidence, True), ("id", id, True),
+                                      ("join", join, False), ("records", records, True)):
+            if not (value is None and optional) and not (isinstance(value, str) and (value or what == "join")):
+                raise DatasetError(f"`{what}` is {'a field name' if what not in ('path', 'join', 'records') else 'a text'}"
+                                   f"{' or absent' if optional else ''}, not {value!r}")
+        if cluster is not None and not (isinstance(cluster, str) and cluster) and not (
+                isinstance(cluster, (list, tuple)) and cluster and all(isinstance(c, str) and c for c in cluster)):
+            raise DatasetError(f"`cluster` is a field name or a list of them, not {cluster!r}")
         if (gold is None) == (pairs is None):
             raise DatasetError("give `gold` (a label per record: pooled claims) or `pairs` (a supported and a "
                                "hallucinated candidate per record: matched pairs), not both or neither")
@@ -612,6 +658,9 @@ class Fields(Builder):
             raise DatasetError(f"`format` is one of {sorted(set(FORMATS.values()))}; `glob` is all or last")
         if hub is not None and hub not in HUB:
             raise DatasetError(f"`hub` is one of {sorted(HUB)}, not {hub!r}")
+        if on_bad_record not in BAD_RECORD_POLICIES:
+            raise DatasetError(f"`on_bad_record` is one of {list(BAD_RECORD_POLICIES)}, not {on_bad_record!r}")
+        self.on_bad_record, self.dropped = on_bad_record, Duplicates()
         self.path, self.format, self.records, self.glob = path, format, records, glob
         self.question, self.candidate, self.evidence, self.join = question, candidate, evidence, join
         self.gold = None if gold is None else _gold_map(gold)
@@ -631,19 +680,29 @@ class Fields(Builder):
         return [f for f in (*self.filter, self.question, *sides, self.evidence, *self.cluster, self.id, *extras) if f]
 
     def items(self, name: str, frame: str, roots: Sequence[Path], seed: int) -> tuple[list[dict], Duplicates]:
+        self.dropped = Duplicates()
         records = self._read(roots)
+        if not records:
+            raise RawRecordError(self.path, None, f"no usable record ({self.dropped.count} dropped as bad)")
         extras = {c: e for c, e in self.extras.items() if not e[2] or _has(records[0], e[0])}
         make, out, dups, seen = _maker(name, frame), [], Duplicates(), {}
         for index, rec in enumerate(records):
-            if not self._selected(rec):
-                continue
-            key = _scalar(rec, self.id) if self.id else index
-            ident = _ident(key) if self.id else _content(rec)
-            if ident in seen:
-                dups.add(str(key) if self.id else f"{rec.where} (= {seen[ident]})")
+            try:
+                if not self._selected(rec):
+                    continue
+                key = _scalar(rec, self.id) if self.id else index
+                ident = _ident(key) if self.id else _content(rec)
+                if ident in seen:
+                    dups.add(str(key) if self.id else f"{rec.where} (= {seen[ident]})")
+                    continue
+                new = self._items(make, key, rec, seed, extras)
+            except RawRecordError as err:
+                if self.on_bad_record == "error":
+                    raise
+                self.dropped.add(str(err))
                 continue
             seen[ident] = rec.where
-            out += self._items(make, key, rec, seed, extras)
+            out += new
         return (balance(out, seed) if self.gold is not None and self.balanced else out), dups
 
     def _read(self, roots: Sequence[Path]) -> list[Rec]:
@@ -651,8 +710,9 @@ class Fields(Builder):
         if found is None:
             raise RawFilesMissing(f"expected raw file {self.path} is absent from {_searched(roots)}")
         root, paths = found
+        bad = self.dropped if self.on_bad_record == "drop" else None
         return [rec for p in (paths[-1:] if self.glob == "last" else paths)
-                for rec in read_records(p, root, self.format, self.records, self.required())]
+                for rec in read_records(p, root, self.format, self.records, self.required(), bad=bad)]
 
     def _selected(self, rec: Rec) -> bool:
         return all(_label_text(_raw(rec, f)) in wanted for f, wanted in self.filter.items())
@@ -684,7 +744,11 @@ class Fields(Builder):
         """A pair side's candidates: one text, a list, or a text split on ``split``."""
         r, k = rec.at(path)
         parts = _string_list(r.raw(k)) if split is None else r.text(k).split(split)
-        return [r.text(k)] if parts is None else [p.strip() for p in parts if p.strip()]
+        options = [r.text(k)] if parts is None else [p.strip() for p in parts if p.strip()]
+        if not options:  # a record without a candidate on one side makes no pair: never dropped unsaid
+            raise r._fail(k, "an empty list: no candidate" if split is None
+                          else f"no candidate (splits on {split!r} to nothing)")
+        return options
 
 
 def _raw(rec: Rec, path: str) -> Any:
@@ -703,7 +767,13 @@ def _label(rec: Rec, path: str, labels: Mapping) -> Any:
 
 
 def _value(rec: Rec, path: str) -> Any:
+    """An extra column's value as JSON can hold it: a NaN (a Parquet / pandas null) is null, ±inf an error."""
     value = _native(_raw(rec, path))
+    if isinstance(value, float) and not np.isfinite(value):
+        if np.isnan(value):
+            return None
+        r, k = rec.at(path)
+        raise r._fail(k, f"{value!r} is not a finite number (JSON has no infinity)")
     return value.tolist() if isinstance(value, np.ndarray) else value
 
 
@@ -871,6 +941,9 @@ def build_factscore(roots: Sequence[Path], seed: int, make: MakeItem) -> list[di
 
 BINARY = {0: 0, 1: 1}
 
+BUILDERS_ALLOWED = Targets("dataset builder", Fields, Registered)
+"""The builders a dataset spec may name: a field mapping (:class:`Fields`) or a registered Python builder."""
+
 
 # --------------------------------------------------------------------------- dataset specs
 
@@ -878,15 +951,54 @@ def _spec_dir(spec_dir: str | Path | None) -> Path:
     return CONF_DIR if spec_dir is None else Path(spec_dir)
 
 
-def _load_spec(path: Path) -> dict:
+@dataclass(frozen=True)
+class DatasetSpec:
+    """The keys of a dataset spec: a builder spec (``name``, ``title``, ``frame``, ``paper_n``, ``builder``) or a
+    list spec (``name`` and ``datasets``, a list of names or a mapping name → raw folder)."""
 
+    name: str | None = None
+    title: str | None = None
+    frame: str | None = None
+    paper_n: int | None = None
+    builder: dict | None = None
+    datasets: list[str] | dict[str, str] | None = None
+
+
+# The one interpolation a list spec's raw folders may hold: another path of the composed config (no resolver).
+_PATH_REF = re.compile(r"\$\{paths\.[A-Za-z_]+\}")
+
+
+def check_spec(spec: Any, where: str) -> dict:
+    """A dataset spec checked before anything is built: its keys (:class:`DatasetSpec`), no interpolation or
+    resolver anywhere (``${oc.env:…}`` would read the environment), except ``${paths.<key>}`` in a list spec's
+    raw folders; the builder node's target and keys (:data:`BUILDERS_ALLOWED`) are checked when it is built."""
+    if not isinstance(spec, Mapping):
+        raise DatasetError(f"{where}: a dataset spec is a mapping (name, title, frame, paper_n, builder)")
+    check_keys(DatasetSpec, spec, where)
+    folders = spec.get("datasets")
+    rest = {k: v for k, v in spec.items() if k != "datasets"}
+    refuse_interpolation(rest, where)
+    if isinstance(folders, Mapping):
+        for k, v in folders.items():
+            refuse_interpolation(_PATH_REF.sub("", v) if isinstance(v, str) else v, where, f"datasets.{k}")
+    else:
+        refuse_interpolation(folders, where, "datasets")
+    return dict(spec)
+
+
+def _load_spec(path: Path) -> dict:
+    """``path`` as a checked dataset spec: bounded (size, depth, aliases) before OmegaConf reads it, read without
+    resolving anything, then :func:`check_spec`."""
     try:
-        spec = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        spec = OmegaConf.to_container(load_yaml(path), resolve=False)
+    except RaimError as err:
+        raise DatasetError(str(err)) from None
     except Exception as err:  # YAML syntax, a key OmegaConf refuses (null)
         raise DatasetError(f"{path}: unreadable dataset spec ({' '.join(str(err).split())[:300]})") from None
-    if not isinstance(spec, dict):
-        raise DatasetError(f"{path}: a dataset spec is a mapping (name, title, frame, paper_n, builder)")
-    return spec
+    try:
+        return check_spec(spec, str(path))
+    except RaimError as err:
+        raise DatasetError(str(err)) from None
 
 
 def dataset_names(spec_dir: str | Path | None = None) -> list[str]:
@@ -907,20 +1019,20 @@ def dataset_spec(name: str, spec_dir: str | Path | None = None) -> dict:
 
 
 def _builder(spec: Mapping, path: Path) -> Builder:
-    """Instantiate the spec's ``builder`` node (``hydra.utils.instantiate``)."""
+    """The spec's ``builder`` node instantiated through :data:`BUILDERS_ALLOWED`: its ``_target_`` is compared with
+    RAIM's builders as a string and every key with the builder's signature before anything is imported or called;
+    nested nodes are data; no interpolation is resolved."""
 
     node = spec.get("builder")
     if not isinstance(node, Mapping) or "_target_" not in node:
-        raise DatasetError(f"{path}: no `builder` node with a `_target_` (src.io.datasets.Fields or src.io.datasets.Registered)")
+        raise DatasetError(f"{path}: no `builder` node with a `_target_` ({', '.join(BUILDERS_ALLOWED.classes)})")
     try:
-        builder = instantiate(node, _convert_="all")
-    except InstantiationException as err:
-        cause = err.__cause__ if isinstance(err.__cause__, (RaimError, TypeError)) else err
-        raise DatasetError(f"{path}: builder: {' '.join(str(cause).split())}") from None
-    if not callable(getattr(builder, "items", None)) or not hasattr(builder, "files"):
-        raise DatasetError(f"{path}: builder {node['_target_']} is not a dataset builder "
-                           "(src.io.datasets.Fields or src.io.datasets.Registered)")
-    return builder
+        return BUILDERS_ALLOWED.instantiate(node, f"{path}: builder", interpolation=False)
+    except RawRecordError:
+        raise
+    except RaimError as err:
+        msg = " ".join(str(err).split())
+        raise DatasetError(msg if msg.startswith(f"{path}: builder") else f"{path}: builder: {msg}") from None
 
 
 def builder_for(name: str, spec_dir: str | Path | None = None) -> Builder:
@@ -967,9 +1079,13 @@ class Built:
         """Table 18 columns, the spec's title and paper n, and the duplicates dropped (null: not checked,
         a Python builder)."""
         dups = self.duplicates
-        return {**summarize(self.items), "title": self.spec.get("title"), "frame": self.spec["frame"],
-                "construction": self.builder.construction, "paper_n": self.spec.get("paper_n"),
-                "duplicates": None if dups is None else {"count": dups.count, "first": dups.first}}
+        out = {**summarize(self.items), "title": self.spec.get("title"), "frame": self.spec["frame"],
+               "construction": self.builder.construction, "paper_n": self.spec.get("paper_n"),
+               "duplicates": None if dups is None else {"count": dups.count, "first": dups.first}}
+        if getattr(self.builder, "on_bad_record", "error") == "drop":  # (with `error` there is none: it stops)
+            bad = self.builder.dropped
+            out["bad_records"] = {"policy": "drop", "count": bad.count, "first": bad.first}
+        return out
 
 
 def build_dataset(name: str, raw_dir: str | Path | Sequence[str | Path], seed: int = 0,
@@ -1001,6 +1117,10 @@ def build_dataset(name: str, raw_dir: str | Path | Sequence[str | Path], seed: i
     if dups is not None and dups.count:
         print(f"{name}: {dups.count} duplicate record(s) dropped, the first kept: {'; '.join(dups.first)}"
               + (" …" if dups.count > len(dups.first) else ""), file=sys.stderr)
+    bad = getattr(builder, "dropped", None)
+    if bad is not None and bad.count:
+        print(f"{name}: {bad.count} bad record(s) dropped (on_bad_record: drop): {'; '.join(bad.first)}"
+              + (" …" if bad.count > len(bad.first) else ""), file=sys.stderr)
     return Built(df, spec, builder, dups)
 
 
@@ -1010,6 +1130,12 @@ def build(name: str, raw_dir: str | Path | Sequence[str | Path], seed: int = 0, 
     return build_dataset(name, raw_dir, seed, source, spec_dir).items
 
 
+def _json_cell(value: Any) -> Any:
+    """A cell as JSON holds it: a NaN (how pandas holds a missing number) is null."""
+    value = _native(value)
+    return None if isinstance(value, float) and np.isnan(value) else value
+
+
 def write_items(df: pd.DataFrame, path: str | Path) -> None:
     """JSON Lines, keys in column order, rows sorted by item_id: byte-identical per input."""
     if tuple(df.columns[: len(ITEM_COLUMNS)]) != ITEM_COLUMNS:
@@ -1017,8 +1143,12 @@ def write_items(df: pd.DataFrame, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = df.sort_values("item_id", kind="stable").to_dict("records")
-    atomic_write_text(path, "".join(
-        json.dumps({k: _native(v) for k, v in row.items()}, ensure_ascii=False) + "\n" for row in rows))
+    try:
+        text = "".join(json.dumps({k: _json_cell(v) for k, v in row.items()}, ensure_ascii=False, allow_nan=False)
+                       + "\n" for row in rows)
+    except ValueError as err:  # an infinity: JSON has none (json would write a bare Infinity token)
+        raise DatasetError(f"{path}: an item holds a value JSON cannot represent ({err})") from None
+    atomic_write_text(path, text)
 
 
 def read_items(path: str | Path) -> pd.DataFrame:
@@ -1121,6 +1251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = build_all(args.raw_dir, args.out_dir, names, args.seed, args.source, args.own_dir, args.spec_dir)
     for name, s in summary.items():
         dups = f" duplicates={s['duplicates']['count']}" if s["duplicates"] else ""
+        dups += f" bad_records_dropped={s['bad_records']['count']}" if "bad_records" in s else ""
         print(f"{name:11s} n={s['n']:5d} clusters={s['n_clusters']:5d} per_cluster={s['items_per_cluster']:.2f} "
               f"balance={s['n_supported']}/{s['n_hallucinated']}{dups}")
     return 0

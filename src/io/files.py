@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -15,6 +16,22 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from src.core.errors import RaimError
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO): reading it would wait for a writer"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def check_regular(path: str | Path, what: str = "a file") -> None:
+    """That ``path`` (a link followed) is a regular file, else a :class:`RaimError` saying what it is instead: a
+    FIFO would block a reader forever, a device such as ``/dev/zero`` would be read until memory runs out. A
+    missing file is left to the caller (its own message)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+        raise RaimError(f"{path}: is {kind}, not {what}")
 
 
 @contextlib.contextmanager
@@ -53,6 +70,34 @@ def file_lock(path: str | Path, what: str, timeout_s: float = 600.0) -> Iterator
             yield
     except Timeout:
         raise RaimError(f"{what}: {path} stayed locked for {timeout_s:.0f} s (another process holds it)") from None
+
+
+class StrictJSONError(ValueError):
+    """A JSON text that :func:`loads_strict` refuses although :func:`json.loads` reads it; ``msg`` says why."""
+
+    def __init__(self, msg: str):
+        super().__init__(msg)
+        self.msg = msg
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """An ``object_pairs_hook`` for :func:`json.loads`: the object, or :class:`StrictJSONError` for a key given twice."""
+    obj: dict = {}
+    for k, v in pairs:
+        if k in obj:
+            raise StrictJSONError(f"key {k!r} appears twice in one object")
+        obj[k] = v
+    return obj
+
+
+def loads_strict(text: str | bytes):
+    """:func:`json.loads`, refusing what it would misread silently: an object naming one key twice (json keeps
+    the last value) and nesting deeper than the interpreter can parse (a RecursionError), as
+    :class:`StrictJSONError`; a text that is not JSON raises :class:`json.JSONDecodeError` as before."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except RecursionError:
+        raise StrictJSONError("nested too deeply to read") from None
 
 
 def jsonable(x):

@@ -9,6 +9,7 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,9 +114,13 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
     """The store's rows (optionally of one ``model``) as a :class:`Stream` over ``members``; a row without
     exactly those members, or with a bad vote, is an error naming the row (its ``seq``) and the field."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise MonitorError(f"{path}: not a file, so not a monitoring store")
     if not path.is_file():
         raise MonitorError(f"{path}: no monitoring store there (record with {STORE_ENV}=… on the served model)")
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+    # read-only needs a URI: the path is percent-encoded in it, so a `#` or `?` in a folder or file name is part
+    # of the path, never a fragment or a query that cuts it
+    con = sqlite3.connect(f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro", uri=True, timeout=30.0)
     try:
         sql = "SELECT seq, ts, item_id, votes, p_hallucinated FROM votes"
         rows = con.execute(sql + (" WHERE model = ?" if model else "") + " ORDER BY seq",
@@ -129,11 +134,17 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
         where = f"{path}: row seq={seq}"
         try:
             doc = json.loads(text)
-        except ValueError:
+        except (ValueError, TypeError, RecursionError):  # not text, not JSON, nested too deeply
             raise MonitorError(f"{where}: field 'votes': not JSON") from None
         if not isinstance(doc, dict) or set(doc) != set(members):
             got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
             raise MonitorError(f"{where}: field 'votes': members {got}, the calibration set's are {list(members)}")
         votes[r] = [_stream_vote(doc[m], f"{where}: field 'votes.{m}'") for m in members]
+    for seq, ts, _, _, p in rows:
+        for name, v, nullable in (("ts", ts, False), ("p_hallucinated", p, True)):
+            if not (v is None and nullable) and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                 or not np.isfinite(v)):
+                raise MonitorError(f"{path}: row seq={seq}: field {name!r}: {v!r} is not "
+                                   f"{'a number or null' if nullable else 'a number (seconds since the epoch)'}")
     p = np.array([np.nan if r[4] is None else r[4] for r in rows], dtype=float)
     return Stream(list(members), votes, p, np.array([r[1] for r in rows], dtype=float), [r[2] for r in rows])

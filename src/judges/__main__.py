@@ -48,6 +48,7 @@ def _relative(text: str) -> str:
 
 
 AUDIT_HEAD = ("roster", "per_dataset", "seed")
+AUDIT_NAME = "coverage"  # the merged audit beside the verdict tables: coverage.csv / coverage.json, coverage/*.json
 
 
 def write_dataset_audit(out_dir: Path, dataset: str, audit: pd.DataFrame, report: dict, head: dict) -> Path:
@@ -117,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         audit = merge_audits(a.tables_dir / a.roster)
         print(coverage_matrix(audit).round(3).to_string() if not audit.empty else "no dataset audit to merge")
         return 0
+    if AUDIT_NAME in a.datasets:  # its table <tables-dir>/<roster>/coverage.csv would be overwritten by the audit
+        raise RaimError(f"dataset name {AUDIT_NAME!r} is the name of the coverage audit written beside the verdict "
+                        f"tables ({a.tables_dir / a.roster / (AUDIT_NAME + '.csv')}): give the dataset another name")
     roster = load_roster(a.roster)
     frames = load_frame_cfgs()
     only = [m for m in a.members.split(",") if m] or None
@@ -135,10 +139,16 @@ def main(argv: list[str] | None = None) -> int:
             items = cluster_subsample(items, a.per_dataset, seed=a.seed)
         logging.info("%s: %d items, %d clusters", ds, len(items), items["cluster_id"].nunique())
         t0 = time.time()
-        t = verdict_table(
-            roster, items, frames, a.cache_dir, a.compute, frontier=a.frontier, members=only,
-            progress=not a.no_progress, allow_empty=True, engine=engine,
-        )
+        try:
+            t = verdict_table(
+                roster, items, frames, a.cache_dir, a.compute, frontier=a.frontier, members=only,
+                progress=not a.no_progress, allow_empty=True, engine=engine,
+            )
+        except ImportError as e:  # a judge's Python package (llama_cpp, torch, …) is not installed
+            if isinstance(e, RaimError):
+                raise
+            raise RaimError(f"{ds}: a judge of roster {a.roster} cannot load: {e} (the optional packages: "
+                            f"scripts/install_models.sh)") from e
         if not any(r["cached"] for r in t.attrs["report"].values()):
             logging.warning("%s: not one verdict of roster %s is cached under %s (its table has empty cells); "
                             "compute them with `%s`", ds, a.roster, a.cache_dir,
@@ -153,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
                 ds, m, r["cached"], r["items"], r["abstained"], r["truncated"], r["computed"],
                 r["compute_seconds"], r["cache"]["hits"], r["cache"]["misses"],
             )
+            if "http" in r:  # a judge behind HTTP (src.judges.http): what its retry policy did
+                h = r["http"]
+                logging.info("%s %-12s http requests %d retries %d (%d as the server asked) waited %.1fs gave up %d",
+                             ds, m, h["requests"], h["retries"], h["retry_after"], h["waited_s"], h["gave_up"])
         logging.info("%s done in %.0fs", ds, time.time() - t0)
     judges = [n for n, _, _ in roster_judges(roster)]
     audit = coverage_audit(tables, judges)

@@ -12,9 +12,15 @@ Crash safety:
 * before appending, the writer reads whatever other processes appended since it last looked, and skips
   keys that are already present: no duplicates, even with two writers on one file.
 
-A line that is not a valid record (garbage, a JSON value that is not an object, a vote other than 0 / 1 / null)
-is never read as a verdict: its item counts as not cached, and the line is reported by file and line number
-(``VerdictCache.bad``, ``stats()["bad"]``), so a reader can say exactly what to repair.
+A line that is not a valid record (garbage, a JSON value that is not an object, a vote other than 0 / 1 / null, a
+``logodds`` or ``mass`` that is not finite or outside its range) is never read as a verdict: its item counts as not
+cached, and the line is reported by file and line number (``VerdictCache.bad``, ``stats()["bad"]``), so a reader can
+say exactly what to repair.
+
+Two records with one key and different verdicts (vote, log-odds or mass) are a damaged cache, not a choice: which
+one is right cannot be told. Both lines are reported (``VerdictCache.conflicts``, :meth:`VerdictCache.problems`),
+and reading that key's verdict raises :class:`CacheConflict` naming the file and the lines; a second copy of the
+same verdict is harmless and ignored.
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from src.io.files import atomic_write_text
+from src.core.errors import RaimError
+from src.core.verdicts import feature_problem
+from src.io.files import StrictJSONError, atomic_write_text, check_regular, loads_strict
 from src.judges.frames import canonical_hash
 
 
@@ -50,14 +59,20 @@ def identity_hash(identity: Mapping[str, Any]) -> str:
 
 
 VOTES = (0, 1, None)  # hallucinated = 1, supported = 0, abstained = null
+VERDICT_FIELDS = ("vote", "logodds", "mass")  # what an analysis reads of a record: two copies must agree on these
 MAX_REPORTED = 20  # bad lines listed per file (all are counted)
+
+
+class CacheConflict(RaimError, ValueError):
+    """Two records of one item with different verdicts in a cache file; the message names the file and lines."""
 
 # What this process has parsed of each cache file, by content: one judge's file is read once per dataset (src.run,
 # the suite), so its first load reuses the records parsed from the same bytes and parses only what was appended
 # since. A snapshot is used only when the file's prefix has the same digest (an edited or rewritten file is parsed
-# again); files over MEMO_MAX_BYTES are not kept. path → (bytes parsed, their digest, records, bad, bad lines, lines)
+# again); files over MEMO_MAX_BYTES are not kept. path → (bytes parsed, their digest, the parse state of
+# VerdictCache._STATE)
 MEMO_MAX_BYTES = 64 << 20
-_PARSED: dict[str, tuple[int, bytes, dict, list, int, int]] = {}
+_PARSED: dict[str, tuple[int, bytes, dict]] = {}
 
 
 def _digest(data: bytes) -> bytes:
@@ -67,7 +82,9 @@ def _digest(data: bytes) -> bytes:
 def parse_record(line: bytes) -> tuple[dict | None, str | None]:
     """One cache line → (record, None) or (None, why it is not a valid record)."""
     try:
-        rec = json.loads(line)
+        rec = loads_strict(line)
+    except StrictJSONError as e:  # a field given twice, nesting too deep
+        return None, f"not JSON ({e.msg})"
     except ValueError as e:
         return None, f"not JSON ({e.msg} at column {e.colno})" if hasattr(e, "msg") else "not JSON"
     if not isinstance(rec, dict):
@@ -83,6 +100,10 @@ def parse_record(line: bytes) -> tuple[dict | None, str | None]:
         v = rec.get(k)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             return None, f"field {k!r}: {v!r} is not a number or null"
+        # json reads a bare NaN / Infinity as a float, and an integer of any size (too large for a float: inf)
+        why = None if v is None else feature_problem(k, float(v) if isinstance(v, float) or abs(v) < 1e308 else math.inf)
+        if why:
+            return None, f"field {k!r}: {why}"
     return rec, None
 
 
@@ -103,6 +124,8 @@ class VerdictCache:
         self.bad: list[tuple[int, str]] = []  # (line number, why) of lines that are not valid records
         self.bad_lines = 0
         self.torn_tail = 0  # bytes after the last newline (an interrupted write), not read as a record
+        self.line_of: dict[str, int] = {}  # key → the line number of its (first) record
+        self.conflicts: dict[str, list[int]] = {}  # key → the lines of records that disagree with the first
         self._offset = 0
         self._lines = 0
         self._load(repair=False)
@@ -126,8 +149,20 @@ class VerdictCache:
                 if len(self.bad) < MAX_REPORTED:
                     self.bad.append((self._lines, why))
                 continue
-            self.records.setdefault(rec["key"], rec)
+            key = rec["key"]
+            first = self.records.get(key)
+            if first is None:
+                self.records[key] = rec
+                self.line_of[key] = self._lines
+            elif any(first.get(k) != rec.get(k) for k in VERDICT_FIELDS):
+                self.conflicts.setdefault(key, []).append(self._lines)
         return consumed
+
+    _STATE = ("records", "line_of", "conflicts", "bad", "bad_lines", "_lines")
+
+    def _state(self) -> dict:
+        """A copy of what parsing has found (:data:`_PARSED` keeps it per file)."""
+        return {k: (v.copy() if isinstance(v := getattr(self, k), (dict, list)) else v) for k in self._STATE}
 
     def _resume(self, data: bytes) -> int:
         """Take this process's earlier parse of ``data``'s prefix (:data:`_PARSED`) if the bytes are the same;
@@ -135,13 +170,15 @@ class VerdictCache:
         memo = _PARSED.get(str(self.path))
         if memo is None or memo[0] > len(data) or _digest(data[:memo[0]]) != memo[1]:
             return 0
-        n, _, records, bad, self.bad_lines, self._lines = memo
-        self.records, self.bad = dict(records), list(bad)
+        n, _, state = memo
+        for k, v in state.items():
+            setattr(self, k, v.copy() if isinstance(v, (dict, list)) else v)
         return n
 
     def _load(self, repair: bool) -> None:
         if not self.path.exists():
             return
+        check_regular(self.path, "a verdict cache file (JSON Lines)")
         with open(self.path, "rb") as f:
             f.seek(self._offset)
             data = f.read()
@@ -149,8 +186,7 @@ class VerdictCache:
         used = self._resume(data) if first else 0
         used += self._ingest(data[used:], final=True)
         if first and used <= MEMO_MAX_BYTES:
-            _PARSED[str(self.path)] = (used, _digest(data[:used]), dict(self.records), list(self.bad),
-                                       self.bad_lines, self._lines)
+            _PARSED[str(self.path)] = (used, _digest(data[:used]), self._state())
         self._offset += used
         self.torn_tail = len(data) - used
         if repair and used < len(data):
@@ -174,6 +210,11 @@ class VerdictCache:
         return verdict_key(self.identity_hash, frame_name, frame_hash, str(item["item_id"]), item_content_hash(item))
 
     def get(self, key: str) -> dict | None:
+        """The record of ``key`` (None: not cached); raises :class:`CacheConflict` when the file holds records of
+        that key with different verdicts."""
+        if key in self.conflicts:
+            raise CacheConflict(self._conflict(key) + ": refusing to read either as a verdict (delete the wrong "
+                                "line, or both to recompute the item)")
         rec = self.records.get(key)
         if rec is None:
             self.misses += 1
@@ -228,6 +269,7 @@ class VerdictCache:
         finally:
             os.close(fd)
         self.records[key] = rec
+        self.line_of[key] = self._lines
         self.writes += 1
         return True
 
@@ -249,9 +291,21 @@ class VerdictCache:
             "torn_tail_bytes": self.torn_tail,
         }
 
+    def _conflict(self, key: str) -> str:
+        lines = [self.line_of[key], *self.conflicts[key]]
+        first = self.records[key]
+        shown = ", ".join(f"{k}={first.get(k)!r}" for k in VERDICT_FIELDS)
+        return (f"{self.path}: lines {', '.join(map(str, lines))}: records of one item (key {key[:12]}…) with "
+                f"different verdicts (line {lines[0]}: {shown}; a damaged cache)")
+
     def problems(self) -> list[str]:
-        """One line per bad line (and a torn last line), naming the file and the line number."""
+        """One line per bad line (and a torn last line, and each item whose records conflict), naming the file
+        and the line numbers."""
         out = [f"{self.path}: line {n}: {why}; not read as a verdict" for n, why in self.bad]
+        keys = sorted(self.conflicts, key=self.line_of.get)
+        out += [self._conflict(k) + "; not read as a verdict" for k in keys[:MAX_REPORTED]]
+        if len(keys) > MAX_REPORTED:
+            out.append(f"{self.path}: {len(keys) - MAX_REPORTED} more items with conflicting records")
         if self.bad_lines > len(self.bad):
             out.append(f"{self.path}: {self.bad_lines - len(self.bad)} more bad lines")
         if self.torn_tail:
@@ -270,6 +324,7 @@ def write_identity(cache: VerdictCache) -> None:
 def iter_records(paths: Iterable[Path]) -> Iterable[dict]:
     """Valid records of cache files (bad lines are skipped here; :class:`VerdictCache` reports them)."""
     for p in paths:
+        check_regular(p, "a verdict cache file (JSON Lines)")
         with open(p, "rb") as f:
             for line in f:
                 if line.endswith(b"\n"):

@@ -8,6 +8,13 @@ and reuse its KV cache across items that share it:
 
 ``prefix`` = document + context (shared by the items of one cluster), ``suffix`` = candidate + instruction.
 The frame hash (sha256 of the canonical JSON of the whole node) is part of every verdict cache key.
+
+A frame with ``guard: true`` (``conf/frame/*_guarded.yaml``, beyond the paper) treats the item's text as untrusted
+data: each field is :func:`src.core.injection.neutralise` d, and the templates (instruction included) may place
+per-item boundary identifiers ``{b_evidence}``, ``{b_question}``, ``{b_candidate}`` (:func:`src.core.injection.boundary`
+of the field and of the fields before it, so a document's prefix stays shared by its candidates). ``guards`` names
+the paper frame it hardens (``base``: the frame whose settings non-LLM judges use). The paper's frames have no
+``guard`` and render exactly as before.
 """
 
 from __future__ import annotations
@@ -16,10 +23,13 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from src.core.injection import boundary, neutralise
+from src.io.config import build, check_yaml_bounds, conf_file
 from src.io.paths import conf_group
 
 FRAME_DIR = conf_group("frame")
@@ -61,18 +71,44 @@ class Rendered:
         return self.prefix + self.suffix
 
 
+@dataclass(frozen=True)
+class FrameLabels:
+    """A frame's verdict words: "supported" → vote 0, "hallucinated" → vote 1."""
+
+    supported: list[str]
+    hallucinated: list[str]
+
+
+@dataclass(frozen=True)
+class FrameSpec:
+    """The keys of a judging frame (conf/frame/<name>.yaml): the prompt's segments, in the order that lets items
+    sharing a document reuse its KV cache, and the verdict words."""
+
+    name: str
+    system: str
+    document: str
+    context: str
+    candidate: str
+    instruction: str
+    labels: FrameLabels
+    instruction_ungrounded: str | None = None
+    guard: bool = False  # a guarded frame: untrusted text delimited and neutralised (src.core.injection)
+    guards: str | None = None  # the paper frame a guarded frame hardens
+
+
 class Frame:
     def __init__(self, cfg: Mapping[str, Any]):
         d = _plain(cfg)
-        missing = [k for k in _REQUIRED if k not in d]
-        if missing:
-            raise ValueError(f"frame config lacks {missing}")
+        # every key and value checked (a misspelt key would otherwise change the hash, silently)
+        build(FrameSpec, d, conf_file("frame", d.get("name")) if isinstance(d, Mapping) else "frame")
         self.cfg = d
         self.name: str = d["name"]
         self.hash: str = canonical_hash(d)
         labels = d["labels"]
         self.supported_words: list[str] = list(labels["supported"])
         self.hallucinated_words: list[str] = list(labels["hallucinated"])
+        self.guard: bool = bool(d.get("guard", False))
+        self.base: str = str(d.get("guards") or self.name)  # the paper frame a guarded frame hardens
 
     def render(self, item: Mapping[str, Any]) -> Rendered:
         evidence = item.get("evidence") or ""
@@ -84,9 +120,13 @@ class Frame:
             "candidate": str(item.get("candidate") or "").strip(),
         }
         grounded = bool(fields["evidence"])
+        if self.guard:
+            fields = self._guarded(fields)
         document = self.cfg["document"].format(**fields) if grounded else ""
         context = self.cfg["context"].format(**fields) if self.cfg["context"] else ""
         instr = self.cfg["instruction"] if grounded else self.cfg.get("instruction_ungrounded", self.cfg["instruction"])
+        if self.guard:
+            instr = instr.format(**fields)
         suffix = self.cfg["candidate"].format(**fields) + instr.strip()
         return Rendered(
             item_id=str(item["item_id"]),
@@ -97,6 +137,14 @@ class Frame:
             grounded=grounded,
         )
 
+    def _guarded(self, raw: dict[str, str]) -> dict[str, str]:
+        """The fields neutralised, plus the boundary identifier of each segment (from the raw text)."""
+        out = {k: neutralise(v) for k, v in raw.items()}
+        ev, q, c = raw["evidence"], raw["question"], raw["candidate"]
+        out.update(b_evidence=boundary(ev, salt=self.name), b_question=boundary(ev, q, salt=self.name),
+                   b_candidate=boundary(ev, q, c, salt=self.name))
+        return out
+
 
 def load_frame(name_or_cfg: Any) -> Frame:
     """A Frame from a config node, a Frame, or a name under conf/frame/."""
@@ -105,9 +153,11 @@ def load_frame(name_or_cfg: Any) -> Frame:
     if isinstance(name_or_cfg, str):
 
         path = FRAME_DIR / f"{name_or_cfg}.yaml"
-        if not path.exists():
+        if Path(name_or_cfg).name != name_or_cfg or not path.exists():
             raise FileNotFoundError(f"no frame {name_or_cfg!r} ({path})")
-        return Frame(yaml.safe_load(path.read_text()))
+        text = path.read_text()
+        check_yaml_bounds(text, conf_file("frame", name_or_cfg))
+        return Frame(yaml.safe_load(text))
     return Frame(name_or_cfg)
 
 

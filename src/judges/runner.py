@@ -24,13 +24,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from hydra.utils import instantiate
 
 from src.core.errors import RaimError
 from src.core.evaluate import scores
-from src.core.verdicts import ABSTAIN
+from src.core.verdicts import ABSTAIN, invisible
 from src.judges.cache import VerdictCache, write_identity
+from src.judges.config import BACKENDS, member_where, resolve_roster
 from src.judges.frames import Frame, load_frames
+from src.judges.http import RetryPolicy
 
 log = logging.getLogger("raim.judges")
 
@@ -52,19 +53,26 @@ def _plain(cfg: Any) -> Any:
     return cfg
 
 
-def build_backend(backend_cfg: Any):
-    """Instantiate a backend node (``_target_`` + kwargs) with Hydra; constructors load nothing."""
+def build_backend(backend_cfg: Any, where: str = "backend"):
+    """Instantiate a backend node (``_target_`` + kwargs) through the allow-list of RAIM's backends
+    (:data:`src.judges.config.BACKENDS`: the target and every key checked before anything is called); constructors
+    load nothing. ``where`` names the node in an error line."""
 
-    return instantiate(backend_cfg, _convert_="all")
+    return BACKENDS.instantiate(backend_cfg, where)
 
 
 def roster_judges(roster_cfg: Any, include_frontier: bool = True) -> list[tuple[str, Any, bool]]:
-    """[(column name, backend node, is_frontier)] for the roster's members (and frontier)."""
-    r = _plain(roster_cfg)
+    """[(column name, backend node, is_frontier)] for the roster's members (and frontier), the roster checked
+    first (:func:`src.judges.config.resolve_roster`: keys, backend targets, ``drop_members``)."""
+    r = resolve_roster(roster_cfg)
     out = [(m["name"], m["backend"], False) for m in r.get("members", [])]
     names = [n for n, _, _ in out]
     if len(set(names)) != len(names):
-        raise ValueError(f"duplicate member names in roster {r.get('name')}: {names}")
+        raise RaimError(f"duplicate member names in roster {r.get('name')}: {names}")
+    for n in names + ([r["frontier"]["name"]] if r.get("frontier") else []):
+        hidden = invisible(str(n))
+        if hidden:  # its column and cache folder would be a judge of their own beside the one it looks like
+            raise RaimError(f"roster {r.get('name')}: member name {n!r} holds {hidden}")
     fr = r.get("frontier")
     if include_frontier and fr:
         out.append((fr["name"], fr["backend"], True))
@@ -107,7 +115,7 @@ def _frame_for(rec: Mapping[str, Any], frames: dict[str, Frame], default: str | 
     if not isinstance(name, str) or not name:
         name = default
     if name not in frames:
-        raise KeyError(f"item {rec.get('item_id')}: frame {name!r} not among {sorted(frames)}")
+        raise RaimError(f"item {rec.get('item_id')}: frame {name!r} not among {sorted(frames)}")
     return frames[name]
 
 
@@ -157,6 +165,7 @@ def score_judge(
     progress: bool = True,
     backend: Any = None,
     engine: Engine | None = None,
+    where: str | None = None,
 ) -> tuple[list[dict | None], dict]:
     """Records (or None where uncached) for one judge over ``recs``; computes missing ones if asked.
 
@@ -164,8 +173,9 @@ def score_judge(
     owns it (it is left loaded, e.g. for a second call), whereas a backend built here is closed here.
     ``engine``: what scores the missing items (default :func:`local_scores`, this process; or
     :class:`src.judges.ray_engine.RayEngine`); it is called only when some item is missing, and every record it
-    yields is written here, by this process, to the cache."""
-    be = backend if backend is not None else build_backend(backend_cfg)
+    yields is written here, by this process, to the cache. ``where``: the member's node in error lines
+    (``conf/roster/cpu.yaml: members[0] (qwen15b)``)."""
+    be = backend if backend is not None else build_backend(backend_cfg, where or f"judge {name}")
     cache = VerdictCache(cache_dir, name, be.identity())
     fr = [_frame_for(r, frames, default_frame) for r in recs]
     keys = [cache.key(f.name, f.hash, r) for f, r in zip(fr, recs)]
@@ -215,6 +225,9 @@ def score_judge(
         "cache": cache.stats(),
         "problems": cache.problems(),
     }
+    retry = getattr(be, "retry", None)
+    if isinstance(retry, RetryPolicy):  # a judge behind HTTP: its requests, retries and seconds waited
+        report["http"] = dict(retry.counts)
     return out, report
 
 
@@ -247,10 +260,12 @@ def verdict_table(
     report: dict[str, dict] = {}
     cached: dict[str, tuple[bool, ...]] = {}  # per judge and item: a record exists (vote or abstention)
     only = set(members) if members else None
+    checked = resolve_roster(roster_cfg, resolve=False)
     for name, bcfg, is_frontier in roster_judges(roster_cfg):
         # members outside `members` are still read from the cache (their columns stay in the table)
         do = compute and (bool(frontier) if is_frontier else (only is None or name in only))
-        out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress, engine=engine)
+        out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress, engine=engine,
+                               where=member_where(checked, name))
         cached[name] = tuple(r is not None for r in out)
         votes = [None if r is None else r.get("vote") for r in out]
         table[name] = pd.array(votes, dtype="Int64")

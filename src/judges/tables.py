@@ -9,13 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
 from src.core.verdicts import VerdictError, VerdictTable, validate
 from src.core.verdicts import load as load_verdicts
-from src.io.config import group_option
-from src.io.datasets import dataset_spec, read_items
+from src.io.config import group_option, node_source
+from src.io.datasets import check_spec, dataset_spec, read_items
 from src.judges.ray_engine import engine_from_cfg
 from src.judges.runner import NothingCached, cluster_subsample, compute_command, member_names, verdict_table
 
@@ -34,7 +34,10 @@ def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
     works); a listed one is read from conf/dataset (:func:`src.io.datasets.dataset_spec`)."""
     if cfg.frame.name != "auto":
         return cfg.frame
-    spec = cfg.dataset if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset else dataset_spec(dataset)
+    if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset:  # checked as a spec file is: no interpolation
+        spec = check_spec(OmegaConf.to_container(cfg.dataset, resolve=False), node_source("dataset", cfg.dataset))
+    else:
+        spec = dataset_spec(dataset)
     return group_option("frame", spec["frame"])
 
 
@@ -67,7 +70,7 @@ class MissingVerdicts(RaimError):
 
 def judge_command(cfg: DictConfig, datasets: list[str], members: list[str]) -> str:
     """The ``python -m src.judges`` command that computes the missing verdicts (``--members`` only for a subset)."""
-    subset = members if set(members) != {m.name for m in cfg.roster.members} else None
+    subset = members if set(members) != set(member_names(cfg.roster)) else None
     return compute_command(cfg.roster.name, datasets, cfg.judge.per_dataset, subset)
 
 
@@ -159,7 +162,7 @@ def cached_table(cfg: DictConfig) -> VerdictTable:
     empty = {d: g for d, g in gaps.items() if g[0] == g[1]}
     if gaps and (policy == "error" or (policy == "judged_only" and empty)):
         refuse_missing(cfg, gaps if policy == "error" else empty, policy)
-    members = [m.name for m in cfg.roster.members]
+    members = member_names(cfg.roster)
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
     kept = [t for d, t in frames.items() if d not in skipped]
     table = validate(pd.concat(kept, ignore_index=True), source=source, frontier=frontier_name(cfg),

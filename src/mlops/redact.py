@@ -7,6 +7,17 @@ own copies of the config are scrubbed too: conf/config.yaml turns Hydra's ``.hyd
 (``hydra.output_subdir: null``) and :class:`ScrubHydraOutputs` writes it scrubbed instead; a sweep's
 ``multirun.yaml`` sits in a private (0700) folder and is rewritten scrubbed as each job starts.
 
+Two rules keep a secret from ever being resolved into what is written, so that scrubbing is the second line:
+
+* Persisted configs keep references: :func:`persistable` (a panel model's pickled roster) resolves every value
+  but one that resolves to a secret, which stays ``${oc.env:…}``, read again where the copy is used
+  (:func:`resolved`); a secret given as a value there is refused. params.yaml: :func:`src.io.config.write_params`.
+* What a RAIM Hydra app prints or logs is scrubbed (:func:`scrub_message`): Hydra's own reports (composition
+  errors, a failed job's override list and exception, ``--cfg``/``--info``, ``HYDRA_FULL_ERROR`` tracebacks,
+  argument errors: :func:`scrub_hydra_reports`), every log record (:func:`scrub_log_records`), RAIM's one-line
+  errors (:func:`src.core.errors.one_line`); the values of secret-named overrides are known secrets for the rest
+  of the process (:func:`override_secrets`, :func:`add_secrets`).
+
 * By key: the value under a secret-looking key is redacted whole (whatever its type). Key names are split
   into words (snake, kebab, dotted, camelCase): a word containing password/passwd/passphrase/secret/apikey/
   credential/privatekey, a word ending in ``token`` (``HF_TOKEN``, ``accessToken``; not ``max_tokens``, not
@@ -14,8 +25,11 @@ own copies of the config are scrubbed too: conf/config.yaml turns Hydra's ``.hyd
   ``access key``; but not a key whose last word names where a secret lives rather than the secret
   (``SSH_AUTH_SOCK``, ``token_file``, ``password_path``, ``auth_type`` …).
 * By value, everywhere (config values, nested lists, free text, URLs, tags): the values of secret-named
-  environment variables; URL passwords (``https://user:***@host``); ``name=value`` pairs with a secret
-  name (``+judge.api_key=…``, ``?access_token=…``); ``Bearer``/``Basic`` credentials (the scheme word is kept);
+  environment variables and the known secrets above; URL passwords (``https://***@host``); ``name=value`` and
+  ``Name: value`` pairs with a secret name (``+judge.api_key=…``, ``?access_token=…``, ``Authorization: …``),
+  whose value may be an auth scheme and its credential (``Authorization=Bearer <token>``: both go, however
+  short the token), and a whole override's value runs to its end (``+db.password=two words``, ``…=[a,b]``);
+  pairs inside another pair's value (a URL's query) too; ``Bearer``/``Basic`` credentials (the scheme word is kept);
   and provider key shapes: ``sk-…`` (OpenAI, DeepSeek), ``sk-ant-…``, ``gsk_…``, ``AIza…``, ``hf_…``,
   ``ghp_…``/``github_pat_…``, ``glpat-…``, ``xox?-…``, ``AKIA…``/``ASIA…``, ``sk_live_…``, ``xai-…``, ``r8_…``
   and JWTs (``eyJ….….…``).
@@ -34,16 +48,26 @@ own copies of the config are scrubbed too: conf/config.yaml turns Hydra's ``.hyd
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import importlib
+import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from hydra._internal import utils as hydra_utils
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
+from src.core.errors import RaimError, add_redactor, redact_exception
 from src.io.files import atomic_write_text
 
 REDACTED = "***"
@@ -111,7 +135,14 @@ _SK = re.compile(_B + r"sk-(?:proj-|svcacct-|admin-)?(?P<body>[A-Za-z0-9_-]{20,}
 _SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic)(?P<sp>\s+)(?P<tok>[A-Za-z0-9._~+/=-]{8,})")
 
 
-_NAMED = re.compile(r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*=\s*)(?P<val>'[^']*'|\"[^\"]*\"|[^\s&,;'\"]+)")
+_AUTH_SCHEMES = r"bearer|basic|digest|negotiate|ntlm|token|apikey"  # an HTTP credential: scheme word + credential
+
+
+_NAMED = re.compile(r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*[=:]\s*)(?P<val>'[^']*'|\"[^\"]*\""
+                    r"|(?:(?i:" + _AUTH_SCHEMES + r")\s+)?[^\s&,;'\"]+)")
+
+
+_OVERRIDE = re.compile(r"\s*(?P<key>[~+]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<val>[^\n]*)")  # one whole Hydra override
 
 
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/@:\s]+)(:(?P<pw>[^/@\s]+))?@", re.I)
@@ -153,13 +184,51 @@ def _scheme_credential(m: re.Match) -> str:
     return f"{m['scheme']}{m['sp']}{REDACTED}" if credential else m[0]
 
 
-def _named(m: re.Match) -> str:
-    return f"{m['key']}{m['eq']}{REDACTED}" if secret_key(m["key"]) else m[0]
+def _named(text: str) -> str:
+    """Secret-named pairs' values redacted; the value of any other pair is read on for pairs inside it (a URL's
+    query, ``unrecognized arguments: +judge.api_key=…``)."""
+    out, pos = [], 0
+    while (m := _NAMED.search(text, pos)) is not None:
+        if secret_key(m["key"]):
+            out.append(text[pos:m.start("val")] + REDACTED)
+            pos = m.end()
+        else:
+            out.append(text[pos:m.start("val")])
+            pos = m.start("val")
+    return "".join(out) + text[pos:]
+
+
+_KNOWN: set[str] = set()  # values given under a secret name in this process (:func:`add_secrets`)
+
+
+def add_secrets(values: Iterable[str]) -> None:
+    """Values this process now knows to be secrets (those of 6 characters or more): redacted wherever they
+    appear from now on, like the values of secret-named environment variables."""
+    _KNOWN.update(v for v in map(str, values) if len(v) >= 6)
+
+
+def override_secrets(overrides: Iterable[str]) -> list[str]:
+    """The values that Hydra overrides give under a secret name (``+judge.api_key=…``, each value of a sweep
+    ``…api_key=a,b``, and the credential of ``Authorization=Bearer …``)."""
+    parser, out = OverridesParser.create(), []
+    for o in overrides:
+        m = _OVERRIDE.fullmatch(str(o))
+        if not m or not secret_key(m["key"].lstrip("~+")):
+            continue
+        try:
+            (ov,) = parser.parse_overrides([str(o)])
+            vals = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else [ov.get_value_element_as_str()]
+        except Exception:  # noqa: BLE001 - an override Hydra itself rejects: its raw text is the value
+            vals = [m["val"]]
+        vals += [m["val"], *(v.split()[-1] for v in vals if v.split())]
+        out += [v.strip("'\"") for v in vals]
+    return out
 
 
 def _secret_env_values() -> list[str]:
-    """Values of environment variables whose names look secret (ANTHROPIC_API_KEY, HF_TOKEN, …)."""
-    vals = {v for k, v in os.environ.items() if secret_key(k) and v and len(v) >= 6}
+    """Values of environment variables whose names look secret (ANTHROPIC_API_KEY, HF_TOKEN, …), and the
+    secrets this process was told of (:func:`add_secrets`)."""
+    vals = {v for k, v in os.environ.items() if secret_key(k) and v and len(v) >= 6} | _KNOWN
     return sorted(vals, key=len, reverse=True)
 
 
@@ -169,8 +238,11 @@ def scrub_text(text: str, secrets: Iterable[str] | None = None, by_shape: bool =
     secrets = _secret_env_values() if secrets is None else secrets
     for s in secrets:
         text = text.replace(s, REDACTED)
+    whole = _OVERRIDE.fullmatch(text)
+    if whole and secret_key(whole["key"].lstrip("~+")) and whole["val"].strip():
+        return f"{text[:whole.start('val')]}{REDACTED}"  # a whole override: its value runs to the end
     text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
-    text = _NAMED.sub(_named, text)
+    text = _named(text)
     text = _SCHEME.sub(_scheme_credential, text)
     text = _SK.sub(_sk_key, _PROVIDER.sub(REDACTED, text))
     if by_shape:
@@ -195,6 +267,173 @@ def scrub(obj: Any, secrets: Iterable[str] | None = None, key: str = "") -> Any:
     return obj
 
 
+class SecretInConfig(RaimError, ValueError):
+    """A config to persist holds a secret as a value, not as a reference to where it lives."""
+
+
+def _reference(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+def _keep_references(raw: Any, resolved: Any, key: str) -> Any:
+    if _reference(raw) and raw != resolved:  # an interpolation
+        if _reference(resolved):  # an escaped one (\${oc.env:…}): the reference, as text
+            return resolved
+        return raw if scrub(resolved, key=key) != resolved else resolved
+    if isinstance(raw, Mapping) and isinstance(resolved, Mapping):
+        return {k: _keep_references(raw.get(k), v, str(k)) for k, v in resolved.items()}
+    if isinstance(raw, list) and isinstance(resolved, list) and len(raw) == len(resolved):
+        return [_keep_references(r, v, key) for r, v in zip(raw, resolved)]
+    return resolved
+
+
+def _literal_secrets(data: Any, path: str = "") -> list[str]:
+    """The dotted keys under which ``data`` holds a secret :func:`scrub` would redact that is not a reference."""
+    if isinstance(data, Mapping):
+        return [p for k, v in data.items() for p in _literal_secrets(v, f"{path}{k}.")]
+    if isinstance(data, list):
+        return [p for i, v in enumerate(data) for p in _literal_secrets(v, f"{path}{i}.")]
+    key = path[:-1].rsplit(".", 1)[-1]
+    if _reference(data) and scrub_text(data, by_shape=False) == data:
+        return []
+    return [path[:-1]] if scrub(data, key=key) != data else []
+
+
+def persistable(cfg: DictConfig | Mapping, what: str = "config") -> Any:
+    """A config as plain data to persist (pickled in a model, written to a file): every value resolved except
+    one that resolves to a secret, which stays the interpolation it is (``${oc.env:RAIM_OPENAI_API_KEY,null}``),
+    to be resolved again where the copy is used; an escaped ``\\${…}`` stays a reference as well. A secret that is
+    a value in the config (``api_key=sk-…`` as an override: no reference to keep) is refused
+    (:class:`SecretInConfig`, naming its key), as a persisted copy would hold it."""
+    if isinstance(cfg, (DictConfig, ListConfig)):
+        data = _keep_references(OmegaConf.to_container(cfg, resolve=False), OmegaConf.to_container(cfg, resolve=True),
+                                "")
+    else:
+        data = cfg
+    bad = _literal_secrets(data)
+    if bad:
+        raise SecretInConfig(f"{what}: {', '.join(bad)} holds a secret as a value; a persisted copy stores none: "
+                             f"give it as a reference to the environment, ${{oc.env:NAME}}, read where it is used")
+    return data
+
+
+def resolved(data: Any, what: str = "config") -> Any:
+    """A :func:`persistable` copy with its references resolved from this process's environment (one line naming
+    the variable when one without a default is unset)."""
+    try:
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+    except InterpolationResolutionError as e:
+        raise RaimError(f"{what}: {' '.join(str(e).split())[:300]}") from None
+
+
+def scrub_message(text: str) -> str:
+    """What RAIM prints or logs, scrubbed (:func:`scrub_text` without the generic shape rules: a printed line
+    names run ids and hashes, which those would take for tokens)."""
+    return scrub_text(text, by_shape=False)
+
+
+add_redactor(scrub_message)  # RAIM's one-line errors (src.core.errors.one_line) print no secret
+
+
+def _scrubbing_record_factory(make: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed record: logging reports it itself
+            return record
+        clean = scrub_message(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return record
+
+    factory.scrubs = True  # type: ignore[attr-defined]
+    return factory
+
+
+def scrub_log_records() -> None:
+    """From now on every log record of this process is scrubbed as it is made (:func:`scrub_message`), on
+    every handler: the console, a Hydra job's ``.log`` file, a launcher's list of each job's overrides."""
+    make = logging.getLogRecordFactory()
+    if not getattr(make, "scrubs", False):
+        logging.setLogRecordFactory(_scrubbing_record_factory(make))
+
+
+class ScrubbingStream:
+    """A text stream that scrubs (:func:`scrub_message`) each piece of text written to it before passing it on;
+    every other attribute is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(scrub_message(text) if isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def scrubbed_output() -> Iterator[None]:
+    """stdout and stderr scrubbed while inside; an exception leaving it has its message redacted
+    (:func:`src.core.errors.redact_exception`), so the traceback Python then prints shows no secret either."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ScrubbingStream(sys.stdout), ScrubbingStream(sys.stderr)
+    try:
+        yield
+    except BaseException as e:
+        redact_exception(e)
+        raise
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def scrub_hydra_reports() -> None:
+    """Hydra's ``@hydra.main`` runs every step of an app (composing the config, ``--cfg``/``--info``, the job)
+    through ``hydra._internal.utils.run_and_report``, which prints what goes wrong on stderr: a composition error
+    quotes the override (``To append to your config use +judge.api_key=…``), a failed job's exception follows
+    ``Error executing job with overrides: [...]``, ``HYDRA_FULL_ERROR=1`` re-raises it to Python; a command line
+    its argument parser rejects is printed back (``unrecognized arguments: …``). Wrapped here
+    (once, when this module is imported, before any RAIM app starts), each step runs under
+    :func:`scrubbed_output` with log records scrubbed (:func:`scrub_log_records`) and the command line's
+    secret-named overrides known as secrets (:func:`override_secrets`): whatever a RAIM Hydra app prints or logs,
+    and the traceback it ends with, is scrubbed."""
+    hydra_main = importlib.import_module("hydra.main")  # the module (``hydra.main`` is also the decorator)
+    run, parser = hydra_utils.run_and_report, hydra_main.get_args_parser
+    if getattr(run, "scrubs", False):
+        return
+
+    @functools.wraps(run)
+    def run_and_report(func: Any) -> Any:
+        add_secrets(override_secrets(sys.argv[1:]))
+        scrub_log_records()
+        with scrubbed_output():
+            return run(func)
+
+    @functools.wraps(parser)
+    def get_args_parser() -> Any:
+        p = parser()
+        error = p.error
+
+        def scrubbed_error(message: str) -> Any:
+            add_secrets(override_secrets(sys.argv[1:]))
+            return error(scrub_message(message))
+
+        p.error = scrubbed_error  # type: ignore[method-assign]
+        return p
+
+    run_and_report.scrubs = True  # type: ignore[attr-defined]
+    hydra_utils.run_and_report, hydra_main.get_args_parser = run_and_report, get_args_parser
+
+
+scrub_hydra_reports()
+
+
 class ScrubHydraOutputs(Callback):
     """Hydra callback (conf/config.yaml ``hydra.callbacks``): Hydra's own copies of the config, scrubbed.
 
@@ -208,10 +447,29 @@ class ScrubHydraOutputs(Callback):
     def __init__(self, subdir: str | None = ".hydra") -> None:
         self.subdir = subdir
 
+    @staticmethod
+    def guard(config: DictConfig) -> None:
+        """The overrides' secret values become known secrets (:func:`add_secrets`) and log records are scrubbed
+        (:func:`scrub_log_records`)."""
+        add_secrets(override_secrets(OmegaConf.select(config, "hydra.overrides.task", default=None) or []))
+        scrub_log_records()
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.guard(config)
+
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.guard(config)
+
+    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+        """A failed job: Hydra then prints ``Error executing job with overrides: [...]`` and the exception on
+        stderr; both are scrubbed first."""
+        if job_return.status == JobStatus.FAILED:
+            job_return.overrides = scrub(list(job_return.overrides or []))
+            redact_exception(job_return._return_value)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.guard(config)
 
         def save(data: Any, path: Path) -> None:
             atomic_write_text(path, OmegaConf.to_yaml(OmegaConf.create(scrub(data))))

@@ -17,8 +17,17 @@ and given the alias only when both hold on that dataset:
   above 0; "clean win" also clears the oracle) — otherwise deploying the best single judge is as good and
   simpler.
 
-and, where the run carries RAIM's deployment decision (:mod:`src.core.decide`, tag ``decision``), that decision is
-to deploy the panel (its stacked κ also reaches ``analysis.kappa_floor``).
+and RAIM's deployment decision (:mod:`src.core.decide`) is to deploy the panel (its stacked κ also reaches
+``analysis.kappa_floor``).
+
+None of this is read off the run's tags (anyone who can write to the tracking store can set a tag): the gate
+re-derives the three from the artifacts of the analysis (:func:`evidence`, :func:`rederive`) — the dataset's entry
+of the analysis run's ``results.json`` (the dataset run's parent, in the same experiment), which must also be the
+dataset run's own ``summary.json`` — recomputing the admissibility verdict from the members' κ and φ̄ at the
+analysis' operating point, the call from the paired intervals and the decision with :func:`src.core.decide.decide`;
+an entry whose recorded verdict, call or decision differs from what its numbers give is refused. The model it
+registers must have been logged by that very run (the logged model's source run id) and be the stacker the entry
+describes (its members, its coefficients = ``stacker.beta_full``).
 
 It also refuses a model that cannot serve: one that fails to load, whose signature does not name its input
 example's columns, or that cannot predict that example (:func:`src.mlops.serving.self_check`).
@@ -34,14 +43,20 @@ verdict cache) and a logged stacker (``--stacker-uri``, e.g. ``models:/raim-stac
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 from hydra import compose, initialize_config_dir
 
-from src.core.decide import WINS
+from src.core import admissibility
+from src.core.decide import WINS, decide
 from src.core.errors import ArgumentParser, RaimError, one_line
+from src.core.evaluate import Delta, best_single_call
 from src.io.paths import CONF_DIR
 from src.mlops import store
 from src.mlops import tracking as track
@@ -62,28 +77,127 @@ class Candidate:
     model_uri: str
     tags: dict
     metrics: dict
+    experiment_id: str = ""
 
 
-def _fmt(metrics: dict, key: str) -> str:
-    est, lo, hi = (metrics.get(f"{key}{s}") for s in ("", "_lo", "_hi"))
-    if est is None:
-        return "n/a"
-    ci = f" [{lo:+.3f}, {hi:+.3f}]" if lo is not None and hi is not None else ""
-    return f"{est:+.3f}{ci}"
+def _delta(d: dict) -> Delta:
+    return Delta(d["estimate"], list(d["ci"]), d.get("p_one_sided"), d.get("call"))
 
 
-def reasons_to_refuse(tags: dict, metrics: dict) -> list[str]:
-    """Why this dataset run's stacker must not be promoted (empty: it qualifies)."""
+def rederive(s: dict, settings: dict) -> dict:
+    """Admissibility (§3.3), the call against the CV-best single (§2) and the decision (:mod:`src.core.decide`)
+    recomputed from one dataset's results.json entry ``s`` and the analysis ``settings``: the verdict from its
+    coordinates (the members' κ, φ̄) at the analysis' operating point (κ₀, c, φ₀), the call from the paired
+    intervals (:func:`src.core.evaluate.best_single_call`), the decision by :func:`src.core.decide.decide` at the
+    analysis' κ floor. The verdict, call and decision the entry records are not read."""
+    a = s["admissibility"]
+    point = {k: float(settings.get(k, a[k])) for k in ("kappa0", "c", "phi0")}
+    member_k = np.array([float(v["kappa"]) for v in s["members"].values()], dtype=float)
+    admissible, reason = admissibility.decide(member_k, a["phi_bar"], point["kappa0"], point["c"], point["phi0"])
+    oracle = s["deltas"].get("oracle", {}).get("kappa")
+    call = best_single_call(_delta(s["deltas"]["best_cv"]["kappa"]), _delta(oracle) if oracle else None)
+    best_cv = s["deltas"]["best_cv"]
+    recomputed = {**s, "admissibility": {**a, **point, "admissible": admissible, "reason": reason,
+                                         "members_at_kappa0": int(np.sum(admissibility.reaches(member_k,
+                                                                                               point["kappa0"]))),
+                                         "n_members": len(member_k)},
+                  "deltas": {**s["deltas"], "best_cv": {**best_cv, "kappa": {**best_cv["kappa"], "call": call}}}}
+    return {"admissible": admissible, "admissibility_reason": reason, "call": call,
+            "decision": decide(recomputed, float(settings.get("kappa_floor", 0.40)))}
+
+
+def reasons_to_refuse(s: dict, settings: dict) -> list[str]:
+    """Why this dataset's stacker must not be promoted (empty: it qualifies), from its results.json entry ``s``
+    re-derived (:func:`rederive`): the panel must be admissible, a win against the CV-best single, and RAIM's
+    decision must be to deploy it; an entry whose recorded admissibility, call or decision differs from what its
+    own numbers give is refused too."""
+    r = rederive(s, settings)
     why = []
-    if tags.get("admissible") != "true":
-        why.append(f"the panel is not admissible ({tags.get('admissibility_reason', 'no admissibility recorded')})")
-    call = tags.get("call.best_cv.kappa")
-    if call not in WINS:
-        why.append(f"the stacker's paired Δκ vs the CV-best single is {_fmt(metrics, 'delta_best_cv/kappa')}: "
-                   f"a {call or 'missing call'}, not a win (needs the 95% lower bound above 0)")
-    if not why and tags.get("decision", "panel") != "panel":
-        why.append(f"RAIM's decision on this dataset is not to deploy the panel ({tags.get('decision_reason', '')})")
+    if not r["admissible"]:
+        why.append(f"the panel is not admissible ({r['admissibility_reason']})")
+    if r["call"] not in WINS:
+        d = s["deltas"]["best_cv"]["kappa"]
+        why.append(f"the stacker's paired Δκ vs the CV-best single is {d['estimate']:+.3f} "
+                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: a {r['call']}, not a win (needs the 95% lower bound "
+                   f"above 0)")
+    if not why and r["decision"].action != "panel":
+        why.append(f"RAIM's decision on this dataset is not to deploy the panel ({r['decision'].reason})")
+    recorded = {"admissibility": (bool(s["admissibility"].get("admissible")), r["admissible"]),
+                "call vs the CV-best single": (s["deltas"]["best_cv"]["kappa"].get("call"), r["call"]),
+                "decision": ((s.get("decision") or {}).get("action"), r["decision"].action)}
+    why += [f"its results.json records the {what} {was!r} where its own numbers give {now!r}"
+            for what, (was, now) in recorded.items() if was != now]
     return why
+
+
+def _json_artifact(run_id: str, name: str) -> dict | None:
+    """A run's JSON artifact, or None when it has none (or it is not a JSON object)."""
+    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=name, dst_path=tmp)
+            doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (MlflowException, OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def evidence(cand: Candidate) -> tuple[dict, dict]:
+    """The dataset's entry of its analysis' ``results.json`` and the analysis settings, as RAIM logs them
+    (:func:`src.mlops.tracking.log_analysis`): the dataset run's parent, in the same experiment, holds
+    ``results.json``, and the dataset run's own ``summary.json`` is that entry."""
+    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
+
+    where = f"the stacker of run {cand.run_id} (dataset {cand.dataset})"
+    parent_id = cand.tags.get("mlflow.parentRunId")
+    if not parent_id:
+        raise PromotionRefused(f"refusing to promote {where}: it is not a dataset run of a RAIM analysis (no "
+                               f"parent run holding results.json)")
+    parent = mlflow.get_run(parent_id)
+    doc = _json_artifact(parent_id, "results.json") or {}
+    datasets = doc.get("datasets") if isinstance(doc.get("datasets"), dict) else {}
+    entry = datasets.get(cand.dataset)
+    if parent.info.experiment_id != cand.experiment_id or not isinstance(entry, dict):
+        raise PromotionRefused(f"refusing to promote {where}: its parent run {parent_id} holds no results.json "
+                               f"entry for {cand.dataset!r} in the run's experiment")
+    if _json_artifact(cand.run_id, "summary.json") != entry:
+        raise PromotionRefused(f"refusing to promote {where}: its summary.json is not the {cand.dataset!r} entry "
+                               f"of its analysis' results.json (run {parent_id})")
+    return entry, doc["settings"] if isinstance(doc.get("settings"), dict) else {}
+
+
+def model_source_run(model_uri: str) -> str | None:
+    """The id of the run that logged the model at ``model_uri`` (``models:/m-…``: a logged model;
+    ``runs:/<id>/…``); None for any other URI (a registered version, a path: no run of its own)."""
+    from mlflow.tracking import MlflowClient  # imported here, not at start-up: mlflow ~1.8 s
+
+    if model_uri.startswith("runs:/"):
+        return model_uri[len("runs:/"):].split("/", 1)[0] or None
+    if model_uri.startswith("models:/m-") and "/" not in model_uri[len("models:/"):]:
+        return MlflowClient().get_logged_model(model_uri[len("models:/"):]).source_run_id
+    return None
+
+
+def stacker_mismatch(model_uri: str, s: dict) -> str | None:
+    """Why the stacker at ``model_uri`` is not the one ``s`` (a results.json entry) describes — its vote
+    columns are the entry's members, its coefficients the entry's ``stacker.beta_full`` —; None when it is."""
+    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
+
+    inner = mlflow.pyfunc.load_model(model_uri).unwrap_python_model()
+    stacker = getattr(inner, "stacker", None)
+    if type(inner).__name__ != "StackerModel" or stacker is None:
+        return f"it is not a RAIM stacker model ({type(inner).__name__})"
+    members = list(s["members"])
+    if list(inner.columns)[: len(members)] != members:
+        return f"it votes with {list(inner.columns)}, not with the members {members} of its results"
+    fitted = np.array([stacker.intercept_, *np.ravel(stacker.coef_)], dtype=float)
+    recorded = np.array([s["stacker"]["beta_full"].get(k, np.nan) for k in ["intercept", *s["stacker"]["features"]]],
+                        dtype=float)
+    if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=1e-9, atol=1e-12):
+        return "its coefficients are not the β its results record (stacker.beta_full)"
+    return None
 
 
 def find_candidate(run_id: str, dataset: str | None = None) -> Candidate:
@@ -106,7 +220,7 @@ def find_candidate(run_id: str, dataset: str | None = None) -> Candidate:
     elif dataset and run.data.tags.get("dataset") != dataset:
         raise PromotionRefused(f"run {run_id} is dataset {run.data.tags.get('dataset')!r}, not {dataset!r}")
     return Candidate(run.info.run_id, run.data.tags.get("dataset", "all"), run.data.tags["stacker_model_uri"],
-                     dict(run.data.tags), dict(run.data.metrics))
+                     dict(run.data.tags), dict(run.data.metrics), run.info.experiment_id)
 
 
 def promote(run_id: str, dataset: str | None = None, name: str | None = None, alias: str = "champion"):
@@ -118,24 +232,32 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
     from mlflow.tracking import MlflowClient  # imported here, not at start-up: mlflow ~1.8 s
 
     cand = find_candidate(run_id, dataset)
-    why = reasons_to_refuse(cand.tags, cand.metrics)
+    s, settings = evidence(cand)
+    where = f"the stacker of run {cand.run_id} (dataset {cand.dataset})"
+    source = model_source_run(cand.model_uri)
+    if source != cand.run_id:
+        raise PromotionRefused(f"refusing to promote {where}: its model {cand.model_uri} was logged by "
+                               f"{'run ' + source if source else 'no run'}, not by this run")
+    why = reasons_to_refuse(s, settings)
     broken = self_check(cand.model_uri)
+    other = None if broken else stacker_mismatch(cand.model_uri, s)
     if broken:
         why.append(f"its logged stacker {cand.model_uri} cannot serve: {broken}")
+    if other:
+        why.append(f"its logged stacker {cand.model_uri} is not the stacker its results describe: {other}")
     if why:
-        raise PromotionRefused(f"refusing to promote the stacker of run {cand.run_id} (dataset {cand.dataset}): "
-                               + "; and ".join(why))
+        raise PromotionRefused(f"refusing to promote {where}: " + "; and ".join(why))
+    r, d = rederive(s, settings), s["deltas"]["best_cv"]["kappa"]
+    delta = f"{d['estimate']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
     name = name or f"raim-stacker-{cand.dataset}"
     mv = mlflow.register_model(cand.model_uri, name, tags={
         "run_id": cand.run_id, "dataset": cand.dataset, "roster": cand.tags.get("roster", ""),
-        "admissible": "true", "call.best_cv.kappa": cand.tags["call.best_cv.kappa"],
-        "delta_best_cv_kappa": _fmt(cand.metrics, "delta_best_cv/kappa")})
+        "admissible": "true", "call.best_cv.kappa": r["call"], "delta_best_cv_kappa": delta})
     client = MlflowClient()
     client.set_registered_model_alias(name, alias, mv.version)
     client.update_model_version(name, mv.version, description=(
         f"RAIM stacker for {cand.dataset} (roster {cand.tags.get('roster', '?')}), run {cand.run_id}: admissible "
-        f"({cand.tags.get('admissibility_reason', '')}); Δκ vs CV-best {_fmt(cand.metrics, 'delta_best_cv/kappa')} "
-        f"({cand.tags['call.best_cv.kappa']})."))
+        f"({r['admissibility_reason']}); Δκ vs CV-best {delta} ({r['call']}); {r['decision'].label}."))
     return mv
 
 
@@ -187,12 +309,18 @@ def main(argv: list[str] | None = None) -> int:
     if a.tracking_uri:  # wins everywhere below, log-panel's run included (src.mlops.tracking.tracking_uri reads it first)
         os.environ["MLFLOW_TRACKING_URI"] = a.tracking_uri
     uri = tracking_uri()
+    store.check_server(uri)
     mlflow.set_tracking_uri(uri)
     try:
         with quiet_mlflow():
             return {"promote": _promote, "show": _show, "log-panel": _log_panel}[a.cmd](a)
     except MlflowException as e:
-        raise RaimError(f"{a.cmd}: {e.message} (tracking store {uri})") from e
+        raise RaimError(f"{a.cmd}: {store.store_failure(e)} (tracking store {uri})") from e
+    except Exception as e:
+        why = store.store_failure(e)  # a corrupt or read-only sqlite store (SQLAlchemy's error)
+        if why is None:
+            raise
+        raise RaimError(f"{a.cmd}: {why} (tracking store {uri})") from e
 
 
 def _promote(a) -> int:
@@ -212,13 +340,39 @@ def _log_panel(a) -> int:
     return 0
 
 
+def name_filter(name: str) -> str | None:
+    """An MLflow filter string matching registered model ``name`` exactly, quoted with the quote the name lacks
+    (MLflow's filter grammar has no escape); None when the name holds both quotes."""
+    for q in ("'", '"'):
+        if q not in name:
+            return f"name = {q}{name}{q}"
+    return None
+
+
+def model_versions(client, name: str) -> list:
+    """Every version of registered model ``name`` (oldest first), whatever characters the name holds."""
+    flt = name_filter(name)
+    found, token = [], None
+    while True:
+        page = client.search_model_versions(flt, max_results=1000, page_token=token) if flt is not None else \
+            client.search_model_versions(max_results=1000, page_token=token)
+        found += [v for v in page if v.name == name]
+        token = getattr(page, "token", None)
+        if not token:
+            return sorted(found, key=lambda v: int(v.version))
+
+
 def _show(a) -> int:
     from mlflow.tracking import MlflowClient  # imported here, not at start-up: mlflow ~1.8 s
 
     name = a.name
     client = MlflowClient()
     model = client.get_registered_model(name)
-    for v in client.search_model_versions(f"name = '{name}'"):
+    versions = model_versions(client, name)
+    if not versions:
+        raise RaimError(f"registered model {name!r} has no versions (a version is added by `python -m src.registry "
+                        f"promote --run-id RUN`)")
+    for v in versions:
         aliases = [al for al, ver in model.aliases.items() if str(ver) == str(v.version)]
         print(f"{name} v{v.version} run={v.run_id} aliases={aliases} {v.tags.get('delta_best_cv_kappa', '')}")
     return 0

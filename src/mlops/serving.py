@@ -15,8 +15,10 @@ import this module, which imports neither.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,15 +27,19 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import yaml
-from omegaconf import OmegaConf
 
-from src.core.errors import ArgumentParser, RaimError, one_line
-from src.core.priorshift import PrevalenceError, served
+from src.core.errors import ArgumentParser, RaimError, one_line, one_line_message
+from src.core.injection import flag_column
+from src.core.priorshift import PrevalenceError, parse_setting, served
 from src.core.verdicts import ABSTAIN
+from src.io.files import StrictJSONError, unique_keys
+from src.io.flagstore import record_flags_from
 from src.io.paths import CONF_DIR, PACKAGE_DIR, ROOT
 from src.io.votestore import record_from
 from src.judges.cache import item_content_hash
+from src.judges.config import resolve_roster
 from src.judges.runner import verdict_table
+from src.mlops.redact import persistable, resolved
 
 SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
 OUTPUT_COLUMNS = ("p_hallucinated", "verdict", "label")
@@ -176,8 +182,14 @@ class PanelModel(mlflow.pyfunc.PythonModel):
     ``cache_dir`` (the verdict cache), ``compute`` (score cache misses; False: a miss is an abstention, named in
     the ``uncached`` output column). Output: ``item_id``, one column per member (its vote; null = abstained),
     ``p_hallucinated``, ``verdict``, ``label``, ``uncached`` (comma-separated members whose verdict was neither
-    cached nor computed; empty when every member judged). The roster holds exactly the members the stacker votes
-    with, in its column order.
+    cached nor computed; empty when every member judged), ``injection_flag`` / ``injection_reasons``
+    (:func:`src.core.injection.scan`: the item's text looks like a prompt injection aimed at the judges). The
+    roster holds exactly the members the stacker votes with, in its column order.
+
+    The roster is kept as :func:`src.mlops.redact.persistable` makes it: a secret stays the reference it is in
+    the roster (``${oc.env:RAIM_OPENAI_API_KEY,null}``), so the pickled model holds no key; it is resolved from
+    the serving environment when the model is loaded (:meth:`load_context`, or at the first prediction of a
+    model built in-process) and that resolved copy is never pickled.
     """
 
     _skip_type_hint_validation = True
@@ -192,6 +204,16 @@ class PanelModel(mlflow.pyfunc.PythonModel):
 
     def load_context(self, context) -> None:
         self.config = dict(getattr(context, "model_config", None) or {})
+        self._live_roster = resolved(self.roster, f"panel model (roster {self.roster.get('name')!r})")
+
+    def live_roster(self) -> dict:
+        """The roster with its references resolved from this process's environment."""
+        if getattr(self, "_live_roster", None) is None:
+            self._live_roster = resolved(self.roster, f"panel model (roster {self.roster.get('name')!r})")
+        return self._live_roster
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_live_roster"}  # never pickle a resolved key
 
     def items(self, frame: pd.DataFrame) -> pd.DataFrame:
 
@@ -202,6 +224,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
                              f"{list(PANEL_OPTIONAL)}")
         if "candidate" not in df:
             raise InputError("each item needs a 'candidate' (the text to judge)")
+        check_item_cells(df, self.frames)
         bad = df["candidate"].isna() | (df["candidate"].astype(str).str.strip() == "")
         if bad.any():
             raise InputError(f"row {int(np.flatnonzero(bad.to_numpy())[0]) + 1}: column 'candidate': empty")
@@ -214,6 +237,11 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         df["frame"] = df["frame"].fillna(self.default_frame) if "frame" in df else self.default_frame
         df["dataset"] = df["dataset"].fillna("served") if "dataset" in df else "served"
         df["cluster_id"] = df["item_id"]
+        first: dict[str, int] = {}
+        for r, i in enumerate(df["item_id"], 1):
+            if first.setdefault(i, r) != r:
+                raise InputError(f"row {r}: column 'item_id': {i!r} repeats row {first[i]} (one request scores an "
+                                 "item once; without an item_id, an item's id is its content's hash)")
         return df
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -223,8 +251,9 @@ class PanelModel(mlflow.pyfunc.PythonModel):
             items = self.items(model_input)
         except InputError as e:
             raise _invalid(e) from None
-        table = verdict_table(self.roster, items, self.frames, Path(cfg.get("cache_dir", SCORED_CACHE)),
-                              compute=bool(cfg.get("compute", True)), progress=False)
+        compute = bool(cfg.get("compute", True))
+        table = verdict_table(self.live_roster(), items, self.frames, Path(cfg.get("cache_dir", SCORED_CACHE)),
+                              compute=compute, progress=False, allow_empty=not compute)  # a miss abstains
         self.last_report = table.attrs.get("report", {})
         votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
         X = vote_matrix(votes.astype("Float64").astype(float), self.columns, self.stacker.n_votes)
@@ -232,7 +261,37 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         cached = table.attrs.get("cached", {})
         out["uncached"] = [",".join(m for m in cached if not cached[m][i]) for i in range(len(out))]
         record_votes(cfg, "panel", self.columns, X, self.stacker.n_votes, out, items["item_id"].tolist())
+        out["injection_flag"], out["injection_reasons"] = flag_column(items.to_dict("records"))
+        record_injection_flags(cfg, items["item_id"].tolist(), out)
         return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
+
+
+def record_injection_flags(config: Mapping[str, Any] | None, item_ids: list, out: pd.DataFrame) -> None:
+    """The items' injection flags to the monitor's store (:mod:`src.io.flagstore`), best effort as the votes."""
+    try:
+        record_flags_from(config, "panel", item_ids, out["injection_flag"].tolist(), out["injection_reasons"].tolist())
+    except Exception as e:  # noqa: BLE001 - recording is best effort by contract
+        logging.getLogger("raim.serve").warning("monitor: injection flags not recorded (%s: %s)", type(e).__name__, e)
+
+
+def check_item_cells(df: pd.DataFrame, frames: Mapping[str, Any]) -> None:
+    """A panel request's cells: ``candidate``, ``question``, ``evidence`` and ``dataset`` are texts (a number or a
+    list is not judged as its printed form), ``item_id`` a text or an integer, ``frame`` one of the model's
+    frames; all but ``candidate`` may be null. The first bad cell is an :class:`InputError` naming row and column."""
+    kinds = {"candidate": (str,), "question": (str,), "evidence": (str,), "dataset": (str,), "frame": (str,),
+             "item_id": (str, int, np.integer)}
+    for c, ok in kinds.items():
+        if c not in df:
+            continue
+        for r, v in enumerate(df[c].tolist(), 1):
+            if v is None or (isinstance(v, float) and np.isnan(v)):
+                continue
+            if isinstance(v, bool) or not isinstance(v, ok):
+                want = "a text or an integer" if c == "item_id" else "a text"
+                raise InputError(f"row {r}: column {c!r}: {type(v).__name__} {str(v)[:40]!r} is not {want}")
+            if c == "frame" and v not in frames:
+                raise InputError(f"row {r}: column 'frame': {v[:60]!r} is not one of the model's frames "
+                                 f"{sorted(frames)}")
 
 
 def panel_signature(columns: list[str], n_votes: int):
@@ -243,7 +302,8 @@ def panel_signature(columns: list[str], n_votes: int):
                                                         for c in PANEL_OPTIONAL])
     outputs = Schema([ColSpec("string", "item_id")]
                      + [ColSpec("long" if j < n_votes else "double", c, required=False) for j, c in enumerate(columns)]
-                     + list(stacker_signature(columns, n_votes).outputs.inputs) + [ColSpec("string", "uncached")])
+                     + list(stacker_signature(columns, n_votes).outputs.inputs) + [ColSpec("string", "uncached")]
+                     + [ColSpec("boolean", "injection_flag"), ColSpec("string", "injection_reasons")])
     return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
 
 
@@ -261,7 +321,9 @@ def frame_configs() -> dict[str, dict]:
 def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | None,
                  drop_frontier: bool = False) -> dict:
     """``roster`` cut to exactly the members the stacker votes with, in its column order (e.g. on a dataset where
-    some members never voted, they are not inputs); names the stacker columns the roster lacks."""
+    some members never voted, they are not inputs); names the stacker columns the roster lacks. The roster is
+    checked first and its ``drop_members`` applied (:func:`src.judges.config.resolve_roster`)."""
+    roster = resolve_roster(roster, resolve=False)
     votes = list(columns[: n_votes or len(columns)])
     by_name = {m["name"]: m for m in roster["members"]}
     absent = [c for c in votes if c not in by_name]
@@ -274,10 +336,11 @@ def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | N
 
 def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "claim",
               cache_dir: str | Path | None = None, compute: bool = True, name: str = "panel"):
-    """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``."""
+    """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``.
+    The roster is logged unresolved where it holds a secret (:func:`src.mlops.redact.persistable`); one that
+    holds a secret as a value is refused (:class:`src.mlops.redact.SecretInConfig`)."""
 
-    if not isinstance(roster, dict):
-        roster = OmegaConf.to_container(roster, resolve=True)
+    roster = persistable(roster, f"roster {roster.get('name')!r}")  # the pickled model holds no secret
     roster = panel_roster(roster, columns, stacker.n_votes)
     members = [m["name"] for m in roster["members"]]
     frames = frame_configs()
@@ -403,16 +466,38 @@ def self_check(model_uri: str) -> str | None:
 # ------------------------------------------------------------------------------------------- strict serving
 
 
-def request_rows(body: bytes) -> list | None:
-    """The rows of an MLflow JSON scoring request (``dataframe_records``, ``dataframe_split``, ``inputs`` /
-    ``instances`` as records or columns); None for a payload MLflow itself must judge (not JSON, other keys)."""
+REQUEST_KEYS = ("dataframe_records", "dataframe_split", "inputs", "instances")
+JSON_TYPE, CSV_TYPE, PARQUET_TYPE = "application/json", "text/csv", "application/vnd.apache.parquet"
 
+
+def _no_constant(name: str):
+    raise InputError(f"the request holds a bare {name}, which is not JSON (an abstention is null)")
+
+
+def request_rows(body: bytes) -> list:
+    """The rows of an MLflow JSON scoring request (``dataframe_records``, ``dataframe_split``, ``inputs`` /
+    ``instances`` as records or columns). Anything else is an :class:`InputError`: a body that is not JSON (a bare
+    ``NaN`` or ``Infinity`` included: it is no abstention), a key given twice, rows of unnamed values (a list of
+    lists, a scalar), or none of those keys."""
+    return _rows(_payload(body))
+
+
+def _payload(body: bytes) -> dict:
     try:
-        payload = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(payload, dict):
-        return None
+        payload = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise InputError("the request body is nested too deeply to read") from None
+    except UnicodeDecodeError:
+        raise InputError("the request body is not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"the request body is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(payload, dict) or not any(k in payload for k in REQUEST_KEYS):
+        raise InputError(f"a request is a JSON object with one of {list(REQUEST_KEYS)}, got "
+                         f"{'keys ' + str(sorted(payload))[:80] if isinstance(payload, dict) else type(payload).__name__}")
+    return payload
+
+
+def _rows(payload: dict) -> list:
     if "dataframe_records" in payload:
         rows = payload["dataframe_records"]
         return rows if isinstance(rows, list) else [rows]
@@ -426,25 +511,78 @@ def request_rows(body: bytes) -> list | None:
                 raise InputError(f"row {r}: {len(row) if isinstance(row, list) else 'no'} values for "
                                  f"{len(cols)} columns {cols}")
         return [dict(zip(cols, row)) for row in split["data"]]
-    for key in ("inputs", "instances"):
-        rows = payload.get(key)
-        if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
-            return rows
-        if isinstance(rows, dict) and all(isinstance(v, list) for v in rows.values()):
-            n = {len(v) for v in rows.values()}
-            if len(n) != 1:
-                raise InputError(f"{key}: columns of different lengths {sorted(n)}")
-            return [dict(zip(rows, vals)) for vals in zip(*rows.values())]
-    return None
+    key = next(k for k in ("inputs", "instances") if k in payload)
+    rows = payload[key]
+    if isinstance(rows, list) and all(isinstance(r, dict) for r in rows):
+        return rows
+    if isinstance(rows, dict) and all(isinstance(v, list) for v in rows.values()):
+        n = {len(v) for v in rows.values()}
+        if len(n) > 1:
+            raise InputError(f"{key}: columns of different lengths {sorted(n)}")
+        return [dict(zip(rows, vals)) for vals in zip(*rows.values())]
+    got = next((type(r).__name__ for r in rows if not isinstance(r, dict)), "list") if isinstance(rows, list) \
+        else type(rows).__name__
+    raise InputError(f"{key}: rows must be objects naming their columns (or an object of column lists), got "
+                     f"{'a row that is a ' + got if isinstance(rows, list) else 'a ' + got}")
+
+
+def _unique_keys(pairs: list) -> dict:
+    try:
+        return unique_keys(pairs)
+    except StrictJSONError as e:
+        raise InputError(f"the request body: {e.msg}") from None
+
+
+def request_input(body: bytes, content_type: str | None, schema=None) -> tuple[list | None, dict]:
+    """(rows, params) of a scoring request as MLflow's server would read it: JSON (:func:`request_rows`, and its
+    ``params``), CSV or Parquet (parsed by MLflow's own readers, with the model's input ``schema``). Rows None: a
+    content type MLflow refuses itself (415). A request with no content type is an :class:`InputError`."""
+    from mlflow.pyfunc import scoring_server  # imported here, not at start-up: mlflow ~1.8 s
+
+    if not content_type:
+        raise InputError(f"the request has no Content-Type: send {JSON_TYPE} (or {CSV_TYPE})")
+    mime = content_type.split(";")[0].strip().lower()
+    if mime == JSON_TYPE:
+        payload = _payload(body)
+        params = payload.get("params") or {}
+        return _rows(payload), params if isinstance(params, dict) else {"": params}
+    if mime not in (CSV_TYPE, PARQUET_TYPE):
+        return None, {}
+    try:
+        if mime == CSV_TYPE:
+            frame = scoring_server.parse_csv_input(io.StringIO(body.decode("utf-8")), schema=schema)
+        else:
+            frame = scoring_server.parse_parquet_input(io.BytesIO(body))
+    except UnicodeDecodeError:
+        raise InputError("the request body is not UTF-8 text") from None
+    except Exception as e:  # noqa: BLE001 - whatever the reader refuses is the request's fault
+        if mime == CSV_TYPE:  # a cell the schema's types refuse: the rows as pandas reads them name it
+            with contextlib.suppress(Exception):
+                return pd.read_csv(io.BytesIO(body)).to_dict("records"), {}
+        msg = re.sub(r"^Failed to parse input.*?Error: ", "", getattr(e, "message", None) or str(e), flags=re.S)
+        raise InputError(f"the {mime} request body cannot be read ({' '.join(msg.split())[:200]})") from None
+    return pd.DataFrame(frame).to_dict("records"), {}
+
+
+def check_params(params: Mapping[str, Any]) -> None:
+    """The inference parameters RAIM's models take (``prevalence``, :func:`inference_params`), checked as the
+    model will read them."""
+    if "" in params:
+        raise InputError("params: expected an object of parameters")
+    unknown = sorted(set(params) - {"prevalence"})
+    if unknown:
+        raise InputError(f"params: unknown parameter(s) {unknown}; a RAIM model takes 'prevalence'")
+    parse_setting(params.get("prevalence"))
 
 
 class StrictInputs:
-    """ASGI wrapper of MLflow's scoring app: a JSON request to ``/invocations`` whose rows break the model's
-    input contract gets HTTP 400 with one line, before MLflow parses it (MLflow would drop an unknown column
-    and answer 200). Everything else — and every valid request — goes to MLflow's app unchanged."""
+    """ASGI wrapper of MLflow's scoring app: a request to ``/invocations`` whose rows (JSON, CSV or Parquet) or
+    parameters break the model's input contract gets HTTP 400 with one line, before MLflow reads it (MLflow would
+    drop an unknown column and answer 200). Every valid request goes to MLflow's app unchanged; an error it
+    answers is cut to one line (:class:`_OneLineErrors`: no input dump, no stack trace in the answer)."""
 
-    def __init__(self, app, check):
-        self.app, self.check = app, check
+    def __init__(self, app, check, schema=None):
+        self.app, self.check, self.schema = app, check, schema
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["path"] != "/invocations" or scope["method"] != "POST":
@@ -454,12 +592,14 @@ class StrictInputs:
             msg = await receive()
             body += msg.get("body", b"")
             more = msg.get("more_body", False)
+        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").decode("latin-1")
         try:
-            rows = request_rows(body)
+            rows, params = request_input(body, ctype, self.schema)
             if rows is not None:
                 self.check(rows)
-        except InputError as e:
-            return await _reply(send, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": str(e)})
+                check_params(params)
+        except RaimError as e:  # InputError, PrevalenceError
+            return await _reply(send, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": one_line_message(e)})
         replayed = False
 
         async def replay():
@@ -469,7 +609,50 @@ class StrictInputs:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        await self.app(scope, replay, send)
+        await self.app(scope, replay, _OneLineErrors(send))
+
+
+class _OneLineErrors:
+    """``send`` for MLflow's app: an error answer (status ≥ 400, JSON) is rewritten to one line — MLflow wraps a
+    model's own message as ``Failed to predict data '<the input>'. Error: <message>`` and attaches the stack
+    trace of any other exception; the answer keeps the message (or the exception's last line), the server's log
+    keeps the trace."""
+
+    def __init__(self, send):
+        self.send, self.start, self.body = send, None, b""
+
+    async def __call__(self, message):
+        if message["type"] == "http.response.start" and message.get("status", 200) >= 400:
+            self.start = message
+            return None
+        if self.start is None or message["type"] != "http.response.body":
+            return await self.send(message)
+        self.body += message.get("body", b"")
+        if message.get("more_body", False):
+            return None
+        try:
+            doc = json.loads(self.body)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict):
+            text = " ".join(self.body.decode("utf-8", "replace").split())[:400]
+            doc = {"error_code": "BAD_REQUEST", "message": text}
+        return await _reply(self.send, self.start["status"], one_line_error(doc))
+
+
+def one_line_error(doc: dict) -> dict:
+    """MLflow's error answer ``doc`` as ``{error_code, message}`` with a one-line message (see :class:`_OneLineErrors`)."""
+    msg = str(doc.get("message", ""))
+    trace = doc.get("stack_trace")
+    if trace:
+        logging.getLogger("raim.serve").warning("scoring error: %s\n%s", msg, trace)
+        last = [ln for ln in str(trace).strip().splitlines() if ln.strip()][-1:]
+        if last and not msg.startswith("Failed to predict data '"):  # the exception's own line
+            msg = last[0].split(": ", 1)[-1] if ": " in last[0] else last[0]
+    if msg.startswith("Failed to predict data '") and "\nError: " in msg:
+        msg = msg.rpartition("\nError: ")[2]
+    msg = " ".join(msg.split())
+    return {"error_code": str(doc.get("error_code", "BAD_REQUEST")), "message": msg[:500] or "scoring failed"}
 
 
 async def _reply(send, status: int, doc: dict) -> None:
@@ -496,7 +679,8 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
     from mlflow.pyfunc import scoring_server  # imported here, not at start-up: mlflow ~1.8 s
 
     model = mlflow.pyfunc.load_model(model_uri)
-    app = StrictInputs(scoring_server.init(model), input_check(model.unwrap_python_model()))
+    schema = model.metadata.get_input_schema() if model.metadata else None
+    app = StrictInputs(scoring_server.init(model), input_check(model.unwrap_python_model()), schema)
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 

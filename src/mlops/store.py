@@ -9,12 +9,16 @@ import contextlib
 import logging
 import os
 import re
+import socket
+import sqlite3
+import urllib.parse
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from src.core.errors import RaimError
 from src.io.files import file_lock
 from src.io.paths import ROOT
 
@@ -91,18 +95,74 @@ def setup(cfg: DictConfig | None = None) -> str:
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     uri = tracking_uri(cfg)
+    check_server(uri)
     name = (OmegaConf.select(cfg, "tracking.experiment", default=None) if cfg is not None else None) or "raim"
     active = mlflow.active_run()
     if active is not None and _SET_UP.get((uri, name)) == active.info.experiment_id \
             and mlflow.get_tracking_uri() == uri:
         return active.info.experiment_id
     mlflow.set_tracking_uri(uri)
-    with store_lock(uri):
+    with store_lock(uri), store_errors(uri):
         exp_id = _experiment_id(name, uri)
     mlflow.set_experiment(experiment_id=exp_id)
     _SET_UP.clear()
     _SET_UP[(uri, name)] = exp_id
     return exp_id
+
+
+SERVER_TIMEOUT_S = 10.0  # how long a tracking server may take to accept a connection
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}  # MLflow's: 7 and 120 s
+
+
+def check_server(uri: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
+    """For a tracking server (``http(s)://``): that it accepts a connection within ``timeout_s``, else a
+    :class:`RaimError` naming it (MLflow itself retries a refused connection with back-off for minutes, saying
+    nothing); and MLflow's own retries and request timeout bounded (:data:`HTTP_LIMITS`, unless set). Any other
+    store: nothing to check."""
+    parts = urllib.parse.urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    for k, v in HTTP_LIMITS.items():
+        os.environ.setdefault(k, v)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise RaimError(f"MLflow tracking server {uri}: not a valid address (bad port)") from None
+    try:
+        socket.create_connection((parts.hostname or "localhost", port), timeout=timeout_s).close()
+    except OSError as e:
+        why = f"no answer within {timeout_s:g} s" if isinstance(e, TimeoutError) else \
+            (e.strerror or type(e).__name__).lower()
+        raise RaimError(f"MLflow tracking server {uri}: {why} (is the server running? --tracking-uri or "
+                        f"MLFLOW_TRACKING_URI names the store)") from None
+
+
+def store_failure(e: BaseException) -> str | None:
+    """Why the tracking store failed, in one line without the SQL statement (a read-only, corrupt or locked
+    sqlite file, a failed migration, an MLflow error); None when ``e`` is not an error of the store."""
+    from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
+
+    if type(e).__module__.split(".")[0] not in ("sqlalchemy", "alembic", "sqlite3") \
+            and not isinstance(e, (MlflowException, sqlite3.Error)):
+        return None
+    msg = getattr(e, "message", None) or str(e) or type(e).__name__
+    msg = re.split(r"\[SQL: |\(Background on this error at", msg)[0]
+    return " ".join(msg.split())[:300] or type(e).__name__
+
+
+@contextlib.contextmanager
+def store_errors(uri: str) -> Iterator[None]:
+    """An error of the tracking store at ``uri`` inside the block (:func:`store_failure`) becomes one
+    :class:`RaimError` line naming the store."""
+    try:
+        yield
+    except RaimError:
+        raise
+    except Exception as e:
+        why = store_failure(e)
+        if why is None:
+            raise
+        raise RaimError(f"MLflow tracking store {uri}: {why}") from e
 
 
 @contextlib.contextmanager

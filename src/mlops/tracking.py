@@ -41,7 +41,7 @@ from src.io.config import flatten, option_name
 from src.io.files import sha256_file, sha256_tree, to_json
 from src.io.paths import ROOT
 from src.mlops.redact import scrub, scrub_text
-from src.mlops.store import quiet_mlflow, setup, tracking_uri
+from src.mlops.store import quiet_mlflow, setup, store_errors, store_failure, tracking_uri
 
 PARENT_ENV = "RAIM_MLFLOW_PARENT_RUN_ID"
 
@@ -196,7 +196,7 @@ def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool
         if parent:
             kwargs["parent_run_id"] = parent
             kwargs["nested"] = True
-    with mlflow.start_run(**kwargs) as run:
+    with store_errors(tracking_uri(cfg)), mlflow.start_run(**kwargs) as run:
         if active is None:  # children inherit the parent's config: log it once
             data = run_config(cfg)
             mlflow.log_params(flatten(data))
@@ -398,10 +398,10 @@ def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "
             return _log_analysis(cfg, table, results, doc, kind)
     except Exception as e:
         # MLflow's own errors and those of its sqlite store (a locked or corrupt mlflow.db, a failed migration)
-        store = type(e).__module__.split(".")[0] in ("sqlalchemy", "alembic")
-        if not (store or isinstance(e, (MlflowException, OSError, ImportError))):
+        why = store_failure(e)  # one line, without the SQL statement
+        if why is None and not isinstance(e, (MlflowException, OSError, ImportError)):
             raise
-        why = (str(e).splitlines() or [""])[0] if store else str(e)  # SQL errors go on with the statement
+        why = why or str(e)
         raise RaimError(f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why}); nothing was "
                         f"written to results (tracking.enabled=false runs without MLflow)") from e
 

@@ -16,12 +16,13 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
-import numpy as np
-
 from src.core.decide import decide
 from src.core.errors import RaimError
 from src.io.files import atomic_write_text
 from src.present.figures import FIGURES, draw, estimate
+from src.present.injection import injection_section
+from src.present.markdown import dash_note, delta_cell, f3, pct, table
+from src.present.rate import rate_section
 from src.studies.noise import parts as studied
 from src.studies.prevalence import CONDITIONS, statements
 
@@ -33,38 +34,6 @@ METHODS = [  # Tables 15 / 16 row order: label-free, label-selected, stacked, fr
     ("best_avg", "best-on-average single"), ("best_cv", "best single (CV)"), ("oracle", "oracle best single"),
     ("stacked", "stacked panel"), ("frontier", "frontier"),
 ]
-
-
-def f3(x, nd: int = 3, signed: bool = False) -> str:
-    if x is None or (isinstance(x, float) and not np.isfinite(x)):
-        return "—"
-    return f"{x:+.{nd}f}" if signed else f"{x:.{nd}f}"
-
-
-def pct(x, nd: int = 1) -> str:
-    return "—" if x is None else f"{100 * x:.{nd}f}"
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def dash_note(rows: list[list], why: str) -> str:
-    """A footnote saying why the table's "—" cells are empty, when it has any."""
-    return f"\n\n—: {why}" if any("—" in str(c) for r in rows for c in r) else ""
-
-
-def delta_cell(d: dict | None, nd: int = 3, scale: float = 1.0, ci: bool = False) -> str:
-    """A paired Δ, bold when its interval excludes 0 (the paper's convention)."""
-    if d is None:
-        return "—"
-    s = f"{scale * d['estimate']:+.{nd}f}"
-    if ci:
-        s += f" [{scale * d['ci'][0]:+.{nd}f}, {scale * d['ci'][1]:+.{nd}f}]"
-    clear = d["ci"][0] > 0 or d["ci"][1] < 0
-    return f"**{s}**" if clear else s
 
 
 def _delta(s: dict, comp: str, metric: str = "kappa") -> dict | None:
@@ -112,11 +81,26 @@ def table1(results: dict) -> str:
         keep = [i for i, h in enumerate(head) if fr not in h]
         head, rows = [head[i] for i in keep], [[r[i] for i in keep] for r in rows]
     notes = (f"\n\nκ as a decimal, bacc as a percentage; Δ = panel − comparator, bold where the 95% paired "
-             "cluster-bootstrap interval excludes 0; † win, ‡ clean win against the CV-best single (§2). In brackets, "
+             "cluster-bootstrap interval excludes 0 (the stacker, the CV-best choice and the weighted votes fitted "
+             "again in every draw, each cluster's own refit noise taken out of the variance: docs/intervals.md); † win, "
+             "‡ clean win against the CV-best single (§2). In brackets, "
              "the judge each single rung chose: best (avg) the one with the highest mean κ over the datasets, "
              f"best (CV) each fold's choice on its training clusters (k/{results.get('settings', {}).get('n_splits', 'K')}: how many "
              "folds chose it), oracle the best on the scored items.")
-    return table(head, rows) + notes + _best_avg_note(ds)
+    return table(head, rows) + notes + _best_avg_note(ds) + _fixed_note(ds)
+
+
+def _fixed_note(ds: dict) -> str:
+    """The paper's fixed-prediction intervals of Δκ against the CV-best single (out-of-fold predictions held,
+    clusters resampled), where their call differs from the refit one."""
+    moved = [(n, s["deltas_fixed"]["best_cv"]["kappa"], s["deltas"]["best_cv"]["kappa"]) for n, s in ds.items()
+             if "deltas_fixed" in s and s["deltas_fixed"]["best_cv"]["kappa"]["call"] != s["deltas"]["best_cv"]["kappa"]["call"]]
+    if not moved:
+        return ""
+    cells = "; ".join(f"{n} {f['call']} [{f3(f['ci'][0], signed=True)}, {f3(f['ci'][1], signed=True)}] (refit: "
+                      f"{r['call']})" for n, f, r in moved)
+    return (" With the paper's fixed-prediction intervals (predictions held, clusters resampled; they cover less "
+            f"than 95% at these sizes, docs/intervals.md) Δ best (κ) would read: {cells}.")
 
 
 def _best_avg_note(ds: dict) -> str:
@@ -385,7 +369,7 @@ def decision_section(results: dict) -> str:
     floor = st.get("kappa_floor", 0.40)
     rows = []
     for n, s in results["datasets"].items():
-        d = s.get("decision") or decide(s, floor).as_dict()  # an older results.json: decided here
+        d = s.get("decision") or decide(s, floor, st.get("floor_rule", "estimate")).as_dict()  # older results.json
         cell = f"**{d['label']}**" if d["action"] != "none" else d["label"]
         rows.append([n, cell, f"{f3(d['kappa'])} [{f3(d['kappa_ci'][0])}, {f3(d['kappa_ci'][1])}]", d["reason"]])
     for n, v in (results.get("skipped") or {}).items():
@@ -394,7 +378,9 @@ def decision_section(results: dict) -> str:
         f"\n\nRule ({', '.join(f'{k}={st.get(k)}' for k in ('kappa0', 'c', 'phi0'))}, "
         f"kappa_floor={floor}): **deploy the panel** where it is admissible (at least a share c of the members "
         f"at κ ≥ κ₀ and mean error correlation φ̄ ≤ φ₀, §3.3), its paired Δκ against the CV-best single judge is "
-        f"a win (95% paired cluster-bootstrap interval above 0, §2) and its κ reaches the floor {floor:g}; "
+        f"a win (95% paired cluster-bootstrap interval above 0, §2, with the stacker and the CV-best choice fitted "
+        f"again in every draw: docs/intervals.md) and its κ reaches the floor {floor:g}"
+        f"{' with its interval' + chr(39) + 's lower bound' if st.get('floor_rule') == 'lower_bound' else ''}; "
         f"otherwise **deploy the single judge** the CV-best rule picks on all labelled items, if its out-of-fold "
         f"κ reaches the floor; otherwise **nothing here is good enough**. κ [95% CI]: what is deployed (stacked "
         f"or CV-best single; for nothing, the better of the two). The floor (analysis.kappa_floor) is what a "
@@ -606,7 +592,9 @@ def monitor_section(doc: dict) -> list[str]:
            f"Windows of {s['window']} items every {s['step']}; drift test against the calibration set's class-"
            f"conditional votes (n = {cal['n']}, agreement proxy {f3(cal['agreement_proxy'])}, "
            f"{'admissible' if cal['admissibility']['admissible'] else 'not admissible'}: "
-           f"{cal['admissibility']['reason']}) at α = {s['alpha']:g} (Holm within a window); prevalence flagged "
+           f"{cal['admissibility']['reason']}) at α = {s['alpha']:g} (Holm within a window"
+           + (f"; set for at most {1e5 * s['false_alarm_target']:g} false alarms per 100,000 stable items, α = target "
+              f"· step / 2" if s.get("alpha_setting") == "auto" else "") + "); prevalence flagged "
            f"when it moves beyond ±{s['tolerance']:g} of {f3(s['reference_prevalence'])}, significantly at α; an "
            f"alarm is {s['consecutive']} successive flagged windows.", ""]
     st, alarms = doc["stream"], doc["alarms"]
@@ -629,10 +617,24 @@ def monitor_section(doc: dict) -> list[str]:
                  "—" if v["delay_max"] is None else str(v["delay_max"]),
                  f"{v['false_alarm_seeds_panel']} / {v['false_alarm_seeds_prevalence']}",
                  str(v["other_alarm_seeds"])] for name, v in ev.items()]
-        out += ["", f"Over seeds {es['seeds'][0]}–{es['seeds'][1]} (each its own calibration set and stream):", "",
+        seeds = es["seeds"]
+        span = (f"seeds {seeds[0]}–{seeds[1]}" if isinstance(seeds, list) else
+                f"{len(seeds)} blocks of seeds, one per scenario ({', '.join(f'{k} {v[0]}–{v[1]}' for k, v in seeds.items())})")
+        out += ["", f"Over {span}, each seed its own calibration set and stream:", "",
                 table(["scenario", "expected alarm", "detected", f"within {es['stated_max_delay']} items",
                        "median delay", "max delay", "seeds with a false alarm (panel / prevalence)",
                        "seeds with another alarm after the change"], rows)]
+    fa = doc.get("false_alarms")
+    if fa:
+        lo, hi = fa["rate_ci"]
+        s_lo, s_hi = fa["streams_with_alarm_ci"]
+        out += ["", f"False alarms on {fa['streams']} fresh stable streams (seeds {fa['seeds'][0]}–{fa['seeds'][1]}, "
+                f"{fa['items_per_stream']} stable items each, {fa['items']} in all): {fa['alarms_total']} "
+                f"(panel {fa['alarms']['panel']}, prevalence {fa['alarms']['prevalence']}), "
+                f"{fa['rate']:.2f} per {fa['per']:,} items [{lo:.2f}, {hi:.2f}] (exact Poisson 95%); "
+                f"{fa['streams_with_alarm']}/{fa['streams']} streams with any false alarm "
+                f"[{100 * s_lo:.1f}%, {100 * s_hi:.1f}%] (Clopper–Pearson). Design bound at α = {s['alpha']:g}: "
+                f"{fa['bound']:.2f} per {fa['per']:,}" + (f" (target {fa['target']:g})." if fa["target"] else ".")]
     return out + [""]
 
 
@@ -671,4 +673,6 @@ def prevalence_section(doc: dict) -> list[str]:
 # output, figure); the report adds its section when the document exists. Deployment questions first.
 BEYOND = {"prevalence": (prevalence_section, "Posterior calibration under prevalence shift"),
           "monitor": (monitor_section, "Monitored windows: agreement proxy, vote rates, prevalence and alarms"),
-          "noise": (noise_section, "Stacked κ against label-noise rate, per noise type and stacker")}
+          "noise": (noise_section, "Stacked κ against label-noise rate, per noise type and stacker"),
+          "rate": (rate_section, "Rate intervals: median width against labels per method, coverage marked"),
+          "injection": (injection_section, "Attack success (hallucinated → supported) per member and aggregate, paper vs guarded frame")}

@@ -33,6 +33,12 @@ members err together — and nothing in its verdicts says so. This module watche
   level α; the run of flags guards the many overlapping windows against a single unlucky one, as in the
   "k-of-n" runs rules of statistical process control, Montgomery, *Introduction to Statistical Quality
   Control*, §5.3).
+* **False-alarm rate by design.** A window starts every ``step`` items and every alarm needs a flagged window, which
+  on a stable stream happens with probability at most α per kind (Holm holds the drift test's family at α; the
+  prevalence test is at α): at most 2α/``step`` false alarms per stable item. ``monitor.alpha: auto`` sets
+  α = ``false_alarm_target`` · ``step`` / 2 (:func:`design_alpha`) for a rate the user chooses, e.g. 1e-5
+  (one per 100,000 items); the replay measures the rate reached on fresh stable streams (:func:`stable_false_alarms`,
+  with exact intervals) and ``bench/tune_monitor.py`` the trade-off with the detection delay.
 
 ``python -m src.monitor`` runs it on a served model's store (``monitor.source=store``) or, by default (the DVC
 stage), on a replayed stream: a simulated panel (:func:`src.studies.simulate.panel`) calibrated on labelled items,
@@ -58,8 +64,10 @@ from omegaconf import OmegaConf
 from src.core.admissibility import test
 from src.core.drift import DriftMonitor
 from src.core.errors import MonitorError
+from src.core.injection import window_shares
 from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN
+from src.io.flagstore import read_flags
 from src.io.votestore import CONFIG_KEY, STORE_ENV, read_store, store_path
 from src.judges import tables
 from src.studies import simulate
@@ -156,26 +164,100 @@ def replay_settings(cfg) -> dict:
     return OmegaConf.to_container(cfg.monitor.replay, resolve=True)
 
 
+KINDS = ("panel", "prevalence")
+
+
+def design_alpha(target: float, step: int, kinds: int = len(KINDS)) -> float:
+    """The per-window level α that holds a stable stream's false alarms under ``target`` per item: each alarm
+    needs a flagged window, a window starts every ``step`` items, and each of the ``kinds`` tests flags a stable
+    window with probability at most α, so the rate is at most ``kinds``·α/``step`` (module doc)."""
+    return float(target) * int(step) / kinds
+
+
+def alpha_of(node: Mapping[str, Any]) -> float:
+    """``monitor.alpha``: a level in (0, 1), or ``auto`` — :func:`design_alpha` of ``monitor.false_alarm_target``."""
+    if str(node["alpha"]) == "auto":
+        target = node.get("false_alarm_target")
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 < target < 1.0:
+            raise MonitorError(f"monitor.false_alarm_target: {target!r} must be a rate per item in (0, 1) "
+                               "(monitor.alpha=auto)")
+        return design_alpha(target, int(node["step"]))
+    try:
+        alpha = float(node["alpha"])
+    except (TypeError, ValueError):
+        alpha = float("nan")
+    if not 0.0 < alpha < 1.0:
+        raise MonitorError(f"monitor.alpha: {node['alpha']!r} must be in (0, 1) or 'auto'")
+    return alpha
+
+
 def make_monitor(node: Mapping[str, Any], members: Sequence[str]) -> DriftMonitor:
     """A :class:`DriftMonitor` from the ``monitor`` config node (settings checked, named on error)."""
     for key in ("window", "step", "consecutive"):
         if int(node[key]) < 1:
             raise MonitorError(f"monitor.{key}: {node[key]!r} must be a positive whole number")
-    if not 0.0 < float(node["alpha"]) < 1.0:
-        raise MonitorError(f"monitor.alpha: {node['alpha']!r} must be in (0, 1)")
     prev = node["prevalence"]
-    return DriftMonitor(window=int(node["window"]), step=int(node["step"]), alpha=float(node["alpha"]),
+    return DriftMonitor(window=int(node["window"]), step=int(node["step"]), alpha=alpha_of(node),
                         consecutive=int(node["consecutive"]), tolerance=float(prev["tolerance"]),
                         reference_prevalence=prev["reference"], reference_items=int(prev["reference_items"]),
                         members=list(members))
 
 
-def evaluate_replays(node: Mapping[str, Any], stacker, scenarios: Sequence[str], seeds: Sequence[int]) -> dict:
-    """Detection delay and false alarms per scenario over ``seeds`` (each seed its own replayed stream)."""
+def rate_interval(count: int, exposure: float, level: float = 0.95) -> list[float]:
+    """Exact (Garwood) interval of a Poisson rate: ``count`` events over ``exposure`` units."""
+    from scipy.stats import chi2  # imported here, not at start-up: scipy
+
+    a = (1 - level) / 2
+    lo = chi2.ppf(a, 2 * count) / 2 if count > 0 else 0.0
+    return [float(lo / exposure), float(chi2.ppf(1 - a, 2 * count + 2) / 2 / exposure)]
+
+
+def share_interval(k: int, n: int, level: float = 0.95) -> list[float]:
+    """Exact (Clopper–Pearson) interval of a binomial share ``k``/``n``."""
+    from scipy.stats import beta  # imported here, not at start-up: scipy
+
+    a = (1 - level) / 2
+    return [float(beta.ppf(a, k, n - k + 1)) if k > 0 else 0.0, float(beta.ppf(1 - a, k + 1, n - k)) if k < n else 1.0]
+
+
+def stable_false_alarms(node: Mapping[str, Any], stacker, seeds: Sequence[int], per: int = 100_000) -> dict:
+    """False alarms on fresh stable streams (the replay's scenario ``none``: nothing changes, each seed its own
+    calibration set and stream): alarms per ``per`` stable items with an exact Poisson interval, and the share of
+    streams with any false alarm with a Clopper–Pearson interval, per kind and together."""
+    counts = {k: 0 for k in KINDS}
+    streams_with, items, per_seed = 0, 0, []
+    for seed in seeds:
+        r = replay(node["replay"], "none", seed, stacker)
+        mon = make_monitor(node, r.members).fit(r.cal_votes, r.cal_gold)
+        alarms = mon.alarms(mon.windows(r.votes, r.p))
+        for k in KINDS:
+            counts[k] += len(alarms[k])
+        streams_with += any(alarms.values())
+        items += len(r.votes)
+        if any(alarms.values()):
+            per_seed.append({"seed": int(seed), **alarms})
+    total = sum(counts.values())
+    return {"streams": len(seeds), "items_per_stream": items // max(len(seeds), 1), "items": items,
+            "alarms": counts, "alarms_total": total, "per": per, "rate": total / items * per,
+            "rate_ci": [v * per for v in rate_interval(total, items)],
+            "streams_with_alarm": streams_with, "streams_with_alarm_ci": share_interval(streams_with, len(seeds)),
+            "target": None if str(node["alpha"]) != "auto" else float(node["false_alarm_target"]) * per,
+            "bound": len(KINDS) * alpha_of(node) / int(node["step"]) * per, "alarmed_seeds": per_seed}
+
+
+def scenario_seeds(first: int, n: int, scenarios: Sequence[str]) -> dict[str, list[int]]:
+    """Each scenario's own block of ``n`` seeds from ``first`` on (no stable stretch is shared between scenarios)."""
+    return {s: list(range(first + i * n, first + (i + 1) * n)) for i, s in enumerate(scenarios)}
+
+
+def evaluate_replays(node: Mapping[str, Any], stacker, scenarios: Sequence[str], seeds: dict[str, Sequence[int]]
+                     ) -> dict:
+    """Detection delay and false alarms per scenario over its ``seeds[scenario]`` (each seed its own replayed
+    stream)."""
     from tqdm.auto import tqdm  # imported here, not at start-up: tqdm
 
     per: dict[str, list[dict]] = {s: [] for s in scenarios}
-    for scenario, seed in tqdm([(s, k) for s in scenarios for k in seeds], desc="monitor replays", leave=False):
+    for scenario, seed in tqdm([(s, k) for s in scenarios for k in seeds[s]], desc="monitor replays", leave=False):
         r = replay(node["replay"], scenario, seed, stacker)
         mon = make_monitor(node, r.members).fit(r.cal_votes, r.cal_gold)
         per[scenario].append({"seed": seed, **score_alarms(mon.alarms(mon.windows(r.votes, r.p)), r.change,
@@ -231,6 +313,8 @@ def compute(cfg) -> dict:
             raise MonitorError(f"monitor.store: no store named (set it, or {STORE_ENV})")
         s = read_store(path, members, node.model)
         votes, p, change = s.votes, s.p, None
+        flags = read_flags(path, node.model)  # the served panel's injection flags, joined by item id
+        item_flags = [flags.get(str(i)) if i is not None else None for i in s.item_ids]
         stream = {"n": int(len(votes)), "store": str(path), "model": node.model,
                   "first_ts": float(s.ts[0]) if len(s.ts) else None, "last_ts": float(s.ts[-1]) if len(s.ts) else None}
     else:
@@ -238,8 +322,12 @@ def compute(cfg) -> dict:
     mon = make_monitor(node, members).fit(cal_v, cal_g)
     frame = mon.windows(votes, p)
     alarms = mon.alarms(frame)
-    settings = {k: node[k] for k in ("window", "step", "alpha", "consecutive")}
-    settings.update(tolerance=float(node.prevalence.tolerance),
+    if node.source == "store":  # share of each window's items whose text looked like a prompt injection
+        frame["injection_flagged"] = window_shares(item_flags, zip(frame["start"], frame["end"]))
+    settings = {k: node[k] for k in ("window", "step", "consecutive")}
+    settings.update(alpha=mon.alpha, alpha_setting=str(node.alpha), false_alarm_target=node.get("false_alarm_target"),
+                    false_alarm_bound=len(KINDS) * mon.alpha / int(node.step),
+                    tolerance=float(node.prevalence.tolerance),
                     reference_prevalence=frame.attrs["reference_prevalence"], reference_se=frame.attrs["reference_se"])
     doc = {"source": str(node.source), "members": members, "settings": settings,
            "calibration": calibration_doc(mon, cal_v, cal_g, cfg.analysis), "stream": stream,
@@ -247,10 +335,13 @@ def compute(cfg) -> dict:
     if node.source == "replay":
         doc["replay"] = score_alarms(alarms, change, stream["scenario"])
         ev = node.evaluation
-        seeds = range(int(ev.first_seed), int(ev.first_seed) + int(ev.seeds))
+        seeds = scenario_seeds(int(ev.first_seed), int(ev.seeds), list(ev.scenarios))
         doc["evaluation"] = evaluate_replays(node, stacker, list(ev.scenarios), seeds)
-        doc["evaluation_settings"] = {"scenarios": list(ev.scenarios), "seeds": [seeds.start, seeds.stop - 1],
+        doc["evaluation_settings"] = {"scenarios": list(ev.scenarios), "seeds": {s: [v[0], v[-1]] for s, v in seeds.items()},
                                       "stated_max_delay": int(ev.max_delay)}
+        stable = range(int(ev.stable_first_seed), int(ev.stable_first_seed) + int(ev.stable_streams))
+        doc["false_alarms"] = stable_false_alarms(node, stacker, list(stable))
+        doc["false_alarms"]["seeds"] = [stable.start, stable.stop - 1]
     return doc
 
 
@@ -284,6 +375,11 @@ def summary_metrics(doc: dict) -> dict[str, float]:
         out["monitor/delay"] = rep["delay"]
     if rep:
         out["monitor/false_alarms"] = sum(len(v) for v in rep["false_alarms"].values())
+    fa = doc.get("false_alarms")
+    if fa:
+        out["monitor/stable/false_alarms_per_100k"] = fa["rate"]
+        out["monitor/stable/false_alarms_per_100k_hi"] = fa["rate_ci"][1]
+        out["monitor/stable/streams_with_alarm"] = fa["streams_with_alarm"]
     for s, v in (doc.get("evaluation") or {}).items():
         out[f"monitor/eval/{s}/detected"] = v["detected"]
         out[f"monitor/eval/{s}/false_alarm_seeds"] = v["false_alarm_seeds"]

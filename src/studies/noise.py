@@ -17,8 +17,9 @@ RAIM's injectors imitate them from what every verdict table has (the members' vo
   *disagreement*, 2·min(p, 1 − p) with p the share of its voting members saying "hallucinated" (label-free; 1 on
   an even split or when nobody voted, 0 when unanimous).
 * **WS** — an LLM judge's labels: the judge column is the table's frontier judge when it has one; otherwise (the
-  ``cpu`` roster) the strongest member, the one the CV-best rule picks most often on the training folds, **which
-  is then also a panel member, so its label errors are exactly its vote errors and correlated with the panel**.
+  ``cpu`` roster) the member a user without clean labels would take for the strongest, the one Dawid–Skene rates
+  most accurate on the votes alone (:func:`ws_judge`), **which is then also a panel member, so its label errors are
+  exactly its vote errors and correlated with the panel**.
   An abstention of the judge is a seeded coin. At rate r the labels are gold except on ``round(r·n)`` items drawn
   uniformly among the judge's errors; the realised rate is capped at the judge's own error rate
   (``realised_rate``).
@@ -29,9 +30,10 @@ exactly its share and an item's chance rises with its weight. When the table car
 instead, at their own realised rate.
 
 The study, per dataset and on a simulated panel in the admissible regime (:mod:`src.studies.simulate`), for each type and
-rate and ``draws`` seeded draws: **training** on noisy labels — cross-fitted on the ladder's cluster folds
-(:func:`src.core.ladder.checked_folds`), scored on clean gold: stacked κ of each configured stacker, the CV-best single,
-the selected member, and the ladder's call (§2) with the oracle re-taken on every draw; paired cluster-bootstrap
+rate and ``draws`` seeded draws: **training** on noisy labels — cross-fitted on cluster folds stratified on those
+noisy labels (:func:`src.core.ladder.checked_folds`, as a user who has only them would), scored on clean gold:
+stacked κ of each configured stacker, the CV-best single (chosen on the noisy labels), the selected member, and
+the ladder's call (§2) with the oracle re-taken on every draw; paired cluster-bootstrap
 Δκ (:class:`src.core.evaluate.ClusterBootstrap`) of the noisy fit against the clean-label fit, averaged over the
 noise draws on the same bootstrap draws. **Measuring** with noisy labels — the admissibility coordinates (member κ,
 φ̄, §3.3) and the call estimated from noisy labels, the clean-trained stacker's and CV-best single's measured κ
@@ -57,7 +59,7 @@ from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
 from src.core import admissibility
-from src.core.aggregate import BestSingle, crossfit
+from src.core.aggregate import BestSingle, DawidSkene, crossfit, eligible
 from src.core.errors import RaimError
 from src.core.evaluate import ClusterBootstrap, best_single_call, kappa, paired_delta
 from src.core.ladder import (
@@ -274,13 +276,16 @@ def settings_from(cfg: dict) -> dict:
     return s
 
 
-def ws_judge(t: VerdictTable, folds: list[tuple], min_coverage: float) -> dict:
-    """The WS label source: the frontier column when it has votes, else the member the CV-best rule picks most
-    often on the training folds (then also a panel member)."""
+def ws_judge(t: VerdictTable, min_coverage: float) -> dict:
+    """The WS label source: the frontier column when it has votes, else the member a user without clean labels
+    would take for the strongest — the one Dawid–Skene (fitted on the votes alone) rates most accurate, its
+    balanced accuracy ½·(P(1 | 1) + P(0 | 0)), among the members answering ``min_coverage`` of the items (then
+    also a panel member). No gold is read."""
     if t.has_frontier:
         return {"name": t.frontier_name, "member": False, "votes": t.frontier}
-    picks = [BestSingle(min_coverage=min_coverage).fit(t.votes[tr], t.gold[tr]).best_ for tr, _ in folds]
-    j = Counter(picks).most_common(1)[0][0]
+    conf = DawidSkene().fit(t.votes).confusion_
+    rated = 0.5 * (conf[:, 1, 1] + conf[:, 0, 0])
+    j = int(np.argmax(np.where(eligible(t.votes, min_coverage), rated, -np.inf)))
     return {"name": t.members[j], "member": True, "votes": t.votes[:, j]}
 
 
@@ -340,10 +345,9 @@ def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, n
     ok, _ = single_judge_eligibility(t, ladder.min_coverage)
     X, _ = design_matrix(t, list(ladder.features))
     stackers = {k: clone(v).set_params(n_votes=votes.shape[1]) for k, v in stackers.items()}
-    folds = checked_folds(y, t.clusters, ladder)
-    judge = ws_judge(t, folds, ladder.min_coverage)
+    judge = ws_judge(t, ladder.min_coverage)
     native = native or {}
-    cols: dict[str, np.ndarray] = {f"clean|{k}": p for k, p in _fits(X, votes, y, folds, stackers, ladder).items()}
+    cols: dict[str, np.ndarray] = {f"clean|{k}": p for k, p in _fits(X, votes, y, t.clusters, stackers, ladder).items()}
     cols.update({f"member|{m}": votes[:, j] for j, m in enumerate(t.members)})
     noisy: dict[tuple, list[np.ndarray]] = {}
     for kind in s["types"]:
@@ -354,7 +358,8 @@ def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, n
                       inject(kind, y, votes, judge["votes"], rate, rng_for(s["seed"], "noise", name, kind, f"{rate:g}", d),
                              s.get("dw"), s.get("dl")))
                 noisy.setdefault((kind, rate), []).append(yn)
-                cols.update({f"{kind}|{rate}|{d}|{k}": p for k, p in _fits(X, votes, yn, folds, stackers, ladder).items()})
+                cols.update({f"{kind}|{rate}|{d}|{k}": p
+                             for k, p in _fits(X, votes, yn, t.clusters, stackers, ladder).items()})
     sc = _Scored(y, np.column_stack(list(cols.values())), {k: i for i, k in enumerate(cols)}, list(t.members), ok,
                  ClusterBootstrap(t.clusters, s["n_boot"], s["seed"]), ladder.level)
     first = next(iter(stackers))
@@ -378,9 +383,12 @@ def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, n
             "clean": clean, "points": points}
 
 
-def _fits(X: np.ndarray, votes: np.ndarray, y_train: np.ndarray, folds: list[tuple], stackers: dict,
+def _fits(X: np.ndarray, votes: np.ndarray, y_train: np.ndarray, clusters: np.ndarray, stackers: dict,
           ladder) -> dict[str, np.ndarray]:
-    """Out-of-fold predictions of every stacker and of the CV-best single, trained on ``y_train``."""
+    """Out-of-fold predictions of every stacker and of the CV-best single, trained on ``y_train`` on cluster folds
+    stratified on ``y_train`` (:func:`src.core.ladder.checked_folds`): a user with noisy labels has no other labels to
+    stratify on or to pick the CV-best single with."""
+    folds = checked_folds(y_train, clusters, ladder)
     out = {name: crossfit(est, X, y_train, folds).pred for name, est in stackers.items()}
     out["best_cv"] = crossfit(BestSingle(min_coverage=ladder.min_coverage), votes, y_train, folds).pred
     return out

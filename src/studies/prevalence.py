@@ -38,7 +38,7 @@ from src.core.aggregate import crossfit
 from src.core.evaluate import ClusterBootstrap, call_for, from_counts, indicators, interval, scores
 from src.core.ladder import active_members, dataset_folds, design_matrix
 from src.core.names import metric_name
-from src.core.priorshift import PrevalenceError, _em_rows, _shift, check_prevalence, train_prevalence
+from src.core.priorshift import PrevalenceError, _ml_rows, _shift, check_prevalence, train_prevalence
 from src.judges import tables
 from src.studies import simulate
 
@@ -141,7 +141,7 @@ def shift_study(p: np.ndarray, t: np.ndarray, y: np.ndarray, clusters: np.ndarra
     B, R, n = idx.shape
     P, T = p[idx].reshape(B * R, n), t[idx].reshape(B * R, n)
     gold = (np.arange(n) < int(round(prevalence * n))).astype(int)
-    est = _em_rows(P, T, float(s["tol"]), int(s["max_iter"]))
+    est = _ml_rows(P, T, float(s["tol"]), int(s["max_iter"]))
     posts = {"uncorrected": P, "true": _shift(P, T, prevalence), "estimated": _shift(P, T, est[:, None])}
     vals = {c: {k: v.reshape(B, R) for k, v in window_metrics(q, gold, threshold, int(s["ece_bins"])).items()}
             for c, q in posts.items()}

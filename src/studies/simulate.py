@@ -11,7 +11,13 @@ import numpy as np
 import pandas as pd
 from scipy.stats import norm
 
-from src.core.verdicts import validate
+from src.core.verdicts import ABSTAIN, validate
+
+
+def copula_errors(z: np.ndarray, eps: np.ndarray, accuracies, rho: float) -> np.ndarray:
+    """Which votes are errors under the module's copula: ρ·z + √(1−ρ²)·ε > Φ⁻¹(accuracy), broadcasting the shared
+    difficulty ``z`` against the members' own draws ``eps`` (last axis: the members)."""
+    return rho * z + np.sqrt(1 - rho**2) * eps > norm.ppf(np.asarray(accuracies, dtype=float))
 
 
 def panel(
@@ -28,13 +34,8 @@ def panel(
     rng = np.random.default_rng(seed)
     acc = np.asarray(accuracies, dtype=float)
     n = n_clusters * per_cluster
-    gold = np.tile(np.arange(per_cluster) % 2, n_clusters)
-    z = rng.standard_normal(n)[:, None]
-    eps = rng.standard_normal((n, len(acc)))
-    latent = rho * z + np.sqrt(1 - rho**2) * eps
-    err = latent > norm.ppf(acc)[None, :]
-    votes = np.where(err, 1 - gold[:, None], gold[:, None]).astype(float)
-    votes[rng.random(votes.shape) < abstain_rate] = np.nan
+    gold, votes = draw(rng, n_clusters, per_cluster, acc, rho, abstain_rate)
+    votes[votes == ABSTAIN] = np.nan
     df = pd.DataFrame({
         "item_id": [f"{dataset}-{i:06d}" for i in range(n)],
         "cluster_id": [f"{dataset}-c{i // per_cluster:05d}" for i in range(n)],
@@ -47,6 +48,21 @@ def panel(
         wrong = rng.random(n) > frontier_accuracy
         df["frontier"] = np.where(wrong, 1 - gold, gold)
     return df
+
+
+def draw(rng: np.random.Generator, n_clusters: int, per_cluster: int, accuracies: np.ndarray, rho: float,
+         abstain_rate: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The panel's gold (n,) and votes (n × K, abstentions as :data:`src.core.verdicts.ABSTAIN`) as arrays, drawn from
+    ``rng`` in :func:`panel`'s order (its tables, without the item and cluster ids)."""
+    acc = np.asarray(accuracies, dtype=float)
+    n = n_clusters * per_cluster
+    gold = np.tile(np.arange(per_cluster) % 2, n_clusters)
+    z = rng.standard_normal(n)[:, None]
+    eps = rng.standard_normal((n, len(acc)))
+    err = copula_errors(z, eps, acc, rho)
+    votes = np.where(err, 1 - gold[:, None], gold[:, None]).astype(float)
+    votes[rng.random(votes.shape) < abstain_rate] = ABSTAIN
+    return gold, votes
 
 
 def table(source: str, **panel_args):

@@ -1,16 +1,15 @@
 """The frontier judge: Anthropic's Messages API through the official SDK (``claude-sonnet-4-6``, temperature 0).
 
 The verdict is parsed from the model's answer (free generation; the API exposes no logprobs), an unparseable
-answer is a counted abstention.  Retries with exponential back-off (honouring ``retry-after``) on 429, 5xx,
-529 and connection errors; a client-side rate limit (requests per minute); token and cost accounting in
-``self.usage`` and in each record.  ``base_url`` (or ``ANTHROPIC_BASE_URL``) points the SDK at another
-endpoint that speaks the Messages API (the tests use a local one).
+answer is a counted abstention.  Retries through the one policy of :mod:`src.judges.http` (honouring
+``retry-after``, jittered, counted) on 429, 5xx, 529 and connection errors; a client-side rate limit (requests
+per minute); token and cost accounting in ``self.usage`` and in each record.  ``base_url`` (or
+``ANTHROPIC_BASE_URL``) points the SDK at another endpoint that speaks the Messages API (the tests use a local one).
 """
 
 from __future__ import annotations
 
 import os
-import random
 import threading
 import time
 from collections.abc import Mapping
@@ -18,9 +17,17 @@ from typing import Any
 
 from src.judges.backends.base import Backend, abstention
 from src.judges.frames import Frame
+from src.judges.http import RETRYABLE, RetryPolicy, retry_after
 from src.judges.scoring import ABSTAIN_ERROR, parse_free_text
 
-RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
+
+def _transient(err: BaseException) -> tuple[bool, float | None]:
+    """(retry?, seconds the server asked): a retryable status, a connection error or a timeout of the SDK."""
+    import anthropic  # imported here, not at start-up: the anthropic client ~0.5 s
+
+    if isinstance(err, anthropic.APIStatusError):
+        return err.status_code in RETRYABLE, retry_after(getattr(err.response, "headers", None))
+    return isinstance(err, (anthropic.APIConnectionError, anthropic.APITimeoutError)), None
 
 
 class RateLimiter:
@@ -57,7 +64,6 @@ class AnthropicBackend(Backend):
         api_key: str | None = None,
         usd_per_mtok_in: float = 3.0,
         usd_per_mtok_out: float = 15.0,
-        **kw: Any,
     ):
         super().__init__(mass_floor=0.0, mode="generate")
         self.model = model
@@ -74,6 +80,7 @@ class AnthropicBackend(Backend):
         self.limiter = RateLimiter(requests_per_minute)
         self.client = None
         self.usage = {"requests": 0, "retries": 0, "input_tokens": 0, "output_tokens": 0, "usd": 0.0, "errors": 0}
+        self.retry = RetryPolicy(max_retries, backoff_base, backoff_max, counts=self.usage)
 
     def _identity_extra(self) -> dict:
         return {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens}
@@ -93,47 +100,25 @@ class AnthropicBackend(Backend):
             )
         return self.client
 
-    def _delay(self, attempt: int, err: Exception) -> float:
-        ra = None
-        resp = getattr(err, "response", None)
-        if resp is not None:
-            try:
-                ra = float(resp.headers.get("retry-after"))
-            except (TypeError, ValueError):
-                ra = None
-        d = ra if ra is not None else self.backoff_base * (2**attempt) * (0.5 + random.random() / 2)
-        return min(max(d, 0.0), self.backoff_max)
-
     def request(self, system: str, user: str):
-        import anthropic  # imported here, not at start-up: the anthropic client ~0.5 s
-
+        """One Messages API call, through the retry policy of :mod:`src.judges.http` and the rate limit."""
         client = self.load()
-        for attempt in range(self.max_retries + 1):
+        kw: dict[str, Any] = {}
+        if self.temperature is not None:
+            # SDK 2.x has no `temperature` argument any more; the Messages API field goes in the body
+            kw["extra_body"] = {"temperature": self.temperature}
+
+        def once():
             self.limiter.wait()
-            self.usage["requests"] += 1
-            try:
-                kw: dict[str, Any] = {}
-                if self.temperature is not None:
-                    # SDK 2.x has no `temperature` argument any more; the Messages API field goes in the body
-                    kw["extra_body"] = {"temperature": self.temperature}
-                return client.messages.create(
-                    model=self.model,
-                    max_tokens=self.max_tokens,
-                    system=system,
-                    messages=[{"role": "user", "content": user}],
-                    **kw,
-                )
-            except anthropic.APIStatusError as e:
-                if e.status_code not in RETRYABLE or attempt == self.max_retries:
-                    raise
-                err: Exception = e
-            except (anthropic.APIConnectionError, anthropic.APITimeoutError) as e:
-                if attempt == self.max_retries:
-                    raise
-                err = e
-            self.usage["retries"] += 1
-            time.sleep(self._delay(attempt, err))
-        raise RuntimeError("unreachable")
+            return client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=system,
+                messages=[{"role": "user", "content": user}],
+                **kw,
+            )
+
+        return self.retry.call(once, _transient)
 
     def score_one(self, frame: Frame, item: Mapping[str, Any]) -> dict:
         import anthropic  # imported here, not at start-up: the anthropic client ~0.5 s

@@ -49,7 +49,7 @@ class Backend:
     kind = "base"
     mode = "constrained"  # or "generate"
 
-    def __init__(self, mass_floor: float = 0.1, mode: str = "constrained", **_: Any):
+    def __init__(self, mass_floor: float = 0.1, mode: str = "constrained"):
         self.mass_floor = float(mass_floor)
         self.mode = mode
         self.timings: list[float] = []

@@ -42,7 +42,6 @@ class TransformersBackend(Backend):
         mode: str = "constrained",
         max_new_tokens: int = 8,
         prefix_reuse: bool = True,
-        **kw: Any,
     ):
         super().__init__(mass_floor=mass_floor, mode=mode)
         self.model_id = model
@@ -117,8 +116,13 @@ class TransformersBackend(Backend):
         head, tail = full.split(marker, 1)
         return head, tail
 
-    def _enc(self, text: str) -> list[int]:
-        return self.tok(text, add_special_tokens=False)["input_ids"] if text else []
+    def _enc(self, text: str, special: bool = False) -> list[int]:
+        """Token ids of ``text``; untrusted text (``special=False``: the document, question and candidate) is
+        tokenized with ``split_special_tokens=True``, so a ``<|im_end|>`` inside it is plain text, never the control
+        token (as llama.cpp's ``special=False``); only the template's own head and tail parse special tokens."""
+        if not text:
+            return []
+        return self.tok(text, add_special_tokens=False, split_special_tokens=not special)["input_ids"]
 
     def verdict_ids(self, frame: Frame) -> tuple[list[int], list[int]]:
         if frame.hash not in self._ids:
@@ -162,8 +166,8 @@ class TransformersBackend(Backend):
         head, tail = self._pieces(r.system)
         bos = [self.tok.bos_token_id] if (self.tok.bos_token_id is not None and getattr(self.tok, "add_bos_token", False)
                                           and not head.startswith(self.tok.bos_token or "\x00")) else []
-        t_head, t_doc, t_ctx = bos + self._enc(head), self._enc(r.document), self._enc(r.context)
-        t_suf = self._enc(r.suffix) + self._enc(tail)
+        t_head, t_doc, t_ctx = bos + self._enc(head, special=True), self._enc(r.document), self._enc(r.context)
+        t_suf = self._enc(r.suffix) + self._enc(tail, special=True)
         total = len(t_head) + len(t_doc) + len(t_ctx) + len(t_suf)
         budget = self.max_length - (self.max_new_tokens if self.mode == "generate" else 0) - 1
         truncated = total > budget

@@ -48,7 +48,6 @@ class LlamaCppBackend(Backend):
         max_new_tokens: int = 8,
         prefix_reuse: bool = True,
         verbose: bool = False,
-        **kw: Any,
     ):
         super().__init__(mass_floor=mass_floor, mode=mode)
         if not model and not model_path:

@@ -66,7 +66,7 @@ def _logit(p: float, eps: float = 1e-4) -> float:
 class LexicalSupportBackend(Backend):
     kind = "lexical"
 
-    def __init__(self, threshold: float = 0.6, **kw: Any):
+    def __init__(self, threshold: float = 0.6):
         super().__init__(mass_floor=0.0, mode="score")
         self.threshold = float(threshold)
 
@@ -170,7 +170,7 @@ class MiniLMSimilarityBackend(Backend):
     kind = "minilm_similarity"
 
     def __init__(self, model: str = "all-minilm-l6-v2", model_dir: str | None = None,
-                 threshold: float | Mapping[str, float] = 0.5, window: int = 2, **kw: Any):
+                 threshold: float | Mapping[str, float] = 0.5, window: int = 2):
         super().__init__(mass_floor=0.0, mode="score")
         self.model = model
         self.model_dir = model_dir
@@ -205,6 +205,7 @@ class MiniLMSimilarityBackend(Backend):
         E = self._doc_cache[1]
         c = enc.encode([cand])[0]
         sim = float((E @ c).max()) if len(E) else 0.0
-        thr = self.threshold[frame.name] if isinstance(self.threshold, dict) else self.threshold
+        thr = self.threshold if not isinstance(self.threshold, dict) else \
+            self.threshold[frame.name if frame.name in self.threshold else frame.base]  # a guarded frame: its base's
         return _done({"vote": int(sim < thr), "p_hal": None, "logodds": float(thr - sim) * 10.0, "similarity": sim}, t0)
 

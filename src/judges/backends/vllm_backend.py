@@ -4,7 +4,8 @@
 token with its top logprobs (``SamplingParams(max_tokens=1, temperature=0, logprobs=k)``) and sums the
 verdict-word variants among them; ``mode: generate`` decodes greedily and parses the answer.  Prompts are
 rendered with the checkpoint's own chat template (a system turn folded into the user turn for templates
-that refuse one, e.g. Gemma-2).  Items arrive grouped by document, and vLLM's prefix caching then evaluates
+that refuse one, e.g. Gemma-2); special-token strings inside the item's text are defanged first, since vLLM parses
+special tokens in a text prompt.  Items arrive grouped by document, and vLLM's prefix caching then evaluates
 each document once.  A prompt over ``max_model_len`` loses the tail of its document (flagged ``truncated``).
 """
 
@@ -14,6 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from src.core.injection import escape_special_tokens
 from src.judges.backends.base import Backend
 from src.judges.frames import Frame, Rendered
 from src.judges.scoring import parse_free_text, verdict_from_token_logprobs
@@ -39,7 +41,6 @@ class VLLMBackend(Backend):
         seed: int = 0,
         llm_kwargs: Mapping[str, Any] | None = None,
         weights_key: str | None = None,
-        **kw: Any,
     ):
         super().__init__(mass_floor=mass_floor, mode=mode)
         self.model = model
@@ -101,9 +102,15 @@ class VLLMBackend(Backend):
                 [{"role": "user", "content": system + "\n\n" + user}], tokenize=False, add_generation_prompt=True
             )
 
+    def _untrusted(self, text: str) -> str:
+        """The rendered item with every special-token string defanged (:func:`src.core.injection.escape_special_tokens`,
+        this tokenizer's own special tokens included): vLLM parses special tokens in a text prompt, so a
+        ``<|im_end|>`` inside a candidate would otherwise close the user turn. Text without one is unchanged."""
+        return escape_special_tokens(text, getattr(self.tok, "all_special_tokens", None) or ())
+
     def render(self, r: Rendered) -> tuple[str, bool, int]:
         """(prompt text, truncated, original token count)."""
-        prompt = self._chat(r.system, r.user)
+        prompt = self._chat(r.system, self._untrusted(r.user))
         n = len(self.tok(prompt, add_special_tokens=False)["input_ids"])
         reserve = self.max_new_tokens if self.mode == "generate" else 1
         budget = self.max_model_len - reserve
@@ -114,7 +121,7 @@ class VLLMBackend(Backend):
         keep = max(0, len(doc_ids) - over - 8)  # a few tokens of slack for re-tokenisation at the cut
         doc = self.tok.decode(doc_ids[:keep]) + "\n\n"
         r2 = Rendered(r.item_id, r.system, doc, r.context, r.suffix, r.grounded)
-        return self._chat(r2.system, r2.user), True, n
+        return self._chat(r2.system, self._untrusted(r2.user)), True, n
 
     def _score(self, frame: Frame, items: Sequence[Mapping[str, Any]]) -> list[dict]:
         return list(self.score_iter(frame, items))

@@ -27,6 +27,7 @@ from src.core.verdicts import VerdictTable
 from src.io.files import jsonable
 from src.studies.suite import budget, cascade, common, cost, mechanism, panel
 from src.studies.suite.reference import Reference, references, rng_for
+from src.studies.suite.settings import SuiteSettings, as_dict, suite_settings
 
 log = logging.getLogger("raim.suite")
 
@@ -42,38 +43,41 @@ def _timed(timings: dict, key: str):
     return _T()
 
 
-def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg: Mapping,
+def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg: SuiteSettings | Mapping,
               measured: Mapping | None = None, folds: Mapping[str, list] | None = None) -> dict:
-    """Every analysis of the suite; ``cfg`` is the ``suite`` config node (plain mapping); ``folds``: each
-    dataset's cluster folds when the caller has them (:func:`src.core.ladder.dataset_folds`). BLAS runs on one
-    thread (small products; threads contending for shared cores multiply the time)."""
+    """Every analysis of the suite; ``cfg``: the suite's settings (:class:`SuiteSettings`, or the ``suite``
+    config node / a mapping, checked into one); ``folds``: each dataset's cluster folds when the caller has them
+    (:func:`src.core.ladder.dataset_folds`). BLAS runs on one thread (small products; threads contending for
+    shared cores multiply the time)."""
 
+    cfg = suite_settings(cfg)
     with threadpool_limits(1):
         return _run_suite(table, stacker, s, cfg, measured, folds)
 
 
-def bootstrap_lengths(cfg: Mapping, s: LadderSettings) -> dict[int, int]:
+def bootstrap_lengths(cfg: SuiteSettings | Mapping, s: LadderSettings) -> dict[int, int]:
     """Per seed, the most paired-bootstrap draws any analysis of the suite takes (each dataset's bootstrap is
     drawn once at that length; shorter ones are its first draws)."""
-    seed = int(cfg.get("seed", 0))
-    out = {seed: max(int(cfg["panel"]["n_boot"]), int(cfg["mechanism"]["subpanel_boot"]))}
+    cfg = suite_settings(cfg)
+    seed = cfg.seed
+    out = {seed: max(cfg.panel.n_boot, cfg.mechanism.subpanel_boot)}
     out[s.seed] = max(out.get(s.seed, 0), s.n_boot)
     return out
 
 
-def _run_suite(table, stacker, s, cfg, measured, folds) -> dict:
-    seed = int(cfg.get("seed", 0))
+def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds) -> dict:
+    seed = cfg.seed
     tm: dict[str, float] = {}
     with _timed(tm, "references"):
         refs = references(table, stacker, s, None if folds is None else dict(folds))
         for ref in refs.values():
             for sd, n_boot in bootstrap_lengths(cfg, s).items():
                 ref.bootstrap(n_boot, sd)
-    b, p, m = cfg["budget"], cfg["panel"], cfg["mechanism"]
+    b, p, m = cfg.budget, cfg.panel, cfg.mechanism
     per: dict[str, dict] = {}
     sps: dict[str, dict] = {}
     K = len(table.members)
-    subsets = mechanism.draw_subpanels(K, int(m["subpanels"]), int(m["subpanel_min_size"]),
+    subsets = mechanism.draw_subpanels(K, m.subpanels, m.subpanel_min_size,
                                        rng_for(seed, "subpanels"))
     for name, ref in refs.items():
         log.info("suite: %s", name)
@@ -81,40 +85,40 @@ def _run_suite(table, stacker, s, cfg, measured, folds) -> dict:
                "phi": np.where(np.isnan(ref.phi), None, ref.phi).tolist(),
                "admissibility": ref.admissibility.as_dict()}
         with _timed(tm, "regime_recovery"):
-            row["regime"] = budget.regime_recovery(ref, list(b["budgets"]), int(b["draws"]),
+            row["regime"] = budget.regime_recovery(ref, list(b.budgets), b.draws,
                                                    rng_for(seed, "regime", name), s.kappa0, s.c, s.phi0)
         with _timed(tm, "learning_curve"):
-            row["curve"] = budget.learning_curve(ref, list(b["curve_budgets"]), int(b["curve_draws"]),
+            row["curve"] = budget.learning_curve(ref, list(b.curve_budgets), b.curve_draws,
                                                  rng_for(seed, "curve", name))
         with _timed(tm, "size_curve"):
             row["size"] = panel.size_curve(ref)
         with _timed(tm, "leave_one_out"):
-            row["leave_one_out"] = panel.leave_one_out(ref, int(p["n_boot"]), seed, s.level)
+            row["leave_one_out"] = panel.leave_one_out(ref, p.n_boot, seed, s.level)
         with _timed(tm, "label_free"):
             row["label_free"] = panel.label_free(ref, s.n_boot, s.seed, s.level)
         with _timed(tm, "subpanels"):
-            sps[name] = mechanism.subpanels(ref, subsets, int(m["subpanel_boot"]), seed, s.level,
+            sps[name] = mechanism.subpanels(ref, subsets, m.subpanel_boot, seed, s.level,
                                             s.min_coverage)
         per[name] = row
-    wanted = list(p.get("transfer") or s.core or [])
+    wanted = list(p.transfer or s.core or [])
     core = [n for n in wanted if n in refs] or list(refs)  # as the ladder's Holm family: all when none is present
     with _timed(tm, "transfer"):
-        transfer = panel.transfer(refs, stacker, s, core, int(p["n_boot"]), seed)
+        transfer = panel.transfer(refs, stacker, s, core, p.n_boot, seed)
     with _timed(tm, "mechanism"):
         rec = mechanism.recovery(refs)
-        cross = mechanism.cross_dataset(refs, s.kappa0, list(m.get("held_back") or []))
+        cross = mechanism.cross_dataset(refs, s.kappa0, list(m.held_back))
     with _timed(tm, "threshold_grid"):
-        grid = mechanism.threshold_grid(sps, m["grid"], float(m["near_frontier"]), (s.kappa0, s.c, s.phi0))
+        grid = mechanism.threshold_grid(sps, as_dict(m.grid), m.near_frontier, (s.kappa0, s.c, s.phi0))
         inv = mechanism.invariance(refs, s.kappa0, s.c, s.phi0)
     lpr = {n: len(r.table.items) / len(np.unique(r.table.clusters)) for n, r in refs.items()}
     with _timed(tm, "cost"):
-        costs = {"paper": cost.paper(cfg["cost"]),
-                 "panel": cost.compute(cfg["cost"], table.members, lpr, measured, table.frontier_name)}
+        costs = {"paper": cost.paper(cfg.cost),
+                 "panel": cost.compute(cfg.cost, table.members, lpr, measured, table.frontier_name)}
     doc = {
-        "settings": {"suite": _plain(cfg), "analysis": dict(s.__dict__)},
+        "settings": {"suite": as_dict(cfg), "analysis": dict(s.__dict__)},
         "members": table.members, "frontier": table.frontier_name,
         "datasets": per,
-        "regime_summary": budget.summarise_regime({n: r["regime"] for n, r in per.items()}, list(b["budgets"])),
+        "regime_summary": budget.summarise_regime({n: r["regime"] for n, r in per.items()}, list(b.budgets)),
         "transfer": transfer,
         "recovery": rec,
         "cross_dataset": cross,
@@ -123,8 +127,7 @@ def _run_suite(table, stacker, s, cfg, measured, folds) -> dict:
         "timings": tm,
     }
     with _timed(tm, "cascade"):
-        doc["cascade"] = cascade.run(refs, table, stacker, s, cfg.get("cascade") or {"enabled": False},
-                                     costs["panel"], seed)
+        doc["cascade"] = cascade.run(refs, table, stacker, s, cfg.cascade, costs["panel"], seed)
     return jsonable(doc)
 
 
@@ -137,15 +140,4 @@ def _subpanel_rows(sps: dict, members: list[str], subsets: np.ndarray) -> dict:
                          for n, sp in sps.items()}}
 
 
-def _plain(cfg):
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(cfg)
-
-
-__all__ = ["run_suite", "Reference", "references", "budget", "panel", "mechanism", "cost", "common"]
+__all__ = ["run_suite", "SuiteSettings", "Reference", "references", "budget", "panel", "mechanism", "cost", "common"]

@@ -46,6 +46,7 @@ from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN, VerdictTable
 from src.studies.suite import common
 from src.studies.suite.reference import Reference, rng_for
+from src.studies.suite.settings import CascadeSettings, settings_of
 
 ROUND = 12  # confidences are rounded to this many decimals, so items of one vote pattern tie exactly
 
@@ -115,14 +116,20 @@ def merge(panel: np.ndarray, expensive: np.ndarray, escalated: np.ndarray) -> np
 # ------------------------------------------------------------------------------------------- the analysis
 
 
-def grid(cfg: Mapping) -> np.ndarray:
+def settings(cfg: CascadeSettings | Mapping) -> CascadeSettings:
+    """The cascade's settings (``suite.cascade``), checked (:mod:`src.studies.suite.settings`)."""
+    return settings_of(CascadeSettings, cfg, "suite.cascade")
+
+
+def grid(cfg: CascadeSettings | Mapping) -> np.ndarray:
     """The target shares: 0, the grid of ``grid_step``, the operating points, the budgets, and 1."""
-    step = float(cfg.get("grid_step", 0.05))
-    named = [float(v) for k in ("operating_points", "budgets") for v in (cfg.get(k) or [])]
+    cfg = settings(cfg)
+    step = float(cfg.grid_step)
+    named = [float(v) for v in (*cfg.operating_points, *cfg.budgets)]
     if not 0 < step <= 1:
         raise CascadeError(f"suite.cascade.grid_step: {step} is not in (0, 1]")
     for k in ("operating_points", "budgets"):
-        bad = [v for v in (cfg.get(k) or []) if not 0 <= float(v) <= 1]
+        bad = [v for v in getattr(cfg, k) if not 0 <= float(v) <= 1]
         if bad:
             raise CascadeError(f"suite.cascade.{k}: {bad} are not shares in [0, 1]")
     pts = np.r_[np.arange(0.0, 1.0, step), 1.0, named]
@@ -174,8 +181,9 @@ def _ci(est: float, draws: np.ndarray, level: float) -> dict:
 
 
 def dataset(ref: Reference, stacker: StackedLogit, s: LadderSettings, expensive: str, shares: np.ndarray,
-            cfg: Mapping, cost_1k: tuple[float, float], seed: int) -> dict:
+            cfg: CascadeSettings | Mapping, cost_1k: tuple[float, float], seed: int) -> dict:
     """The cascade curve of one dataset (see the module docstring)."""
+    cfg = settings(cfg)
     t = ref.table
     cheap_t, e_votes = _split(t, expensive)
     if not np.any(e_votes != ABSTAIN):
@@ -188,9 +196,9 @@ def dataset(ref: Reference, stacker: StackedLogit, s: LadderSettings, expensive:
     full = from_counts(common.counts(y, P))
     draws = ref.bootstrap(s.n_boot, s.seed).metrics(y, P.T)
     S = len(shares)
-    margin = float(cfg.get("margin", 0.05))
+    margin = float(cfg.margin)
     share = cf["escalated"].mean(axis=1)
-    rand = _random_kappa(y, cf["panel"], e_votes, shares, int(cfg.get("random_draws", 20)),
+    rand = _random_kappa(y, cf["panel"], e_votes, shares, cfg.random_draws,
                          rng_for(seed, "cascade-random", ref.name))
     cheap_1k, exp_1k = cost_1k
     points = []
@@ -213,7 +221,7 @@ def dataset(ref: Reference, stacker: StackedLogit, s: LadderSettings, expensive:
     alone["panel"]["cost_per_1k"], alone["expensive"]["cost_per_1k"] = cheap_1k, exp_1k
     alone["expensive"]["coverage"] = float(np.mean(e_votes != ABSTAIN))
     return {"n": int(len(y)), "cheap": cheap_t.members, "alone": alone, "points": points,
-            "noninferior": _first_stable(points), "budgets": _at_budgets(points, cfg.get("budgets") or [])}
+            "noninferior": _first_stable(points), "budgets": _at_budgets(points, cfg.budgets)}
 
 
 def _random_kappa(y, panel, expensive, shares, n_draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -245,13 +253,15 @@ def _at_budgets(points: list[dict], budgets: list) -> dict:
 
 
 def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
-        cfg: Mapping, costs: Mapping, seed: int) -> dict:
-    """The ``cascade`` block of suite.json. ``costs``: the suite's cost block of this panel
-    (:func:`src.studies.suite.cost.compute`: each member's and the frontier's cost per 1k items)."""
-    if not cfg.get("enabled", True):
+        cfg: CascadeSettings | Mapping, costs: Mapping, seed: int) -> dict:
+    """The ``cascade`` block of suite.json. ``cfg``: the cascade's settings (``suite.cascade``); ``costs``: the
+    suite's cost block of this panel (:func:`src.studies.suite.cost.compute`: each member's and the frontier's cost
+    per 1k items)."""
+    cfg = settings(cfg)
+    if not cfg.enabled:
         return {}
     shares = grid(cfg)
-    expensive, how = choose_expensive(table, costs, cfg.get("expensive"))
+    expensive, how = choose_expensive(table, costs, cfg.expensive)
     is_frontier = expensive == table.frontier_name and table.has_frontier
     cheap = list(table.members) if is_frontier else [m for m in table.members if m != expensive]
     if not cheap:
@@ -262,9 +272,9 @@ def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogi
     done = {n: d for n, d in per.items() if "skipped" not in d}
     saved = [d["noninferior"]["calls_saved"] if d["noninferior"] else 0.0 for d in done.values()]
     return {
-        "expensive": expensive, "chosen_as": how, "cheap": cheap, "margin": float(cfg.get("margin", 0.05)),
-        "operating_points": [float(v) for v in cfg.get("operating_points") or []],
-        "budgets": [float(v) for v in cfg.get("budgets") or []],
+        "expensive": expensive, "chosen_as": how, "cheap": cheap, "margin": float(cfg.margin),
+        "operating_points": [float(v) for v in cfg.operating_points],
+        "budgets": [float(v) for v in cfg.budgets],
         "cost_per_1k": {"cheap_panel": cheap_1k, "expensive": exp_1k},
         "datasets": per,
         "summary": {"datasets": len(done), "noninferior": sum(d["noninferior"] is not None for d in done.values()),

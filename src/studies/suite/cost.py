@@ -15,12 +15,14 @@ for the ten members against $2.52 for Sonnet (1.55%, a sixty-fourth).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from src.judges.cache import iter_records
+from src.studies.suite.settings import CostSettings, settings_of
 
 
 def member_per_1k(price_per_hour: float, items_per_second: float) -> float:
@@ -44,33 +46,30 @@ def break_even(one_time: float, panel_1k: float, frontier_1k: float) -> float | 
     return float(one_time / saving) if saving > 0 else None
 
 
-def _get(cfg: Mapping, *keys, default=None):
-    for k in keys:
-        if cfg is None or k not in cfg:
-            return default
-        cfg = cfg[k]
-    return cfg
+def settings(cfg: CostSettings | Mapping) -> CostSettings:
+    """The cost model's settings (``suite.cost``), checked (:mod:`src.studies.suite.settings`)."""
+    return settings_of(CostSettings, cfg, "suite.cost")
 
 
-def _frontier(cfg: Mapping, measured_tokens: float | None = None) -> dict:
-    tin = measured_tokens if measured_tokens is not None else float(_get(cfg, "frontier", "tokens_per_item", "input"))
-    tout = float(_get(cfg, "frontier", "tokens_per_item", "output"))
-    pin = float(_get(cfg, "frontier", "price_per_mtok", "input"))
-    pout = float(_get(cfg, "frontier", "price_per_mtok", "output"))
+def _frontier(cfg: CostSettings, measured_tokens: float | None = None) -> dict:
+    f = cfg.frontier
+    tin = measured_tokens if measured_tokens is not None else float(f.tokens_per_item.input)
+    tout = float(f.tokens_per_item.output)
+    pin, pout = float(f.price_per_mtok.input), float(f.price_per_mtok.output)
     return {"tokens_in": tin, "tokens_out": tout, "tokens_source": "measured" if measured_tokens else "config",
             "price_per_mtok": {"input": pin, "output": pout}, "per_1k": frontier_per_1k(tin, tout, pin, pout)}
 
 
-def _calibration(cfg: Mapping, panel_1k: float, front_1k: float, labels_per_record: float) -> dict:
-    price = float(_get(cfg, "labelling", "price_per_label"))
+def _calibration(cfg: CostSettings, panel_1k: float, front_1k: float, labels_per_record: float) -> dict:
+    price = float(cfg.labelling.price_per_label)
     out = {}
-    for r in _get(cfg, "labelling", "records", default=[]):
+    for r in cfg.labelling.records:
         one = labelling_cost(r, labels_per_record, price)
         out[str(r)] = {"cost": one, "break_even_items": break_even(one, panel_1k, front_1k)}
     return {"price_per_label": price, "labels_per_record": float(labels_per_record), "records": out}
 
 
-def compute(cfg: Mapping, members: list[str], labels_per_record: Mapping[str, float] | None = None,
+def compute(cfg: CostSettings | Mapping, members: list[str], labels_per_record: Mapping[str, float] | None = None,
             measured: Mapping[str, Mapping] | None = None, frontier_name: str | None = None) -> dict:
     """The cost block of suite.json for a panel of ``members``.
 
@@ -78,9 +77,10 @@ def compute(cfg: Mapping, members: list[str], labels_per_record: Mapping[str, fl
     :func:`measured_from_cache`); used when ``cfg.use_measured``. ``labels_per_record``: per dataset (its mean
     cluster size), used when ``cfg.labelling.labels_per_record`` is null.
     """
-    price = float(cfg["price_per_gpu_hour"])
-    thr = dict(_get(cfg, "throughput", default={}) or {})
-    use = bool(cfg.get("use_measured", True)) and measured
+    cfg = settings(cfg)
+    price = float(cfg.price_per_gpu_hour)
+    thr = dict(cfg.throughput)
+    use = cfg.use_measured and measured
     per_member = {}
     for m in members:
         sec = (measured or {}).get(m, {}).get("seconds_per_item") if use else None
@@ -92,7 +92,7 @@ def compute(cfg: Mapping, members: list[str], labels_per_record: Mapping[str, fl
     panel = float(sum(v["per_1k"] for v in per_member.values()))
     tok = (measured or {}).get(frontier_name or "", {}).get("prompt_tokens_per_item") if use else None
     front = _frontier(cfg, tok)
-    lpr_cfg = _get(cfg, "labelling", "labels_per_record")
+    lpr_cfg = cfg.labelling.labels_per_record
     if lpr_cfg is not None:  # one labelling rate for every dataset
         calib = {"all": _calibration(cfg, panel, front["per_1k"], float(lpr_cfg))}
     else:  # each dataset's own records: its mean items per cluster
@@ -104,11 +104,12 @@ def compute(cfg: Mapping, members: list[str], labels_per_record: Mapping[str, fl
             "calibration": calib}
 
 
-def paper(cfg: Mapping) -> dict:
+def paper(cfg: CostSettings | Mapping) -> dict:
     """The paper's own inputs: ``paper_panel_size`` members at the default throughput (Table 2, App. H)."""
-    k = int(cfg.get("paper_panel_size", 10))
+    cfg = settings(cfg)
+    k = cfg.paper_panel_size
     members = [f"member{i}" for i in range(k)]
-    out = compute({**cfg, "use_measured": False}, members)
+    out = compute(dataclasses.replace(cfg, use_measured=False), members)
     out["members"] = {"each": next(iter(out["members"].values())), "count": k}
     return out
 

@@ -1,0 +1,177 @@
+"""``python -m src.rate``: how much of my traffic hallucinates — the rate with a valid interval (beyond the paper).
+
+    python -m src.rate estimate POOL --labels gold.csv [--proposal p.json] [--segment dataset] [--out rate.json]
+    python -m src.rate propose POOL K --proposal p.json [--labels already.csv] [--seed 0] [--tau 0.5]
+    python -m src.rate plan POOL --halfwidth 0.02 [--labels gold.csv] [--train-prevalence 0.5]
+    python -m src.rate [hydra overrides]       # the study: rate.output (JSON), rate.figure, an MLflow run "rate"
+
+POOL is a scored table (a ``src.predict`` output, or any CSV / JSON Lines / Parquet file with ``item_id`` and
+``p_hallucinated``) or a served model's monitoring store (.db); gold is ``item_id, gold`` (0 / 1). The methods,
+the proposal file and the study are :mod:`src.studies.rate` (maths: :mod:`src.core.rates`).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import hydra
+import numpy as np
+from hydra.utils import instantiate
+from omegaconf import OmegaConf
+
+from src.core import names
+from src.core.errors import ArgumentParser, one_line
+from src.io.files import atomic_write_text, to_json
+from src.judges import tables
+from src.mlops import tracking as track
+from src.present import rate as present
+from src.studies import rate as study
+from src.studies.suite import cascade, cost
+
+log = logging.getLogger("raim.rate")
+
+COMMANDS = ("estimate", "propose", "plan")
+
+
+def parser() -> ArgumentParser:
+    ap = ArgumentParser(prog="python -m src.rate", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+
+    def pool_args(p):
+        p.add_argument("pool", help="scored table (.csv/.jsonl/.parquet with item_id, p_hallucinated) or store (.db)")
+        p.add_argument("--labels", help="gold labels: item_id, gold (0 supported / 1 hallucinated)")
+        p.add_argument("--labels-column", default="gold", help="the gold column of --labels (default: gold)")
+        p.add_argument("--proposal", help="the proposal the labels were drawn by (src.rate propose)")
+        p.add_argument("--train-prevalence", type=float, help="the stacker's training prevalence (EM estimate; "
+                                                              "default: the table's train_prevalence column)")
+        p.add_argument("--model", help="monitoring store: only this served model's rows")
+        p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
+        p.add_argument("--min-labels", type=int, default=10, help="fewest labels per segment for an interval")
+        p.add_argument("--tau", type=float, default=0.5, help="uniform share of the active sampling design")
+
+    e = sub.add_parser("estimate", help="the rate per segment by every method")
+    pool_args(e)
+    e.add_argument("--segment", help="a column of the pool to report by (e.g. dataset)")
+    e.add_argument("--window", type=float, help="seconds per time window over the pool's ts (or the store's)")
+    e.add_argument("--threshold", type=float, default=0.5, help="the panel's decision threshold (naive share)")
+    e.add_argument("--labeller", help="who labelled (e.g. a frontier judge): the rate then estimates what it says")
+    e.add_argument("--out", help="write the document here (JSON)")
+    p = sub.add_parser("propose", help="the next items to label (active sampling, seeded)")
+    pool_args(p)
+    p.add_argument("budget", type=int, help="expected number of items to label")
+    p.add_argument("--seed", type=int, default=0)
+    q = sub.add_parser("plan", help="labels needed for a target half-width")
+    pool_args(q)
+    q.add_argument("--halfwidth", type=float, required=True, help="target interval half-width (e.g. 0.02)")
+    q.add_argument("--prevalence", type=float, help="anticipated rate when planning without labels (default: EM)")
+    return ap
+
+
+@one_line
+def cli(argv: list[str]) -> int:
+    a = parser().parse_args(argv)
+    pool = study.read_pool(a.pool, getattr(a, "segment", None), getattr(a, "window", None), a.train_prevalence,
+                           a.model)
+    lab, y = study.read_labels(a.labels, pool, a.labels_column) if a.labels else (None, None)
+    if a.command == "propose":
+        if not a.proposal:
+            raise study.RateError("propose: name the proposal file to write with --proposal FILE.json")
+        doc = study.propose(pool, a.budget, a.seed, a.tau, lab)
+        out, template = study.write_proposal(doc, a.proposal)
+        print(f"{len(doc['proposed'])} item(s) to label (expected {a.budget}; {doc['already_labelled']} already "
+              f"labelled) of {len(pool)}: proposal {out}, fill in {template} and run "
+              f"`python -m src.rate estimate {a.pool} --labels {template} --proposal {out}`")
+        return 0
+    proposal = study.read_proposal(a.proposal, pool) if a.proposal else None
+    if lab is None:
+        lab, y = np.zeros(len(pool), bool), np.full(len(pool), np.nan)
+    if a.command == "plan":
+        doc = study.plan_labels(pool, lab, y, a.halfwidth, a.level, a.tau, proposal, a.prevalence, a.min_labels)
+        print(f"labels for a ±{a.halfwidth:g} interval ({round(100 * a.level)} %) on {len(pool)} items "
+              f"(rate ≈ {doc['prevalence']:.3f}, from {doc['basis']}):")
+        for m, n in doc["labels"].items():
+            print(f"  {m:9s} {'not reachable on this pool' if n is None else n}")
+        print(f"note: {doc['note']}")
+        return 0
+    if a.labels is None:
+        raise study.RateError("estimate: no labels (--labels FILE); `python -m src.rate propose` says which items")
+    doc = study.estimate(pool, lab, y, proposal, a.level, a.threshold, a.min_labels, a.labeller, a.labels)
+    print(study.text_table(doc))
+    if a.out:
+        atomic_write_text(a.out, to_json(doc))
+    return 0
+
+
+def compute(cfg) -> dict:
+    """Config in, study document out: the ladder's stacker and analysis settings, the configured verdict table
+    (:func:`src.run.load_table`) when ``rate.real``, the labeller (:func:`labeller`), the ``rate`` settings."""
+    settings = instantiate(cfg.analysis, _convert_="all")
+    stacker = instantiate(cfg.stacker, _convert_="all")
+    s = OmegaConf.to_container(cfg.rate, resolve=True)
+    study.check_study(s)  # before reading the table
+    table = tables.load_table(cfg) if s["real"] else None
+    who = labeller(cfg, table, s["labeller"]) if table is not None else None
+    doc = study.study(table, stacker, settings, s, who)
+    doc["meta"] = {"verdicts": None if table is None else table.source,
+                   "members": None if table is None else table.members,
+                   "labeller": None if who is None else {"name": who[0], "chosen_as": who[1]},
+                   "stacker": OmegaConf.to_container(cfg.stacker)}
+    return doc
+
+
+def labeller(cfg, table, wanted) -> tuple[str, str] | None:
+    """The judge whose verdicts stand in for gold in the study's labeller regimes: none (null), a named member or
+    frontier column, or ``auto`` — the frontier column, else the most expensive member by the suite's cost model
+    (:func:`src.studies.suite.cascade.choose_expensive`, measured seconds per verdict from the verdict cache)."""
+    if wanted in (None, False, "none", "null"):
+        return None
+    names = list(table.members) + ([table.frontier_name] if table.has_frontier else [])
+    if wanted != "auto" and wanted not in names:
+        raise study.RateError(f"rate.labeller={wanted!r}: neither a member nor the frontier column of "
+                              f"{table.source} (judges: {', '.join(names)}; or auto, or null)")
+    costs = cost.compute(OmegaConf.to_container(cfg.suite.cost, resolve=True), table.members, None,
+                         cost.measured_from_cache(cfg.paths.cache_dir, names), table.frontier_name)
+    return cascade.choose_expensive(table, costs, None if wanted == "auto" else wanted)
+
+
+def flat_metrics(doc: dict) -> dict[str, float]:
+    """The study's numbers as MLflow metrics: ``<regime>/<method>/<stat>`` (the summary) and
+    ``<regime>/p<π>/n<labels>/<method>/<coverage|width_rel>`` (the cells)."""
+    out = {}
+    for name, per in doc["summary"].items():
+        for m, d in per.items():
+            for k in ("coverage", "coverage_min", "width", "width_rel", "effective_labels", "multiplier"):
+                if d[k] is not None:
+                    out[names.metric_name(name, m, k)] = d[k]
+    for name, reg in doc["regimes"].items():
+        for q, c in reg["cells"].items():
+            for n, cell in c["labels"].items():
+                for m, d in cell["methods"].items():
+                    out[names.metric_name(name, f"p{q}", f"n{n}", m, "coverage")] = d["coverage"]
+                    if d["width_rel"] is not None:
+                        out[names.metric_name(name, f"p{q}", f"n{n}", m, "width_rel")] = d["width_rel"]
+    if doc["crosscheck"]["ppi_py"]["max_abs_diff"] is not None:
+        out["crosscheck/ppi_py_max_abs_diff"] = doc["crosscheck"]["ppi_py"]["max_abs_diff"]
+    return out
+
+
+def run_study(cfg) -> None:
+    """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, MLflow run, JSON)."""
+    doc, out, fig = track.run_study(cfg, "rate", compute, cfg.rate.output, cfg.rate.figure, present.rate_figure,
+                                    flat_metrics, tags=lambda d: {"regimes": ",".join(d["regimes"])})
+    for line in study.statements(doc):
+        log.info("%s", line)
+    log.info("rate study written to %s; figure %s (%.0f s)", out, fig, doc["seconds"])
+
+
+def main() -> None:
+    """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra (``@hydra.main`` +
+    ``@one_line``, as :mod:`src.studies.prevalence`)."""
+    if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
+        raise SystemExit(cli(sys.argv[1:]))
+    hydra.main(version_base=None, config_path="../conf", config_name="config")(one_line(run_study))()
+
+
+if __name__ == "__main__":
+    main()

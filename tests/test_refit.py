@@ -1,0 +1,129 @@
+"""The refit cluster bootstrap (src/core/refit.py): the batched fit against scikit-learn, every per-draw refit
+against the straightforward loop (the draw's training clusters repeated by their multiplicity, one fit each)."""
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from src.core.aggregate import BestSingle, StackedLogit, WeightedVote, cluster_folds
+from src.core.evaluate import ClusterBootstrap, from_counts, indicators
+from src.core.refit import SINGLE_CLASS_LOGIT, RefitBootstrap, RefitDraws, corrected_interval, fit_logit, gradients
+from src.studies import simulate
+
+
+def panel(seed=3, n_clusters=60, abstain_rate=0.05):
+    rng = np.random.default_rng(seed)
+    gold, votes = simulate.draw(rng, n_clusters, 2, [0.8, 0.72, 0.66, 0.62, 0.6, 0.55], 0.3, abstain_rate)
+    return gold, votes, np.repeat(np.arange(n_clusters), 2)
+
+
+@pytest.mark.parametrize("C", [0.1, 1.0, 10.0])
+def test_batched_fit_is_sklearns_logistic_regression(C):
+    """Each problem is LogisticRegression(C) with sample weights: same penalty, intercept unpenalised."""
+    _, votes, _ = panel()
+    rows = np.unique(votes, axis=0)
+    rng = np.random.default_rng(0)
+    W1, W0 = (rng.integers(0, 4, (12, len(rows))).astype(float) for _ in range(2))
+    Z = np.column_stack([np.ones(len(rows)), rows])
+    B = fit_logit(Z, W1, W0, C)
+    X2, y2 = np.vstack([rows, rows]), np.r_[np.ones(len(rows)), np.zeros(len(rows))]
+    for m in range(len(W1)):
+        ref = LogisticRegression(C=C, solver="newton-cholesky", tol=1e-12, max_iter=1000)
+        ref.fit(X2, y2, sample_weight=np.r_[W1[m], W0[m]])
+        assert np.abs(B[m] - np.r_[ref.intercept_, ref.coef_.ravel()]).max() < 1e-6
+    started = fit_logit(Z, W1, W0, C, start=B[0])  # convex: the start moves the steps, not the answer
+    assert np.abs(started - B).max() < 1e-6
+
+
+def test_batched_fit_gives_a_one_class_problem_its_class():
+    Z = np.column_stack([np.ones(3), [0.0, 0.5, 1.0]])
+    B = fit_logit(Z, np.array([[1.0, 2, 0], [0, 0, 0]]), np.array([[0.0, 0, 0], [1, 1, 1]]))
+    assert B.tolist() == [[SINGLE_CLASS_LOGIT, 0.0], [-SINGLE_CLASS_LOGIT, 0.0]]
+
+
+def loop_counts(gold, votes, clusters, folds, boot, make, n_draws):
+    """Per draw and fold: the training clusters repeated by their multiplicity, a fresh fit, its predictions on
+    the held-out clusters weighted by theirs."""
+    w = boot.weights
+    out = np.zeros((n_draws, 6))
+    for b in range(n_draws):
+        iw = w[b][boot.item_cluster]
+        for tr, te in folds:
+            rep = np.repeat(tr, iw[tr].astype(int))
+            pred = make().fit(votes[rep], gold[rep]).predict(votes[te])
+            out[b] += iw[te] @ indicators(gold[te], pred)
+    return out
+
+
+@pytest.mark.parametrize("seed", [3, 8])
+def test_every_refit_equals_the_loop_of_fits(seed):
+    gold, votes, clusters = panel(seed)
+    folds = cluster_folds(gold, clusters, 5, 0)
+    boot = ClusterBootstrap(clusters, 40, seed)
+    rb = RefitBootstrap(gold, folds, boot)
+    n = 6
+    assert np.array_equal(rb.stacked(votes, 1.0, 0.5)[:n],
+                          loop_counts(gold, votes, clusters, folds, boot, StackedLogit, n))
+    assert np.array_equal(rb.best_cv(votes, 0.5)[0][:n],
+                          loop_counts(gold, votes, clusters, folds, boot, BestSingle, n))
+    for weighting in ("accuracy", "logodds"):
+        assert np.array_equal(rb.weighted(votes, weighting)[:n],
+                              loop_counts(gold, votes, clusters, folds, boot, lambda: WeightedVote(weighting), n))
+    categorical = StackedLogit(abstention="category", n_votes=votes.shape[1])
+    assert np.array_equal(rb.stacked(categorical.features(votes), 1.0, 0.5)[:n],
+                          loop_counts(gold, votes, clusters, folds, boot,
+                                      lambda: StackedLogit(abstention="category"), n))
+
+
+def test_any_other_stacker_is_refitted_by_its_own_fit():
+    gold, votes, clusters = panel(5, n_clusters=30)
+    folds = cluster_folds(gold, clusters, 5, 0)
+    rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 8, 1))
+    assert np.array_equal(rb.stacked_loop(StackedLogit(), votes), rb.stacked(votes, 1.0, 0.5))
+
+
+def test_best_cv_draws_choose_on_the_training_part_only():
+    """A member perfect on one fold's held-out clusters and useless elsewhere is never that fold's choice."""
+    gold, votes, clusters = panel(2)
+    folds = cluster_folds(gold, clusters, 5, 0)
+    _, te = folds[0]
+    cheat = np.where(np.isin(np.arange(len(gold)), te), gold, 1 - gold).astype(float)
+    rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 30, 0))
+    _, chosen = rb.best_cv(np.column_stack([votes, cheat]), 0.5)
+    assert not (chosen[:, 0] == votes.shape[1]).any()
+
+
+def test_gradients_linearise_every_metric():
+    c = np.array([40.0, 12, 3, 9, 50, 2])
+    g = gradients(c)
+    step = np.array([0.3, -0.2, 0.1, 0.25, -0.1, 0.05])
+    moved, base = from_counts(c + step), from_counts(c)
+    for m in ("kappa", "bacc", "f1"):
+        assert moved[m] - base[m] == pytest.approx(g[m] @ step, abs=1e-4)
+
+
+def test_refit_draws_read_side_by_side_and_the_own_term_by_hand():
+    gold, votes, clusters = panel(6, n_clusters=40)
+    folds = cluster_folds(gold, clusters, 5, 0)
+    rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 50, 2))
+    full = {"stacked": indicators(gold, votes[:, 0]).sum(0), "best_cv": indicators(gold, votes[:, 1]).sum(0)}
+    rd = RefitDraws.collect({"stacked": rb.stacked_clusters(votes, 1.0, 0.5),
+                             "best_cv": rb.best_cv_clusters(votes, 0.5)}, full)
+    assert np.array_equal(rd.counts["stacked"], rb.stacked(votes, 1.0, 0.5))
+    assert np.array_equal(rd.counts["best_cv"], rb.best_cv(votes, 0.5)[0])
+    gs, gc = gradients(full["stacked"])["kappa"], gradients(full["best_cv"])["kappa"]
+    st = np.vstack([c for _, c in rb.stacked_clusters(votes, 1.0, 0.5)])
+    cv = np.vstack([c for _, c, _ in rb.best_cv_clusters(votes, 0.5)])
+    own = (st @ gs - cv @ gc).var(axis=0).sum()  # each cluster's own contribution, across the draws
+    assert rd.correction({("stacked", "kappa"): 1.0, ("best_cv", "kappa"): -1.0}) == pytest.approx(own, rel=1e-9)
+    assert rd.correction({("stacked", "kappa"): 1.0}) == pytest.approx((st @ gs).var(axis=0).sum(), rel=1e-9)
+
+
+def test_corrected_interval_never_falls_under_the_fixed_predictions():
+    rng = np.random.default_rng(0)
+    draws, fixed = rng.normal(0.1, 0.05, 2000), rng.normal(0.1, 0.03, 2000)
+    ci, se, p = corrected_interval(0.1, draws, fixed, correction=0.0)
+    assert se == pytest.approx(np.std(draws)) and ci[0] == pytest.approx(0.1 - 1.959964 * se, rel=1e-6)
+    _, se_floor, _ = corrected_interval(0.1, draws, fixed, correction=1.0)  # a correction larger than the variance
+    assert se_floor == pytest.approx(np.std(fixed))
+    assert corrected_interval(0.0, np.zeros(5), np.zeros(5), 0.0)[2] == 1.0
