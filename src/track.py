@@ -1,7 +1,18 @@
-"""``python -m src.track params [override …]``: regenerate params.yaml from conf/ (:mod:`src.io.config`)."""
+"""``python -m src.track params [override …]``: regenerate params.yaml from conf/ (:mod:`src.io.config`), with
+any secret an override gives as a value redacted (:func:`src.mlops.redact.without_literal_secrets`)."""
+
+import sys
 
 from src.io.config import params_main
-from src.mlops import redact  # noqa: F401  (registers the secret scrubber of the one-line errors)
+from src.mlops import redact
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Regenerate params.yaml; the overrides' secret values are known secrets of this process."""
+    argv = sys.argv[1:] if argv is None else argv
+    redact.add_secrets(redact.override_secrets(argv))
+    return params_main(argv, clean=redact.without_literal_secrets)
+
 
 if __name__ == "__main__":
-    raise SystemExit(params_main())
+    raise SystemExit(main())

@@ -268,7 +268,7 @@ def test_a_member_failing_on_the_workers_is_one_error_naming_it_and_its_cause(cl
     roster = {"name": "bad", "members": [{"name": "ghost", "backend": {
         "_target_": "src.judges.backends.llamacpp.LlamaCppBackend", "model_path": str(tmp_path / "no.gguf"),
         "sha256": "0" * 64}}]}
-    with pytest.raises(RayEngineError, match=r"^member ghost on Ray: FileNotFoundError: .*no\.gguf"):
+    with pytest.raises(RayEngineError, match=r"^member ghost on Ray: src\.judges\.weights\.WeightsMissing: .*no\.gguf not found"):
         verdict_table(roster, items.iloc[:4], frames, tmp_path / "c", compute=True, progress=False,
                       engine=RayEngine(RaySettings()))
     assert records(tmp_path / "c") == {}

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LINT = Path(sys.executable).with_name("lint-imports")
+LINT = Path(sys.executable).absolute().with_name("lint-imports")
 
 
 def _lint(cwd: Path) -> subprocess.CompletedProcess:

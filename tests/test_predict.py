@@ -104,7 +104,7 @@ def test_predictions_are_the_stacker_applied_to_the_cached_votes(store, judged):
 
     out = judged["out"]
     assert list(out.columns) == ["item_id", "frame", "gold", *NAMES, "p_hallucinated", "verdict", "label",
-                                 "uncached"]
+                                 "uncached", "injection_flag", "injection_reasons"]
     assert out["item_id"].tolist() == ["eiffel", "aspirin", "capital"]
     # wice's stacker was calibrated under the claim frame; an item's own frame wins
     assert out["frame"].tolist() == ["claim", "claim", "def_on"]

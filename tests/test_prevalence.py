@@ -314,7 +314,7 @@ def test_panel_model_takes_a_prevalence(monkeypatch):
     X = np.array([[1, 1], [1, 0], [0, 0], [0, 1]], float)
     st = StackedLogit(n_votes=2).fit(np.vstack([X] * 5), np.array([1, 1, 0, 0] * 5))
 
-    def table(roster, items, frames, cache, compute, progress):
+    def table(roster, items, frames, cache, compute, progress, allow_empty=False):
         t = pd.DataFrame({"m1": pd.array([1, 1, 0, 0], "Int64"), "m2": pd.array([1, 0, 0, 1], "Int64")})
         t.attrs["cached"] = {"m1": [True] * 4, "m2": [True] * 4}
         return t

@@ -228,7 +228,6 @@ import sys, time
 from pathlib import Path
 import mlflow
 from hydra import compose, initialize_config_dir
-from test_judges_servers import reply_json
 
 from src.mlops import store
 from src.mlops import tracking as track
@@ -383,6 +382,16 @@ def test_a_whole_override_under_a_secret_name_loses_its_whole_value(override):
     assert redact.scrub([override], secrets=[]) == [f"{key}=***" if value else override]
 
 
+def test_the_shells_working_directory_is_not_taken_for_a_password(monkeypatch, tmp_path):
+    """``PWD`` reads as "password" by the name rule, yet it is the shell's working directory: every path in a
+    message would lose its checkout folder."""
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("OLDPWD", str(tmp_path / "before"))
+    monkeypatch.setenv("DB_PWD", "hunter2-db")
+    text = f"expected raw file is absent from {tmp_path}/raw and {tmp_path}/before; db hunter2-db"
+    assert redact.scrub_text(text) == f"expected raw file is absent from {tmp_path}/raw and {tmp_path}/before; db ***"
+
+
 def test_override_secrets_are_redacted_wherever_they_appear_later():
     vals = redact.override_secrets(["+judge.api_key=sekrit-one,sekrit-two", "analysis=fast",
                                     f"+judge.headers.Authorization=Bearer {SHORT}"])
@@ -416,7 +425,7 @@ def test_one_line_errors_and_debug_tracebacks_are_scrubbed(monkeypatch, capsys):
 
 HYDRA_CASES = {  # what goes wrong → the overrides (and env) of a src.run that prints it
     "composition error": (["judge.api_key=SECRET"], {}, "To append to your config use +judge.api_key=***"),
-    "job error": (["+judge.api_key=SECRET", "analysis.seed=abc"], {}, "Error executing job with overrides"),
+    "job error": (["+judge.api_key=SECRET", "analysis.seed=abc"], {}, "error: conf/analysis/fast.yaml: seed='abc' is not int"),
     "job error, HYDRA_FULL_ERROR": (["+judge.api_key=SECRET", "analysis.seed=abc"], {"HYDRA_FULL_ERROR": "1"},
                                     "Traceback"),
     "sweep job error": (["-m", "+judge.api_key=SECRET,SECRET2", "analysis.seed=abc"], {}, "Launching 2 jobs"),

@@ -216,7 +216,8 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
     _prefill(panel["roster"], inner, ITEMS, cache, [0, 1, 0])
 
     out = model.predict(ITEMS)
-    assert list(out.columns) == ["item_id", llm, lexical, "p_hallucinated", "verdict", "label", "uncached"]
+    assert list(out.columns) == ["item_id", llm, lexical, "p_hallucinated", "verdict", "label", "uncached",
+                                 "injection_flag", "injection_reasons"]
     assert out["uncached"].tolist() == ["", "", ""]
     assert out[llm].tolist() == [0, 1, 0]  # from the cache
     assert out[lexical].tolist() == [0, 1, 0]  # computed: supported claims overlap the evidence, the cat cure not

@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,14 +96,17 @@ def env_references(overrides: Iterable[str] = ()) -> set[str]:
     return {m for t in [*texts, *overrides] for m in _ENV_REF.findall(t)}
 
 
-def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[str] = ()) -> Path:
+def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[str] = (),
+                 clean: Callable[[Any], Any] | None = None) -> Path:
     """Regenerate params.yaml from conf/ exactly as `dvc exp run` does (DVC's Hydra composition), with every
     environment variable that conf/ or the overrides read (``${oc.env:NAME,default}``, and :data:`ENV_DEPENDENT`)
     unset while it composes: no value of this machine's environment — a path, a server, a key — is committed.
     Such a reference resolves to its default, and one that conf/ escapes (``\\${oc.env:…}``, as
     conf/roster/openai_server.yaml does for its key and base URL) is written as the reference itself, which is
-    also what `dvc exp run -S` writes, whatever its environment holds."""
+    also what `dvc exp run -S` writes, whatever its environment holds. ``clean`` (the secret scrubber of the
+    entry point) rewrites the composed data when it changes it: an override that gives a secret as a value."""
     from dvc.utils.hydra import compose_and_dump  # imported here, not at start-up: dvc ~0.14 s
+    from dvc.utils.serialize import dump_yaml  # imported here, not at start-up: dvc ~0.14 s
 
     overrides = list(overrides)
     names = set(ENV_DEPENDENT) | env_references(overrides)
@@ -116,19 +119,24 @@ def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[st
                         f"${{oc.env:NAME,null}})") from None
     finally:
         os.environ.update(saved)
+    if clean is not None:
+        data = yaml.safe_load(Path(path).read_text())
+        if (cleaned := clean(data)) != data:
+            dump_yaml(path, cleaned)
     return Path(path)
 
 
 @one_line
-def params_main(argv: list[str] | None = None) -> int:
-    """``python -m src.track params [override …]``: regenerate params.yaml from conf/."""
+def params_main(argv: list[str] | None = None, clean: Callable[[Any], Any] | None = None) -> int:
+    """``python -m src.track params [override …]``: regenerate params.yaml from conf/ (``clean``: as in
+    :func:`write_params`)."""
     ap = ArgumentParser(prog="python -m src.track")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("params", help="regenerate params.yaml from conf/ (as `dvc exp run` does)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. stacker.C=0.5")
     p.add_argument("--out", default=str(ROOT / "params.yaml"))
     a = ap.parse_args(argv)
-    print(f"wrote {write_params(a.out, a.overrides)}")
+    print(f"wrote {write_params(a.out, a.overrides, clean)}")
     return 0
 
 
@@ -349,8 +357,8 @@ class Targets:
         """The checked node's object. ``interpolation=False``: any ``${…}`` in the node is refused instead of
         resolved (a dataset spec). Errors of the class's own checks are re-raised as one line naming ``where``."""
         cls, kw = self.check(node, where)
-        if interpolation:
-            resolved = plain(node, True)
+        if interpolation:  # a plain mapping's references too (an escaped ``\${oc.env:…}`` composes to one)
+            resolved = plain(node if isinstance(node, DictConfig) else OmegaConf.create(dict(node)), True)
             kw = {k: v for k, v in resolved.items() if k != "_target_"}
         else:
             refuse_interpolation(kw, where)

@@ -187,7 +187,7 @@ class RayEngine:
 def _last_line(e: BaseException) -> str:
     """The worker's own error from a Ray error's remote traceback (``FileNotFoundError: …``), not Ray's wrapper."""
     lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-    own = [x for x in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", x) and not x.startswith("ray.")]
+    own = [x for x in lines if re.match(r"^(?:[A-Za-z_]\w*\.)*[A-Z]\w*: ", x) and not x.startswith("ray.")]
     return own[-1] if own else (lines[-1] if lines else type(e).__name__)
 
 

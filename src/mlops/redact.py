@@ -11,7 +11,8 @@ Two rules keep a secret from ever being resolved into what is written, so that s
 
 * Persisted configs keep references: :func:`persistable` (a panel model's pickled roster) resolves every value
   but one that resolves to a secret, which stays ``${oc.env:…}``, read again where the copy is used
-  (:func:`resolved`); a secret given as a value there is refused. params.yaml: :func:`src.io.config.write_params`.
+  (:func:`resolved`); a secret given as a value there is refused. params.yaml: :func:`src.io.config.write_params`, its
+  secret-named literal values redacted (:func:`without_literal_secrets`).
 * What a RAIM Hydra app prints or logs is scrubbed (:func:`scrub_message`): Hydra's own reports (composition
   errors, a failed job's override list and exception, ``--cfg``/``--info``, ``HYDRA_FULL_ERROR`` tracebacks,
   argument errors: :func:`scrub_hydra_reports`), every log record (:func:`scrub_log_records`), RAIM's one-line
@@ -225,10 +226,14 @@ def override_secrets(overrides: Iterable[str]) -> list[str]:
     return out
 
 
+_SHELL_VARS = frozenset({"PWD", "OLDPWD"})  # the shell's working directories: "pwd" here is no password
+
+
 def _secret_env_values() -> list[str]:
     """Values of environment variables whose names look secret (ANTHROPIC_API_KEY, HF_TOKEN, …), and the
     secrets this process was told of (:func:`add_secrets`)."""
-    vals = {v for k, v in os.environ.items() if secret_key(k) and v and len(v) >= 6} | _KNOWN
+    vals = {v for k, v in os.environ.items()
+            if k not in _SHELL_VARS and secret_key(k) and v and len(v) >= 6} | _KNOWN
     return sorted(vals, key=len, reverse=True)
 
 
@@ -297,6 +302,21 @@ def _literal_secrets(data: Any, path: str = "") -> list[str]:
     if _reference(data) and scrub_text(data, by_shape=False) == data:
         return []
     return [path[:-1]] if scrub(data, key=key) != data else []
+
+
+def without_literal_secrets(data: Any, key: str = "") -> Any:
+    """A copy of persisted plain data (params.yaml) with each secret given as a value redacted: a secret-named
+    key's literal value and every known secret inside a string (not the generic shape rules: params.yaml holds
+    hashes). References to the environment (``${oc.env:…}``) are kept: they hold no secret."""
+    if isinstance(data, Mapping):
+        return {k: without_literal_secrets(v, str(k)) for k, v in data.items()}
+    if isinstance(data, list):
+        return [without_literal_secrets(v, key) for v in data]
+    if _reference(data) and scrub_text(data, by_shape=False) == data:
+        return data
+    if key and secret_key(key) and data not in (None, "", False, [], {}):
+        return REDACTED
+    return scrub_text(data, by_shape=False) if isinstance(data, str) else data
 
 
 def persistable(cfg: DictConfig | Mapping, what: str = "config") -> Any:
