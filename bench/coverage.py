@@ -1,4 +1,4 @@
-"""Coverage of the ladder's 95 % intervals on simulated panels with known truth (issue 25, item 1).
+"""Coverage of the ladder's 95 % intervals on simulated panels with known truth.
 
     python bench/coverage.py truth                       # the regimes' population values (once, ~1 min)
     python bench/coverage.py timing [--reps 3]           # seconds per analysis, per interval, at B = 2000
@@ -265,7 +265,7 @@ def cmd_report(args) -> None:
     cov = {(c["regime"], c["n"]): c for c in cells if c["kind"] == "coverage"}
     null = [c for c in cells if c["kind"] == "null"]
     names = {"d_best_cv": "Δκ stacked − CV-best", "d_majority": "Δκ stacked − majority", "stacked": "stacked κ"}
-    print("Population values (TRUTH_N = %d items per regime):\n" % TRUTH_N)
+    print(f"Population values (TRUTH_N = {TRUTH_N} items per regime, half to fit, half to score):\n")
     print("| regime | accuracies, ρ | κ stacked | κ CV-best | κ majority | Δκ vs CV-best | Δκ vs majority |")
     print("|---|---|---|---|---|---|---|")
     for rg, t in truth.items():
@@ -300,6 +300,64 @@ def cmd_report(args) -> None:
               f"{t['ladder_s']:.2f} s; fixed-prediction draws {t['fixed_s']:.3f} s; refit draws {t['refit_s']:.2f} s")
 
 
+# ------------------------------------------------------------------------------------------------ the cascade
+
+CASCADE_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95)
+FRONTIER_ACCURACY = 0.85  # the expensive judge: errs independently of the panel's shared difficulty
+
+
+def cascade_population(regime: str, seed: int = 54321, n_items: int = TRUTH_N) -> list[float]:
+    """κ of the cascade at each target share, its band and stacker fitted on one half of a large sample and
+    applied to the other (the expensive judge: the simulator's ``frontier`` column, accuracy FRONTIER_ACCURACY)."""
+    from src.studies.suite.cascade import Cascade, merge
+
+    r = REGIMES[regime]
+    rng = np.random.default_rng(seed)
+    y, v = simulate.draw(rng, n_items // PER_CLUSTER, PER_CLUSTER, np.asarray(r["accuracies"]), r["rho"], ABSTAIN_RATE)
+    fr = np.where(rng.random(len(y)) > FRONTIER_ACCURACY, 1 - y, y).astype(float)
+    a, b = slice(0, n_items // 2), slice(n_items // 2, None)
+    c = Cascade(StackedLogit().set_params(n_votes=v.shape[1]), CASCADE_SHARES).fit(v[a], y[a])
+    out = merge(c.stacker_.predict(v[b]).astype(float), fr[b], c.escalate(v[b]))
+    return [kappa_of(y[b], out[i]) for i in range(len(CASCADE_SHARES))]
+
+
+def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> list[list[float]]:
+    """One panel: per share, [κ, percentile interval] of the cascade as the suite computes it (fixed predictions)."""
+    from src.core.evaluate import interval
+    from src.studies.suite.cascade import Cascade, crossfit_cascade
+
+    r = REGIMES[regime]
+    t = simulate.table(regime, n_clusters=n // PER_CLUSTER, per_cluster=PER_CLUSTER, accuracies=r["accuracies"],
+                       rho=r["rho"], abstain_rate=ABSTAIN_RATE, dataset=regime, seed=seed,
+                       frontier_accuracy=FRONTIER_ACCURACY)
+    y, cl = t.gold, t.clusters
+    folds = ladder.checked_folds(y, cl, ladder.LadderSettings())
+    est = Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
+    with threadpool_limits(1):
+        cf = crossfit_cascade(t.votes, y, t.frontier, folds, est, np.random.default_rng(seed))
+        draws = ClusterBootstrap(cl, n_boot, 0).metrics(y, cf["verdicts"].T)["kappa"]
+    k = from_counts(np.stack([indicators(y, p).sum(0) for p in cf["verdicts"]]))["kappa"]
+    return [[float(k[i]), *interval(draws[:, i])] for i in range(len(CASCADE_SHARES))]
+
+
+def cmd_cascade(args) -> None:
+    from tqdm import tqdm
+
+    for regime in args.regimes:
+        truth = cascade_population(regime)
+        t0 = time.perf_counter()
+        reps = [cascade_rep(regime, args.n, seed_of(regime, args.n, "cascade", r), args.boot)
+                for r in tqdm(range(args.reps), desc=f"cascade {regime} n={args.n}", mininterval=10, file=sys.stdout)]
+        a = np.array(reps)  # R × shares × 3
+        cov = ((a[:, :, 1] <= np.array(truth)) & (np.array(truth) <= a[:, :, 2])).sum(axis=0)
+        line = {"kind": "cascade", "regime": regime, "n": args.n, "reps": args.reps, "n_boot": args.boot,
+                "shares": list(CASCADE_SHARES), "truth": truth, "covered": cov.tolist(),
+                "seconds": time.perf_counter() - t0, "results": reps}
+        with open(OUT, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        print(regime, dict(zip(CASCADE_SHARES, (cov / args.reps).round(3))), flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -316,9 +374,15 @@ def main() -> None:
     r.add_argument("--null", action="store_true", help="also the shuffled-gold cells")
     r.add_argument("--null-sizes", type=int, nargs="+", default=[200])
     r.add_argument("--null-regimes", nargs="+", default=["independent"])
+    c = sub.add_parser("cascade")
+    c.add_argument("--reps", type=int, default=400)
+    c.add_argument("--boot", type=int, default=1000)
+    c.add_argument("--n", type=int, default=200)
+    c.add_argument("--regimes", nargs="+", default=["independent", "weak"])
     sub.add_parser("report")
     args = p.parse_args()
-    {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "report": cmd_report}[args.cmd](args)
+    {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade,
+     "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

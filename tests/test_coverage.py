@@ -1,4 +1,4 @@
-"""The intervals' coverage, small (issue 25): bench/coverage.py's measurement at R = 60, B = 200, in the regime where
+"""The intervals' coverage, small: bench/coverage.py's measurement at R = 60, B = 200, in the regime where
 the audit found the paper's fixed-prediction interval of Δκ (stacked − CV-best) furthest below 95 % — one member
 dominates. The refit interval the calls read must cover within a binomial band of 95 %, the fixed one clearly less.
 The full tables (R ≥ 200 per cell, four regimes, n = 100 / 200 / 800): docs/intervals.md."""
