@@ -262,6 +262,7 @@ def fmt(k, R):
 def cmd_report(args) -> None:
     truth = json.loads(TRUTH.read_text())
     cells = [json.loads(x) for x in OUT.read_text().splitlines()]
+    cells = list({(c["kind"], c["regime"], c["n"]): c for c in cells}.values())  # the latest line of each cell
     cov = {(c["regime"], c["n"]): c for c in cells if c["kind"] == "coverage"}
     null = [c for c in cells if c["kind"] == "null"]
     names = {"d_best_cv": "Δκ stacked − CV-best", "d_majority": "Δκ stacked − majority", "stacked": "stacked κ"}
@@ -293,11 +294,22 @@ def cmd_report(args) -> None:
             print(f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | {fmt((a[:, 1] > 0).sum(), R)} | "
                   f"{fmt((a[:, 3] > 0).sum(), R)} | {fmt(((a[:, 1] > 0) | (a[:, 2] < 0)).sum(), R)} | "
                   f"{fmt(((a[:, 3] > 0) | (a[:, 4] < 0)).sum(), R)} |")
+    casc = [c for c in cells if c["kind"] == "cascade"]
+    if casc:
+        print("\nThe cascade's per-share κ interval (fixed predictions, percentile), coverage % [Wilson 95 %]:\n")
+        print("| regime | n | R | B | " + " | ".join(f"share {s:g}" for s in casc[0]["shares"]) + " |")
+        print("|---|---|---|---|" + "---|" * len(casc[0]["shares"]))
+        for c in casc:
+            print(f"| {c['regime']} | {c['n']} | {c['reps']} | {c['n_boot']} | "
+                  + " | ".join(f"{fmt(k, c['reps'])} (κ {t:.3f})" for k, t in zip(c["covered"], c["truth"])) + " |")
     tf = RESULTS / "coverage_timing.jsonl"
     if tf.exists():
-        t = json.loads(tf.read_text().splitlines()[-1])
-        print(f"\nCost (median of {t['reps']}, n = {t['n']}, B = {t['n_boot']}, one thread): ladder call "
-              f"{t['ladder_s']:.2f} s; fixed-prediction draws {t['fixed_s']:.3f} s; refit draws {t['refit_s']:.2f} s")
+        rows = {(t["n"], t["n_boot"]): t for t in map(json.loads, tf.read_text().splitlines())}
+        print("\nCost per analysis, seconds (median of the reps, one thread, this machine's shared cores):\n")
+        print("| n | B | ladder call (all of it) | fixed-prediction draws | refit draws (+ correction) |")
+        print("|---|---|---|---|---|")
+        for (n, b), t in sorted(rows.items()):
+            print(f"| {n} | {b} | {t['ladder_s']:.2f} | {t['fixed_s']:.3f} | {t['refit_s']:.2f} |")
 
 
 # ------------------------------------------------------------------------------------------------ the cascade
