@@ -1,0 +1,405 @@
+"""Coverage of the ladder's 95 % intervals on simulated panels with known truth.
+
+    python bench/coverage.py truth                       # the regimes' population values (once, ~1 min)
+    python bench/coverage.py timing [--reps 3]           # seconds per analysis, per interval, at B = 2000
+    python bench/coverage.py run --reps 200 --boot 1000  # the coverage cells, resumable (appends per cell)
+    python bench/coverage.py cascade --reps 200          # the cascade's per-share intervals (item 4)
+    python bench/coverage.py report                      # the markdown tables of docs/intervals.md
+
+Each replicate draws a panel from one regime (:func:`src.studies.simulate.draw`, the Gaussian copula; five members,
+2 % abstentions, two items per cluster) at n items, runs the ladder on it (:func:`src.core.ladder.analyze_dataset`,
+the same call ``python -m src.run`` makes; Table 23's contrast off) and records, for three statistics — Δκ (stacked −
+CV-best), Δκ (stacked − majority) and the stacked κ — the fixed-prediction interval (``deltas_fixed`` /
+``ci_fixed``, the paper's) and the refit interval the calls read (``deltas`` / ``ci``). An interval *covers* when
+it holds the regime's population value.
+
+The population value (``truth``): a statistic's value for the procedure fitted on the whole population. It is
+approximated by a sample of ``TRUTH_N`` items from the regime: the stacker (``StackedLogit``, C = 1) fitted on
+one half, the CV-best single judge chosen by κ on that half, both scored on the other half, majority on it too;
+the Δκ are read paired on the same half, so their Monte Carlo error is a few 1e-3 at most (``truth`` prints it).
+
+The null (``null`` cells): the regime's panel with its gold permuted across items, so that every member, every
+aggregate and every difference has population κ = 0; a *false win* is a refit (or fixed) Δκ-vs-CV-best interval
+whose lower bound exceeds 0 (nominal 2.5 %), an *exclusion* one that leaves out 0 (nominal 5 %).
+
+Results: one JSON line per finished cell (regime, n, kind) in ``bench/results/coverage.jsonl``, with every
+replicate's estimates and intervals, so that ``run`` resumes where it stopped and ``report`` recomputes any figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import beta as beta_dist
+from scipy.stats import norm
+from sklearn.metrics import cohen_kappa_score
+from threadpoolctl import threadpool_limits
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from src.core import ladder, verdicts  # noqa: E402
+from src.core.aggregate import BestSingle, MajorityVote, StackedLogit  # noqa: E402
+from src.core.evaluate import ClusterBootstrap, from_counts, indicators  # noqa: E402
+from src.core.refit import RefitBootstrap  # noqa: E402
+from src.core.verdicts import ABSTAIN  # noqa: E402
+from src.studies import simulate  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+OUT = RESULTS / "coverage.jsonl"
+TRUTH = RESULTS / "coverage_truth.json"
+TRUTH_N = 1_000_000  # items per population sample (two halves of 500,000)
+ABSTAIN_RATE = 0.02
+PER_CLUSTER = 2
+
+# the regimes: five members (odd, so that majority has no ties but through abstentions)
+REGIMES: dict[str, dict] = {
+    "independent": {"accuracies": [0.76, 0.73, 0.70, 0.68, 0.65], "rho": 0.0},
+    "correlated": {"accuracies": [0.76, 0.73, 0.70, 0.68, 0.65], "rho": 0.6},
+    "dominant": {"accuracies": [0.88, 0.64, 0.62, 0.61, 0.60], "rho": 0.3},
+    "weak": {"accuracies": [0.62, 0.60, 0.59, 0.58, 0.57], "rho": 0.2},
+}
+SIZES = (100, 200, 800)
+STATS = ("d_best_cv", "d_majority", "stacked")
+
+
+def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson's score interval of a binomial proportion k / n."""
+    if n == 0:
+        return (0.0, 1.0)
+    z = norm.ppf(0.5 + level / 2)
+    p = k / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (float(max(0.0, mid - half)), float(min(1.0, mid + half)))
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    a = 1 - level
+    lo = 0.0 if k == 0 else float(beta_dist.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta_dist.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
+
+
+def seed_of(regime: str, n: int, kind: str, rep: int) -> int:
+    return int.from_bytes(f"{regime}|{n}|{kind}".encode(), "little") % 2**31 + 7919 * rep
+
+
+def sample(regime: str, n: int, seed: int, null: bool = False) -> verdicts.VerdictTable:
+    """One simulated panel of n items (n / 2 clusters of two), its gold permuted when ``null``."""
+    r = REGIMES[regime]
+    df = simulate.panel(n // PER_CLUSTER, PER_CLUSTER, r["accuracies"], r["rho"], abstain_rate=ABSTAIN_RATE,
+                        dataset=regime, seed=seed)
+    if null:
+        df["gold"] = np.random.default_rng(seed + 1).permutation(df["gold"].to_numpy())
+    return verdicts.validate(df)
+
+
+def kappa_of(y: np.ndarray, pred: np.ndarray) -> float:
+    """κ as the paper reads it (from_counts: on the voted items), checked against scikit-learn's."""
+    k = float(from_counts(indicators(y, pred).sum(axis=0))["kappa"])
+    voted = pred != ABSTAIN
+    k_sk = cohen_kappa_score(y[voted], pred[voted].astype(int))
+    assert abs(k - k_sk) < 1e-9, (k, k_sk)
+    return k
+
+
+# ------------------------------------------------------------------------------------------------ truth
+
+
+def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
+    """The regime's population values from a sample of ``n_items`` (see the module's docstring)."""
+    r = REGIMES[regime]
+    rng = np.random.default_rng(seed)
+    y, v = simulate.draw(rng, n_items // PER_CLUSTER, PER_CLUSTER, np.asarray(r["accuracies"]), r["rho"], ABSTAIN_RATE)
+    a, b = slice(0, n_items // 2), slice(n_items // 2, None)
+    st = StackedLogit().set_params(n_votes=v.shape[1]).fit(v[a], y[a])
+    best = BestSingle(min_coverage=0.5).fit(v[a], y[a])
+    p_st = st.predict(v[b]).astype(float)
+    p_cv = v[b][:, best.best_]
+    p_mj = MajorityVote().fit(v[b]).predict(v[b]).astype(float)
+    yb = y[b]
+    k = {"stacked": kappa_of(yb, p_st), "best_cv": kappa_of(yb, p_cv), "majority": kappa_of(yb, p_mj)}
+    members = [kappa_of(yb, v[b][:, j]) for j in range(v.shape[1])]
+
+    def paired_se(p1, p2):  # a cluster bootstrap-free approximation: the delta's SE over 50 blocks of the half
+        blocks = np.array_split(np.arange(len(yb)), 50)
+        d = [kappa_of(yb[i], p1[i]) - kappa_of(yb[i], p2[i]) for i in blocks]
+        return float(np.std(d, ddof=1) / np.sqrt(len(blocks)))
+
+    return {"stacked": k["stacked"], "d_best_cv": k["stacked"] - k["best_cv"], "d_majority": k["stacked"] - k["majority"],
+            "best_cv_member": int(best.best_), "members_kappa": members, "kappa_best_cv": k["best_cv"],
+            "kappa_majority": k["majority"], "mc_se": {"d_best_cv": paired_se(p_st, p_cv),
+                                                       "d_majority": paired_se(p_st, p_mj)},
+            "n_items": n_items, "seed": seed}
+
+
+def cmd_truth(args) -> None:
+    out = {}
+    for regime in REGIMES:
+        t0 = time.perf_counter()
+        out[regime] = population(regime)
+        print(regime, json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out[regime].items()
+                                  if k != "members_kappa"}), f"{time.perf_counter() - t0:.1f}s", flush=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    TRUTH.write_text(json.dumps(out, indent=1) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ one analysis
+
+
+def analyse(table: verdicts.VerdictTable, n_boot: int) -> dict:
+    """The ladder on one panel: each statistic's estimate, refit interval and fixed-prediction interval."""
+    s = ladder.LadderSettings(n_boot=n_boot, abstention_contrast=False)
+    with threadpool_limits(1):
+        r = ladder.analyze_dataset(table, StackedLogit(), s, None).summary
+    d, f, c = r["deltas"], r["deltas_fixed"], r["comparators"]["stacked"]["kappa"]
+    return {
+        "d_best_cv": [d["best_cv"]["kappa"]["estimate"], *d["best_cv"]["kappa"]["ci"], *f["best_cv"]["kappa"]["ci"]],
+        "d_majority": [d["majority"]["kappa"]["estimate"], *d["majority"]["kappa"]["ci"], *f["majority"]["kappa"]["ci"]],
+        "stacked": [c["estimate"], *c["ci"], *c["ci_fixed"]],
+        "call": d["best_cv"]["kappa"]["call"], "call_fixed": f["best_cv"]["kappa"]["call"],
+    }
+
+
+def cmd_timing(args) -> None:
+    """CPU seconds (``time.process_time``: the cores are shared, wall time measures the neighbours) per analysis at
+    n = ``--n``, B = ``--boot``: the whole ladder call; the fixed-prediction draws alone
+    (ClusterBootstrap.metrics on the ladder's prediction matrix); the refit draws alone (ladder.refit_draws)."""
+    rows = []
+    for rep in range(args.reps):
+        t = sample("independent", args.n, seed_of("timing", args.n, "t", rep))
+        t0 = time.process_time()
+        analyse(t, args.boot)
+        whole = time.process_time() - t0
+        y, cl, v = t.gold, t.clusters, t.votes
+        s = ladder.LadderSettings(n_boot=args.boot)
+        folds = ladder.checked_folds(y, cl, s)
+        res = ladder.analyze_dataset(t, StackedLogit(), ladder.LadderSettings(n_boot=10, abstention_contrast=False), None)
+        P = np.column_stack(list(res.predictions.values()) + [v])
+        with threadpool_limits(1):
+            t0 = time.process_time()
+            boot = ClusterBootstrap(cl, args.boot, 0)
+            boot.metrics(y, P)
+            fixed = time.process_time() - t0
+            full = {k: indicators(y, res.predictions[k]).sum(0) for k in ("stacked", "best_cv", "acc_weighted",
+                                                                            "logodds_weighted")}
+            st = StackedLogit().set_params(n_votes=v.shape[1])
+            t0 = time.process_time()
+            ladder.refit_draws(RefitBootstrap(y, folds, ClusterBootstrap(cl, args.boot, 0)), st, v, v, 0.5, full)
+            refit = time.process_time() - t0
+        rows.append((whole, fixed, refit))
+        print(f"rep {rep}: ladder call {whole:.2f}s, fixed-prediction draws {fixed:.3f}s, refit draws {refit:.2f}s",
+              flush=True)
+    m = np.median(np.array(rows), axis=0)
+    line = {"kind": "timing", "n": args.n, "n_boot": args.boot, "reps": args.reps, "ladder_s": float(m[0]),
+            "fixed_s": float(m[1]), "refit_s": float(m[2]), "cpu": os.cpu_count()}
+    print(json.dumps(line))
+    with open(RESULTS / "coverage_timing.jsonl", "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+
+
+# ------------------------------------------------------------------------------------------------ the cells
+
+
+def done_cells() -> set[tuple]:
+    if not OUT.exists():
+        return set()
+    return {(c["regime"], c["n"], c["kind"], c["reps"], c["n_boot"]) for c in map(json.loads, OUT.read_text().splitlines())
+            if c.get("kind") in ("coverage", "null")}
+
+
+def cmd_run(args) -> None:
+    from tqdm import tqdm
+
+    done = done_cells()
+    cells = [(rg, n, "coverage") for n in args.sizes for rg in args.regimes]
+    if args.null:
+        cells += [(rg, n, "null") for n in args.null_sizes for rg in args.null_regimes]
+    todo = [c for c in cells if (*c, args.reps, args.boot) not in done]
+    print(f"{len(todo)} of {len(cells)} cells to run, R = {args.reps}, B = {args.boot}", flush=True)
+    for regime, n, kind in todo:
+        t0 = time.perf_counter()
+        reps = []
+        for rep in tqdm(range(args.reps), desc=f"{regime} n={n} {kind}", mininterval=10, file=sys.stdout):
+            reps.append(analyse(sample(regime, n, seed_of(regime, n, kind, rep), null=kind == "null"), args.boot))
+        line = {"regime": regime, "n": n, "kind": kind, "reps": args.reps, "n_boot": args.boot,
+                "seconds": time.perf_counter() - t0, "results": reps}
+        with open(OUT, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        print(summary_line(line, json.loads(TRUTH.read_text())), flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ the report
+
+
+def covered(rows, stat, truth):
+    a = np.array([r[stat] for r in rows])
+    return ((a[:, 1] <= truth) & (truth <= a[:, 2])).sum(), ((a[:, 3] <= truth) & (truth <= a[:, 4])).sum()
+
+
+def summary_line(cell, truth) -> str:
+    rows, R = cell["results"], cell["reps"]
+    if cell["kind"] == "null":
+        a = np.array([r["d_best_cv"] for r in rows])
+        return (f"{cell['regime']} n={cell['n']} null: false win refit {np.mean(a[:, 1] > 0):.3f} "
+                f"fixed {np.mean(a[:, 3] > 0):.3f}")
+    tr = truth[cell["regime"]]
+    parts = [f"{s} refit {covered(rows, s, tr[s])[0] / R:.3f} fixed {covered(rows, s, tr[s])[1] / R:.3f}" for s in STATS]
+    return f"{cell['regime']} n={cell['n']}: " + "; ".join(parts) + f" ({cell['seconds']:.0f}s)"
+
+
+def fmt(k, R):
+    lo, hi = wilson(int(k), R)
+    return f"{100 * k / R:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def cmd_report(args) -> None:
+    truth = json.loads(TRUTH.read_text())
+    cells = [json.loads(x) for x in OUT.read_text().splitlines()]
+    cells = list({(c["kind"], c["regime"], c["n"]): c for c in cells}.values())  # the latest line of each cell
+    cov = {(c["regime"], c["n"]): c for c in cells if c["kind"] == "coverage"}
+    null = [c for c in cells if c["kind"] == "null"]
+    names = {"d_best_cv": "Δκ stacked − CV-best", "d_majority": "Δκ stacked − majority", "stacked": "stacked κ"}
+    print(f"Population values (TRUTH_N = {TRUTH_N} items per regime, half to fit, half to score):\n")
+    print("| regime | accuracies, ρ | κ stacked | κ CV-best | κ majority | Δκ vs CV-best | Δκ vs majority |")
+    print("|---|---|---|---|---|---|---|")
+    for rg, t in truth.items():
+        r = REGIMES[rg]
+        print(f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
+              f"{t['kappa_best_cv']:.3f} | {t['kappa_majority']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
+              f"{t['d_majority']:+.3f} (±{t['mc_se']['d_majority']:.3f}) |")
+    for s in STATS:
+        print(f"\nCoverage (%) of the 95 % interval of {names[s]}, refit / fixed [Wilson 95 %]:\n")
+        print("| regime | n | R | B | refit (calls) | fixed (paper) | mean width refit / fixed |")
+        print("|---|---|---|---|---|---|---|")
+        for (rg, n), c in sorted(cov.items(), key=lambda kv: (list(REGIMES).index(kv[0][0]), kv[0][1])):
+            R = c["reps"]
+            k_r, k_f = covered(c["results"], s, truth[rg][s])
+            a = np.array([r[s] for r in c["results"]])
+            print(f"| {rg} | {n} | {R} | {c['n_boot']} | {fmt(k_r, R)} | {fmt(k_f, R)} | "
+                  f"{np.mean(a[:, 2] - a[:, 1]):.3f} / {np.mean(a[:, 4] - a[:, 3]):.3f} |")
+    if null:
+        print("\nShuffled gold (population Δκ = 0): Δκ (stacked − CV-best) interval, % of runs [Wilson 95 %]:\n")
+        print("| regime | n | R | B | false win, refit | false win, fixed | excludes 0, refit | excludes 0, fixed "
+              "| stacked κ excludes 0, refit / fixed |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for c in null:
+            a = np.array([r["d_best_cv"] for r in c["results"]])
+            k = np.array([r["stacked"] for r in c["results"]])
+            R = c["reps"]
+            print(f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | {fmt((a[:, 1] > 0).sum(), R)} | "
+                  f"{fmt((a[:, 3] > 0).sum(), R)} | {fmt(((a[:, 1] > 0) | (a[:, 2] < 0)).sum(), R)} | "
+                  f"{fmt(((a[:, 3] > 0) | (a[:, 4] < 0)).sum(), R)} | "
+                  f"{fmt(((k[:, 1] > 0) | (k[:, 2] < 0)).sum(), R)} / {fmt(((k[:, 3] > 0) | (k[:, 4] < 0)).sum(), R)} |")
+    casc = [c for c in cells if c["kind"] == "cascade"]
+    if casc:
+        print("\nThe cascade's per-share κ interval (fixed predictions, percentile), coverage % [Wilson 95 %]:\n")
+        print("| regime | n | R | B | " + " | ".join(f"share {s:g}" for s in casc[0]["shares"]) + " |")
+        print("|---|---|---|---|" + "---|" * len(casc[0]["shares"]))
+        for c in casc:
+            print(f"| {c['regime']} | {c['n']} | {c['reps']} | {c['n_boot']} | "
+                  + " | ".join(f"{fmt(k, c['reps'])} (κ {t:.3f})" for k, t in zip(c["covered"], c["truth"])) + " |")
+    tf = RESULTS / "coverage_timing.jsonl"
+    if tf.exists():
+        rows = {(t["n"], t["n_boot"]): t for t in map(json.loads, tf.read_text().splitlines())}
+        print("\nCost per analysis, CPU seconds (median of the reps, one thread):\n")
+        print("| n | B | ladder call (all of it) | fixed-prediction draws | refit draws (+ correction) |")
+        print("|---|---|---|---|---|")
+        for (n, b), t in sorted(rows.items()):
+            print(f"| {n} | {b} | {t['ladder_s']:.2f} | {t['fixed_s']:.3f} | {t['refit_s']:.2f} |")
+
+
+# ------------------------------------------------------------------------------------------------ the cascade
+
+CASCADE_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95)
+FRONTIER_ACCURACY = 0.85  # the expensive judge: errs independently of the panel's shared difficulty
+
+
+def cascade_population(regime: str, seed: int = 54321, n_items: int = TRUTH_N) -> list[float]:
+    """κ of the cascade at each target share, its band and stacker fitted on one half of a large sample and
+    applied to the other (the expensive judge: the simulator's ``frontier`` column, accuracy FRONTIER_ACCURACY)."""
+    from src.studies.suite.cascade import Cascade, merge
+
+    r = REGIMES[regime]
+    rng = np.random.default_rng(seed)
+    y, v = simulate.draw(rng, n_items // PER_CLUSTER, PER_CLUSTER, np.asarray(r["accuracies"]), r["rho"], ABSTAIN_RATE)
+    fr = np.where(rng.random(len(y)) > FRONTIER_ACCURACY, 1 - y, y).astype(float)
+    a, b = slice(0, n_items // 2), slice(n_items // 2, None)
+    c = Cascade(StackedLogit().set_params(n_votes=v.shape[1]), CASCADE_SHARES).fit(v[a], y[a])
+    out = merge(c.stacker_.predict(v[b]).astype(float), fr[b], c.escalate(v[b]))
+    return [kappa_of(y[b], out[i]) for i in range(len(CASCADE_SHARES))]
+
+
+def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> list[list[float]]:
+    """One panel: per share, [κ, percentile interval] of the cascade as the suite computes it (fixed predictions)."""
+    from src.core.evaluate import interval
+    from src.studies.suite.cascade import Cascade, crossfit_cascade
+
+    r = REGIMES[regime]
+    t = simulate.table(regime, n_clusters=n // PER_CLUSTER, per_cluster=PER_CLUSTER, accuracies=r["accuracies"],
+                       rho=r["rho"], abstain_rate=ABSTAIN_RATE, dataset=regime, seed=seed,
+                       frontier_accuracy=FRONTIER_ACCURACY)
+    y, cl = t.gold, t.clusters
+    folds = ladder.checked_folds(y, cl, ladder.LadderSettings())
+    est = Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
+    with threadpool_limits(1):
+        cf = crossfit_cascade(t.votes, y, t.frontier, folds, est, np.random.default_rng(seed))
+        draws = ClusterBootstrap(cl, n_boot, 0).metrics(y, cf["verdicts"].T)["kappa"]
+    k = from_counts(np.stack([indicators(y, p).sum(0) for p in cf["verdicts"]]))["kappa"]
+    return [[float(k[i]), *interval(draws[:, i])] for i in range(len(CASCADE_SHARES))]
+
+
+def cmd_cascade(args) -> None:
+    from tqdm import tqdm
+
+    for regime in args.regimes:
+        truth = cascade_population(regime)
+        t0 = time.perf_counter()
+        reps = [cascade_rep(regime, args.n, seed_of(regime, args.n, "cascade", r), args.boot)
+                for r in tqdm(range(args.reps), desc=f"cascade {regime} n={args.n}", mininterval=10, file=sys.stdout)]
+        a = np.array(reps)  # R × shares × 3
+        cov = ((a[:, :, 1] <= np.array(truth)) & (np.array(truth) <= a[:, :, 2])).sum(axis=0)
+        line = {"kind": "cascade", "regime": regime, "n": args.n, "reps": args.reps, "n_boot": args.boot,
+                "shares": list(CASCADE_SHARES), "truth": truth, "covered": cov.tolist(),
+                "seconds": time.perf_counter() - t0, "results": reps}
+        with open(OUT, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        print(regime, dict(zip(CASCADE_SHARES, (cov / args.reps).round(3))), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("truth")
+    t = sub.add_parser("timing")
+    t.add_argument("--reps", type=int, default=3)
+    t.add_argument("--boot", type=int, default=2000)
+    t.add_argument("--n", type=int, default=200)
+    r = sub.add_parser("run")
+    r.add_argument("--reps", type=int, default=500)
+    r.add_argument("--boot", type=int, default=2000)
+    r.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    r.add_argument("--regimes", nargs="+", default=list(REGIMES))
+    r.add_argument("--null", action="store_true", help="also the shuffled-gold cells")
+    r.add_argument("--null-sizes", type=int, nargs="+", default=[200])
+    r.add_argument("--null-regimes", nargs="+", default=["independent"])
+    c = sub.add_parser("cascade")
+    c.add_argument("--reps", type=int, default=400)
+    c.add_argument("--boot", type=int, default=1000)
+    c.add_argument("--n", type=int, default=200)
+    c.add_argument("--regimes", nargs="+", default=["independent", "weak"])
+    sub.add_parser("report")
+    args = p.parse_args()
+    {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade,
+     "report": cmd_report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
