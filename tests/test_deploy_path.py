@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from src.mlops import tracking as track
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "simulated-panel.csv"
+EXAMPLE_CLUSTERS = 150
 NONE = {"action": "none", "label": "nothing here is good enough", "reason": "neither reaches κ_min = 0.40"}
 PANEL = {"action": "panel", "label": "deploy the panel", "reason": "admissible, a win, κ 0.61 ≥ 0.40"}
 ITEM = ["--evidence", "Paris is the capital of France.", "--candidate", "The capital of France is Lyon."]
@@ -206,9 +206,6 @@ def test_the_shipped_example_is_the_simulation_it_says_it_is():
     assert again.to_csv(index=False) == EXAMPLE.read_text()
 
 
-EXAMPLE_CLUSTERS = 150
-
-
 @pytest.mark.slow
 def test_on_the_shipped_example_the_panel_is_promoted_and_serves(tmp_path, capsys):
     """The walk-through of docs/deploy.md: src.run on the simulated table decides "deploy the panel", the
@@ -234,4 +231,3 @@ def test_on_the_shipped_example_the_panel_is_promoted_and_serves(tmp_path, capsy
         model = mlflow.pyfunc.load_model("models:/raim-stacker-simulated@champion")
         got = model.predict(pd.DataFrame([{f"m0{j}": 1.0 for j in range(8)}]))
     assert got["label"].tolist() == ["hallucinated"] and "run_decision" not in got
-    time.sleep(0)
