@@ -75,21 +75,12 @@ def _experiment_id(name: str, uri: str) -> str:
     exp = mlflow.get_experiment_by_name(name)
     if exp is None:
         try:
-            return mlflow.create_experiment(name, artifact_location=artifact_root(uri, name), tags=EXPERIMENT_TAGS)
+            return mlflow.create_experiment(name, artifact_location=artifact_root(uri, name))
         except Exception:  # another process created it meanwhile (a server store: no lock)
             exp = mlflow.get_experiment_by_name(name)
             if exp is None:
                 raise
-    if any(exp.tags.get(k) is None for k in EXPERIMENT_TAGS):  # an experiment made before RAIM tagged its kind
-        for k, v in EXPERIMENT_TAGS.items():
-            if exp.tags.get(k) is None:
-                mlflow.MlflowClient().set_experiment_tag(exp.experiment_id, k, v)
     return exp.experiment_id
-
-
-# MLflow 3's UI opens an experiment of unknown kind on its GenAI "Traces" page (empty here); a model-development
-# experiment opens on its runs table, where RAIM's runs are
-EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 
 _SET_UP: dict[tuple[str, str], str] = {}  # (store URI, experiment) → id, while a run set up there is active
