@@ -40,6 +40,7 @@ from typing import Any
 import pandas as pd
 from omegaconf import OmegaConf
 
+from src.core.decide import ACTIONS
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.io.datasets import DatasetError, RawRecordError, dataset_spec, read_csv, read_jsonl, read_parquet
 from src.io.files import atomic_write_text
@@ -48,7 +49,7 @@ from src.judges.config import load_roster
 from src.judges.ray_engine import add_engine_args, engine_from_args
 from src.judges.runner import verdict_table
 from src.mlops.registry import find_candidate
-from src.mlops.serving import SCORED_CACHE, PanelModel, frame_configs, panel_roster
+from src.mlops.serving import SCORED_CACHE, PanelModel, decision_warning, frame_configs, panel_roster
 from src.mlops.store import check_server, quiet_mlflow, tracking_uri
 
 TEXT_FIELDS = ("question", "evidence")
@@ -233,6 +234,7 @@ def load_panel(uri: str, roster: str | None = None) -> Panel:
         cache = inner.config.get("cache_dir")
         return Panel(inner, inner.default_frame, uri, Path(cache) if cache else None)
     tags = _run_tags(uri)
+    decision = getattr(inner, "decision", None) or tag_decision(tags)  # an older stacker: its run's tags
     frames = frame_configs()
     chosen = _roster(roster, tags, uri)  # its own errors already say what to pass
     try:  # no frontier: it never votes
@@ -240,8 +242,19 @@ def load_panel(uri: str, roster: str | None = None) -> Panel:
     except RaimError as e:
         raise PredictError(f"{e}; pass --roster with the roster it was fitted on") from None
     calibrated = calibration_frame(tags, frames)
-    model = PanelModel(members, frames, calibrated or "claim", inner.stacker, inner.columns)
+    model = PanelModel(members, frames, calibrated or "claim", inner.stacker, inner.columns, decision)
     return Panel(model, calibrated, uri)
+
+
+def tag_decision(tags: Mapping[str, str]) -> dict | None:
+    """The deployment decision a stacking run's tags record (``decision``, ``decision_member``,
+    ``decision_reason``: :func:`src.mlops.tracking.decision_tags`); None when the run has none."""
+    action = tags.get("decision")
+    if action not in ACTIONS:
+        return None
+    member = tags.get("decision_member")
+    label = ACTIONS[action] + (f" {member}" if member and member != "none" else "")
+    return {"action": action, "label": label, "reason": tags.get("decision_reason", "")}
 
 
 def stacker_uri(run_id: str, dataset: str | None) -> str:
@@ -330,7 +343,9 @@ def summary(out: pd.DataFrame, report: dict, members: list[str]) -> str:
     flagged = int(out["injection_flag"].sum()) if "injection_flag" in out else 0
     return (f"{len(out)} items: {labels}; verdicts judged now: {computed}" + (f" ({judged})" if judged else "")
             + f", read from the cache: {cached}" + (f", not cached (abstained): {missing}" if missing else "")
-            + (f"; {flagged} flagged as a possible prompt injection (injection_flag)" if flagged else ""))
+            + (f"; {flagged} flagged as a possible prompt injection (injection_flag)" if flagged else "")
+            + (f"; the model's own run decided {out['run_decision'].iloc[0]!r}, not 'deploy the panel' "
+               f"(run_decision)" if "run_decision" in out and len(out) else ""))
 
 
 # -------------------------------------------------------------------------------------------------- cli
@@ -386,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     mlflow.set_tracking_uri(a.tracking_uri or tracking_uri())
     uri = a.model_uri or stacker_uri(a.run_id, a.dataset)
     panel = load_panel(uri, a.roster)
+    warning = decision_warning(getattr(panel.model, "decision", None))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     items = assign_frames(items, panel.model.frames, a.frame, panel.calibrated_frame)
     if a.frame and panel.calibrated_frame and a.frame != panel.calibrated_frame:
         print(f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "

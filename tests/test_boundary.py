@@ -464,7 +464,9 @@ def test_registry_show_names_a_model_without_versions_and_shows_a_name_with_quot
     assert code == 2 and line.startswith("error: registered model 'empty' has no versions")
     for n in names[:3]:
         assert registry.main(["show", "--name", n]) == 0
-        assert capsys.readouterr().out.splitlines() == [f"{n} v1 run={run.info.run_id} aliases=[] "]
+        shown = capsys.readouterr().out.splitlines()
+        assert shown[0] == f"{n} v1 run={run.info.run_id} aliases=[] "
+        assert shown[1].startswith("  input columns: unknown") and len(shown) == 2  # a.txt is no model
 
 
 def test_a_corrupt_store_is_one_line_for_the_registry_and_for_a_run(tmp_path, monkeypatch, capsys):
@@ -573,7 +575,8 @@ def test_a_missing_weight_package_is_one_line(tmp_path, monkeypatch, capsys):
     from src.judges import __main__ as judges_main
     from src.judges import weights
 
-    with pytest.raises(RaimError, match="weight package module 'no_such_weights' is not installed; run scripts/"):
+    with pytest.raises(RaimError, match=r"judge weights 'no_such_weights' are not installed \(no module named "
+                                        r"'no_such_weights'\); install them with `RAIM_MODELS=all bash scripts/setup.sh`"):
         weights._pkg_dir("no_such_weights")
     (tmp_path / "wice.jsonl").write_text((Path(__file__).parent / "fixtures" / "judges" / "mini.jsonl").read_text())
 

@@ -632,3 +632,26 @@ def test_dataset_spec_and_unknown_names(tmp_path):
     (specs / "renamed.yaml").write_text("name: other\nframe: def_on\n")
     with pytest.raises(data.DatasetError, match=r"renamed\.yaml: name 'other' differs from the file name"):
         data.dataset_spec("renamed", specs)
+
+
+# --------------------------------------------------------------------- a .json file that holds JSON Lines
+
+def test_json_lines_named_json_are_read_as_json_lines(tmp_path):
+    """A ``.json`` file of one object a line is JSON Lines whatever its name says (it used to be refused as
+    "unreadable JSON (Extra data …)"); a JSON document, pretty-printed or on one line, stays JSON."""
+    recs = [{"uid": "a", "answer": "x"}, {"uid": "b", "answer": "y"}]
+    lines = tmp_path / "qa.json"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert [r.data for r in data.read_records(lines, tmp_path)] == recs
+    assert "line 2" in data.read_records(lines, tmp_path)[1].where  # errors name the line, as for .jsonl
+    pretty = tmp_path / "pretty.json"
+    pretty.write_text(json.dumps({"data": recs}, indent=2))
+    assert [r.data for r in data.read_records(pretty, tmp_path)] == recs
+    listed = tmp_path / "list.json"
+    listed.write_text(json.dumps(recs[0]) + "\n")  # one object on one line: a JSON document
+    with pytest.raises(RawRecordError):
+        data.read_records(listed, tmp_path)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(recs[0]) + "\n{not json\n")
+    with pytest.raises(RawRecordError, match="line 2"):
+        data.read_records(bad, tmp_path)

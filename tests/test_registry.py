@@ -115,14 +115,17 @@ def test_cli_exit_status_and_message(store, capsys):
     refused = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
                               "--dataset", "bad", "--alias", "champion"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=120)
-    assert refused.returncode == registry.REFUSED and "REFUSED" in refused.stderr and "not admissible" in refused.stderr
+    assert refused.returncode == registry.REFUSED and refused.stderr.startswith("error: refusing to promote")
+    assert "not admissible" in refused.stderr and len(refused.stderr.splitlines()) == 1
     ok = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
                          "--dataset", "good", "--name", "cli-stacker", "--alias", "staging"], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert "models:/cli-stacker@staging" in ok.stdout
     assert registry.main(["show", "--name", "cli-stacker"]) == 0
-    assert "aliases=['staging']" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "aliases=['staging']" in shown
+    assert "  input columns: m00, m01, m02" in shown  # what a request to the served stacker must hold
 
 
 # ------------------------------------------------------------------------- models that cannot predict
@@ -296,7 +299,7 @@ def test_the_cli_refuses_a_forged_run_in_one_line_and_the_genuine_candidate_stil
     env = {"MLFLOW_TRACKING_URI": forge["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
     p = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", rid], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode == registry.REFUSED and p.stderr.startswith("REFUSED: ") and len(p.stderr.splitlines()) == 1
+    assert p.returncode == registry.REFUSED and p.stderr.startswith("error: refusing to promote ") and len(p.stderr.splitlines()) == 1
     assert mlflow.MlflowClient().search_registered_models() == []  # nothing was registered
     mv = registry.promote(forge["kids"]["good"].info.run_id, name="genuine")
     assert mv.run_id == forge["kids"]["good"].info.run_id and mv.tags["call.best_cv.kappa"] in registry.WINS

@@ -155,6 +155,18 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
         tables.load_table(cfg)
 
 
+def test_by_default_a_list_leaves_an_unjudged_set_out_and_a_set_asked_by_name_stops(compose_cfg, cache_copy):
+    """judge.missing=auto (the default): a set added to `dataset=all` but not judged by this roster yet no longer
+    fails the headline `python -m src.run` (and every sweep) with exit 2; asking for that set alone still does."""
+    _drop_dataset(cache_copy, "wice", members={"smollm135m"})
+    table = tables.load_table(compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast",
+                                          "tracking.enabled=false"))
+    assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
+    assert table.provenance["skipped"]["wice"]["command"].endswith("--members smollm135m --compute")
+    with pytest.raises(tables.MissingVerdicts, match="wice: 200 of 200 items"):
+        tables.load_table(_wice(compose_cfg, cache_copy))
+
+
 def test_skipped_datasets_reach_results_json_and_the_summary(compose_cfg, cache_copy, tmp_path):
     _drop_dataset(cache_copy, "wice")
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))

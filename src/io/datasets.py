@@ -330,11 +330,29 @@ FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv"
            ".pq": "parquet"}
 
 
+def _sniffed(path: Path, fmt: str | None) -> str | None:
+    """A ``.json`` file whose first non-blank line is a whole JSON object with more content after it holds JSON
+    Lines (one record a line), whatever its name says: a JSON document would end with that object. Any other
+    file keeps the format of its suffix (a pretty-printed or one-line JSON document stays JSON)."""
+    if fmt != "json" or not path.is_file():
+        return fmt
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = (ln.strip() for ln in fh)
+            first = next((ln for ln in lines if ln), "")
+            more = next((ln for ln in lines if ln), "")
+        if not (first.startswith("{") and more.startswith("{")):
+            return fmt
+        return "jsonl" if isinstance(json.loads(first), dict) else fmt
+    except (ValueError, OSError):  # not one object on its first line (or unreadable): read_json says why
+        return fmt
+
+
 def read_records(path: Path, root: Path | None, fmt: str | None = None, records: str | None = None,
                  required: Sequence[str] = (), bad: Duplicates | None = None) -> list[Rec]:
     """Records of a JSON, JSON Lines, CSV or Parquet file (``fmt``, else from the suffix); ``bad``: see
     :func:`read_jsonl`."""
-    fmt = fmt or FORMATS.get(path.suffix.lower())
+    fmt = fmt or _sniffed(path, FORMATS.get(path.suffix.lower()))
     if fmt == "json":
         return read_json(path, root, records)
     if fmt == "jsonl":

@@ -61,7 +61,7 @@ def load_table(cfg: DictConfig) -> VerdictTable:
     return cached_table(cfg)
 
 
-MISSING_POLICIES = ("error", "judged_only", "skip")
+MISSING_POLICIES = ("auto", "error", "judged_only", "skip")
 
 
 class MissingVerdicts(RaimError):
@@ -120,15 +120,19 @@ def skipped_datasets(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) ->
 def cached_table(cfg: DictConfig) -> VerdictTable:
     """Verdicts of the configured roster on the selected datasets, from the verdict cache.
 
-    Items without a cached verdict are not abstentions: ``judge.missing=error`` (default) stops, naming how many
+    Items without a cached verdict are not abstentions: ``judge.missing=error`` stops, naming how many
     per dataset and judge and the command that computes them; ``judge.missing=judged_only`` analyses the items
     every judge has judged and logs (and records in the table's provenance) how many were left out;
     ``judge.missing=skip`` leaves such a dataset out whole (the DVC pipeline's choice: one dataset not yet judged
-    does not stop the others). Bad cache lines are logged by file and line (:mod:`src.judges.cache`) and
-    counted."""
-    policy = cfg.judge.get("missing", "error")
+    does not stop the others); ``judge.missing=auto`` (default) is ``skip`` for a list of datasets
+    (``dataset=all``: a set added to it but not judged by this roster yet leaves the headline run green, and
+    says so with the command that judges it) and ``error`` for one dataset named on its own. Bad cache lines are
+    logged by file and line (:mod:`src.judges.cache`) and counted."""
+    policy = cfg.judge.get("missing", "auto")
     if policy not in MISSING_POLICIES:
         raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
+    if policy == "auto":  # a set of the list not judged yet must not stop the others; a set asked for by name must
+        policy = "skip" if "datasets" in cfg.dataset else "error"
     engine = engine_from_cfg(cfg.judge) if cfg.judge.compute else None  # judge.engine=ray: misses on Ray
     frames, cache, gaps = {}, {}, {}
     for name in dataset_names(cfg):

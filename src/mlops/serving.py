@@ -19,6 +19,7 @@ import io
 import json
 import logging
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -139,14 +140,44 @@ def _invalid(e: InputError):
     return MlflowException(str(e), error_code=INVALID_PARAMETER_VALUE)
 
 
+def run_decision(decision: Mapping[str, Any] | None) -> dict | None:
+    """The deployment decision of the run that fitted a stacker (:mod:`src.core.decide`: ``action`` panel /
+    single / none, its ``label`` and ``reason``), as a model carries it; None when unknown."""
+    if not decision or not decision.get("action"):
+        return None
+    return {k: (None if decision.get(k) is None else str(decision[k])) for k in ("action", "label", "reason")}
+
+
+def decision_warning(decision: Mapping[str, Any] | None) -> str | None:
+    """One line when a model's own run did not decide to deploy the panel (§3.3: an inadmissible panel, or one
+    that does not pay against the CV-best single judge, is not a deployment); None when it did, or is unknown."""
+    d = run_decision(decision)
+    if d is None or d["action"] == "panel":
+        return None
+    return (f"this model's run decided {d['label']!r}, not 'deploy the panel' ({d['reason']}); its verdicts are "
+            f"not a deployment RAIM recommends (each output row says so in 'run_decision')")
+
+
+def mark_decision(out: pd.DataFrame, decision: Mapping[str, Any] | None) -> pd.DataFrame:
+    """``out`` with a ``run_decision`` column (the run's decision label) when that run did not decide to deploy
+    the panel; unchanged otherwise (a promoted model always did)."""
+    if decision_warning(decision) is not None:
+        out["run_decision"] = run_decision(decision)["label"]
+    return out
+
+
 class StackerModel(mlflow.pyfunc.PythonModel):
-    """A fitted stacker over member verdicts → p(hallucinated) and the verdict."""
+    """A fitted stacker over member verdicts → p(hallucinated) and the verdict.
+
+    ``decision``: the deployment decision of the run that fitted it (:func:`run_decision`); when it is not
+    "deploy the panel", every output row carries it in a ``run_decision`` column."""
 
     _skip_type_hint_validation = True  # the explicit signature validates inputs (MLflow warns otherwise)
 
-    def __init__(self, stacker, columns: list[str]):
+    def __init__(self, stacker, columns: list[str], decision: Mapping[str, Any] | None = None):
         self.stacker = stacker
         self.columns = list(columns)
+        self.decision = run_decision(decision)
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
@@ -155,7 +186,7 @@ class StackerModel(mlflow.pyfunc.PythonModel):
             raise _invalid(e) from None
         out = stacked_output(self.stacker, X, (params or {}).get("prevalence"))
         record_votes(params, "stacker", self.columns, X, self.stacker.n_votes, out)
-        return out
+        return mark_decision(out, getattr(self, "decision", None))  # a model pickled before it carried one: None
 
 
 def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str], X: np.ndarray,
@@ -184,7 +215,8 @@ class PanelModel(mlflow.pyfunc.PythonModel):
     ``p_hallucinated``, ``verdict``, ``label``, ``uncached`` (comma-separated members whose verdict was neither
     cached nor computed; empty when every member judged), ``injection_flag`` / ``injection_reasons``
     (:func:`src.core.injection.scan`: the item's text looks like a prompt injection aimed at the judges). The
-    roster holds exactly the members the stacker votes with, in its column order.
+    roster holds exactly the members the stacker votes with, in its column order. ``decision``: that of the
+    stacker's run, as in :class:`StackerModel` (a ``run_decision`` column when it is not "deploy the panel").
 
     The roster is kept as :func:`src.mlops.redact.persistable` makes it: a secret stays the reference it is in
     the roster (``${oc.env:RAIM_OPENAI_API_KEY,null}``), so the pickled model holds no key; it is resolved from
@@ -194,13 +226,15 @@ class PanelModel(mlflow.pyfunc.PythonModel):
 
     _skip_type_hint_validation = True
 
-    def __init__(self, roster: dict, frames: dict[str, dict], default_frame: str, stacker, columns: list[str]):
+    def __init__(self, roster: dict, frames: dict[str, dict], default_frame: str, stacker, columns: list[str],
+                 decision: Mapping[str, Any] | None = None):
         self.roster = roster
         self.frames = frames
         self.default_frame = default_frame
         self.stacker = stacker
         self.columns = list(columns)
         self.config: dict = {}
+        self.decision = run_decision(decision)
 
     def load_context(self, context) -> None:
         self.config = dict(getattr(context, "model_config", None) or {})
@@ -263,6 +297,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         record_votes(cfg, "panel", self.columns, X, self.stacker.n_votes, out, items["item_id"].tolist())
         out["injection_flag"], out["injection_reasons"] = flag_column(items.to_dict("records"))
         record_injection_flags(cfg, items["item_id"].tolist(), out)
+        out = mark_decision(out, getattr(self, "decision", None))
         return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
 
 
@@ -335,7 +370,8 @@ def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | N
 
 
 def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "claim",
-              cache_dir: str | Path | None = None, compute: bool = True, name: str = "panel"):
+              cache_dir: str | Path | None = None, compute: bool = True, name: str = "panel",
+              decision: Mapping[str, Any] | None = None):
     """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``.
     The roster is logged unresolved where it holds a secret (:func:`src.mlops.redact.persistable`); one that
     holds a secret as a value is refused (:class:`src.mlops.redact.SecretInConfig`)."""
@@ -348,11 +384,17 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
         raise ValueError(f"default frame {default_frame!r} not among {sorted(frames)}")
     example = pd.DataFrame({"question": [""], "evidence": ["Paris is the capital of France."],
                             "candidate": ["The capital of France is Paris."]})
-    return _log_pyfunc(name, PanelModel(roster, frames, default_frame, stacker, columns),
+    return _log_pyfunc(name, PanelModel(roster, frames, default_frame, stacker, columns, decision),
                        panel_signature(list(columns), stacker.n_votes or len(columns)), example,
                        model_config={"cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
                                      "compute": bool(compute), "monitor_store": ""},  # "": $RAIM_MONITOR_STORE
-                       metadata={"roster": roster.get("name"), "members": members, "default_frame": default_frame})
+                       metadata={"roster": roster.get("name"), "members": members, "default_frame": default_frame,
+                                 **_decision_metadata(decision)})
+
+
+def _decision_metadata(decision: Mapping[str, Any] | None) -> dict:
+    d = run_decision(decision)
+    return {"run_decision": d["label"], "run_decision_action": d["action"]} if d else {}
 
 
 @contextlib.contextmanager
@@ -422,22 +464,25 @@ def pip_requirements() -> list[str]:
             f"cloudpickle=={cloudpickle.__version__}"]
 
 
-def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None, name: str = "stacker"):
-    """Log a fitted stacker as a pyfunc model in the active run; returns MLflow's ``ModelInfo``.
+def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None, name: str = "stacker",
+                decision: Mapping[str, Any] | None = None):
+    """Log a fitted stacker as a pyfunc model in the active run; returns MLflow's ``ModelInfo``. ``decision``:
+    the run's deployment decision (:func:`run_decision`), carried by the model and named in its metadata.
 
     The model must accept exactly its signature's columns and predict its own input example: checked before
     anything is logged (a stacker fitted on other columns than ``columns`` raises here, not at serving time)."""
     if example is None:
         example = pd.DataFrame([[1.0] * len(columns), [0.0] * len(columns)], columns=columns)
     example = example.head(5)
-    model = StackerModel(stacker, columns)
+    model = StackerModel(stacker, columns, decision)
     n_in = getattr(stacker, "n_features_in_", len(columns))
     if n_in != len(columns) or list(example.columns) != list(columns):
         raise ValueError(f"stacker fitted on {n_in} columns cannot be logged with columns {list(columns)} "
                          f"(example columns {list(example.columns)})")
     model.predict(None, example)  # raises if the stacker cannot score its own example
     return _log_pyfunc(name, model, stacker_signature(columns, stacker.n_votes), example,
-                       metadata={"columns": list(columns), "threshold": float(stacker.threshold)})
+                       metadata={"columns": list(columns), "threshold": float(stacker.threshold),
+                                 **_decision_metadata(decision)})
 
 
 def self_check(model_uri: str) -> str | None:
@@ -680,8 +725,27 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
 
     model = mlflow.pyfunc.load_model(model_uri)
     schema = model.metadata.get_input_schema() if model.metadata else None
-    app = StrictInputs(scoring_server.init(model), input_check(model.unwrap_python_model()), schema)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    inner = model.unwrap_python_model()
+    app = StrictInputs(scoring_server.init(model), input_check(inner), schema)
+    warning = decision_warning(getattr(inner, "decision", None))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:  # bound and listening: the one line a user (or a script) waits for
+                print(ready_line(model_uri, host, port, inner), flush=True)
+
+    _Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+
+
+def ready_line(model_uri: str, host: str, port: int, inner) -> str:
+    """The server's one start-up line: where it listens, what it serves and the input columns it takes."""
+    kind = type(inner).__name__
+    takes = (f"member columns {list(inner.columns)}" if kind == "StackerModel"
+             else f"items: 'candidate' and optionally {list(PANEL_OPTIONAL)}")
+    return f"ready on http://{host}:{port}/invocations ({kind} {model_uri}; {takes}; Ctrl-C stops it)"
 
 
 @one_line

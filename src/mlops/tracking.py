@@ -188,7 +188,8 @@ def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool
     all_tags = {**base_tags(cfg, kind), **{k: str(v) for k, v in (tags or {}).items()}}
     all_tags = scrub(all_tags)  # key-aware: git_commit and *_sha256 keep their hashes
     active = mlflow.active_run()
-    kwargs: dict[str, Any] = {"experiment_id": exp_id, "tags": all_tags, "run_name": run_name}
+    kwargs: dict[str, Any] = {"experiment_id": exp_id, "tags": all_tags,
+                              "run_name": run_name or default_run_name(kind, all_tags)}
     if active is not None:
         kwargs["nested"] = True
     elif kind != "sweep":
@@ -205,6 +206,14 @@ def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool
                 p.write_text(OmegaConf.to_yaml(OmegaConf.create(data)))
                 mlflow.log_artifact(str(p))
         yield run
+
+
+def default_run_name(kind: str, tags: Mapping[str, str]) -> str:
+    """A run's name in the MLflow UI: ``<kind>/<roster>/<dataset>`` read off its tags (``stacking/cpu/wice``;
+    a bring-your-own verdict table stands where the roster would, ``stacking/verdicts=v.csv/all``; a run with
+    no dataset drops that part), so the runs table says what each run analysed without opening it."""
+    who = tags.get("roster") or (f"verdicts={Path(tags['verdicts']).name}" if tags.get("verdicts") else None)
+    return "/".join(p for p in (kind, who, tags.get("dataset")) if p)
 
 
 def run_config(cfg: DictConfig) -> dict:
@@ -378,7 +387,7 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
     from src.mlops import serving  # imported here, not at start-up: mlflow.pyfunc ~0.8 s
 
     example = stacker_example(table, result)
-    info = serving.log_stacker(result.stacker, list(example.columns), example)
+    info = serving.log_stacker(result.stacker, list(example.columns), example, decision=s.get("decision"))
     folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
     log_metrics(metrics, {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})},
                 model_id=info.model_id)
@@ -426,6 +435,6 @@ def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -
         metrics["admissible_count"] = sum(r.summary["admissibility"]["admissible"] for r in results.values())
         log_metrics(metrics)
         for name, result in results.items():
-            with start_run(cfg, kind, tags={"dataset": name}, nested=True, run_name=name):
+            with start_run(cfg, kind, tags={"dataset": name}, nested=True):  # named stacking/<roster>/<dataset>
                 log_dataset(cfg, by[name], name, result, doc["datasets"].get(name))
         return run.info.run_id
