@@ -1,6 +1,7 @@
 """What every benchmark of ``bench/`` shares: the machine's state, interleaved repeated timing, a competing load.
 
-* :func:`machine` — load average, cores and BLAS/OpenMP thread settings, printed before and after each benchmark
+* :func:`machine` — the CPU model and cores (:func:`cpu`, also printed by :func:`ratio` beside every ratio), load
+  average and BLAS/OpenMP thread settings, printed before and after each benchmark
   (a figure measured at load 3 on two cores is not a quiet figure); :func:`settle` waits for the 1-minute load
   to fall under a threshold before the clocks start;
 * :func:`interleaved` — both sides of a comparison run in turn, ``repeats`` times (A B A B …, never all of A then
@@ -35,15 +36,29 @@ def workload_parser(doc: str, datasets: int, items: int, members: int) -> argpar
     return ap
 
 
+def cpu() -> str:
+    """The CPU model and the cores this process may use (``/proc/cpuinfo``; the platform's name elsewhere): printed
+    beside every ratio, so that figures from two machines are not read as a regression."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        names = [ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")]
+        model = names[0] if names else model
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model}, {cores} cores"
+
+
 def machine() -> str:
-    """One line: 1/5/15-min load, cores, BLAS pools and their threads, thread environment variables."""
+    """One line: the CPU (:func:`cpu`), 1/5/15-min load, BLAS pools and their threads, thread environment
+    variables."""
     from threadpoolctl import threadpool_info
 
     load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
     pools = ", ".join(f"{p['internal_api']} {p['num_threads']} threads" for p in threadpool_info()) or "none loaded"
     env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
                    if k in os.environ) or "no thread variables set"
-    return f"load {'/'.join(load)} (1/5/15 min), {os.cpu_count()} cores; BLAS: {pools}; {env}"
+    return f"{cpu()}; load {'/'.join(load)} (1/5/15 min); BLAS: {pools}; {env}"
 
 
 def busy_elsewhere() -> bool:
@@ -85,9 +100,9 @@ def summary(times: list[float]) -> str:
 
 
 def ratio(slow: list[float], fast: list[float]) -> str:
-    """Speed-up of the medians and of the minima."""
+    """Speed-up of the medians and of the minima, and the machine they were measured on (:func:`cpu`)."""
     return (f"{statistics.median(slow) / statistics.median(fast):.1f}x (medians), "
-            f"{min(slow) / min(fast):.1f}x (minima)")
+            f"{min(slow) / min(fast):.1f}x (minima) [{cpu()}]")
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.linear_model import LogisticRegression
 
+from src.core import greedy
 from src.core.evaluate import coverage, kappa
 from src.core.verdicts import ABSTAIN
 
@@ -354,7 +355,8 @@ def cluster_folds(y: np.ndarray, clusters: np.ndarray, n_splits: int = 5, seed: 
     """Folds made of whole clusters, stratified on gold (§2: 5-fold cross-fitting, no cluster split).
 
     The folds of scikit-learn's ``StratifiedGroupKFold(n_splits, shuffle=True, random_state=seed)``, index for
-    index (:func:`_stratified_group_assignment` replays its greedy assignment without its per-fold numpy calls).
+    index (:func:`_stratified_group_assignment` replays its greedy assignment without its per-fold numpy calls;
+    :func:`src.core.greedy.assign` runs the same replay compiled, for tables of many clusters).
     """
     n_clusters = len(np.unique(clusters))
     if n_clusters < n_splits:
@@ -368,7 +370,9 @@ def cluster_folds(y: np.ndarray, clusters: np.ndarray, n_splits: int = 5, seed: 
     np.add.at(per_group, (g_inv, y_inv.ravel()), 1.0)
     perm = np.random.RandomState(seed).permutation(n_clusters)  # StratifiedGroupKFold's shuffle of the groups
     fold_of = np.empty(n_clusters, int)
-    fold_of[perm] = _stratified_group_assignment(per_group[perm], y_cnt, n_splits)
+    shuffled = per_group[perm]
+    assigned = greedy.assign(shuffled, y_cnt, n_splits)  # compiled for many clusters, else replayed here
+    fold_of[perm] = _stratified_group_assignment(shuffled, y_cnt, n_splits) if assigned is None else assigned
     item_fold = fold_of[g_inv]
     idx = np.arange(len(g_inv))
     return [(idx[item_fold != k], idx[item_fold == k]) for k in range(n_splits)]
