@@ -31,8 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness import interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 
-from src import simulate, verdicts  # noqa: E402
+from src.core import verdicts  # noqa: E402
 from src.core.aggregate import DawidSkene, _long_format  # noqa: E402
+from src.studies import simulate  # noqa: E402
 
 warnings.filterwarnings("ignore", module="crowdkit")  # pandas FutureWarnings raised inside crowd-kit
 warnings.filterwarnings("ignore", category=FutureWarning)

@@ -38,9 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 
-from src import ladder, simulate, verdicts  # noqa: E402
+from src.core import ladder, verdicts  # noqa: E402
 from src.core.aggregate import DawidSkene, StackedLogit  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, indicators  # noqa: E402
+from src.studies import simulate  # noqa: E402
 
 # ------------------------------------------------------------------------------- the straightforward side
 

@@ -24,8 +24,9 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from harness import machine, settle, workload_parser  # noqa: E402
 
-from src import evaluate, ladder, simulate, verdicts  # noqa: E402
+from src.core import evaluate, ladder, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
+from src.studies import simulate  # noqa: E402
 
 
 def rss_mb() -> float:

@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 
-from src import ladder, simulate, verdicts  # noqa: E402
+from src.core import ladder, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
+from src.studies import simulate  # noqa: E402
 from src.studies.suite import budget, loops, mechanism, panel, run_suite  # noqa: E402
 from src.studies.suite.reference import references, rng_for  # noqa: E402
 
