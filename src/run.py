@@ -12,7 +12,6 @@ import logging
 from pathlib import Path
 
 import hydra
-import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobStatus
 from hydra.experimental.callback import Callback
@@ -22,12 +21,10 @@ from omegaconf import DictConfig
 from src.core.errors import checked_overrides, one_line
 from src.io.files import atomic_write_text, check_output, write_json
 from src.io.paths import CONF_DIR
-from src.mlops import tracking as track
 from src.mlops.redact import scrub
 from src.mlops.store import ui_command
 from src.present.stagefiles import write_stage_files
 from src.present.summary import skipped_lines, summary_lines
-from src.studies.stacking import analyse
 
 log = logging.getLogger("raim")
 
@@ -68,6 +65,8 @@ def main(cfg: DictConfig) -> float:
     outputs = output_paths(cfg)
     for path in outputs:
         check_output(path)
+    from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
+
     table, results, doc = analyse(cfg)
     log_members(results)
     bad = table.provenance.get("bad_cache_lines", 0)
@@ -76,6 +75,7 @@ def main(cfg: DictConfig) -> float:
                     ", ".join(table.provenance["bad_cache_files"]))
     run_id = None
     if cfg.tracking.enabled:  # before results.json: a failed tracking leaves the previous results in place
+        from src.mlops import tracking as track  # imported here, not at start-up: only a tracked run needs it
 
         run_id = track.log_analysis(cfg, table, results, doc)
     for path in outputs:  # results.json depends on the inputs only (a DVC output): the run id goes beside it
@@ -90,6 +90,8 @@ def main(cfg: DictConfig) -> float:
     if run_id:
 
         print(f"MLflow run {run_id}; compare runs with: {ui_command(cfg)}")
+    import numpy as np  # imported here, not at start-up: numpy ~0.2 s (the analysis above has loaded it)
+
     return float(np.mean([r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]))
 
 
