@@ -123,22 +123,12 @@ def test_a_conflict_stops_the_verdict_table_of_its_item(tmp_path):
 
 def _bench(tmp_path, records, fmt="jsonl", text=None, **node):
     """Build dataset ``bench`` from ``records`` (a JSON Lines / JSON file under a raw root) with builder ``node``."""
-    import yaml
+    from malformed import raw_dataset
 
     from src.io import datasets as data
 
-    raw = tmp_path / "raw" / "bench"
-    raw.mkdir(parents=True, exist_ok=True)
-    if fmt != "parquet":  # a Parquet file is written by the caller
-        body = text if text is not None else ("".join(json.dumps(r) + "\n" for r in records) if fmt == "jsonl"
-                                              else json.dumps(records))
-        (raw / f"b.{fmt}").write_text(body)
-    specs = tmp_path / "specs"
-    specs.mkdir(exist_ok=True)
-    builder = {"_target_": "src.io.datasets.Fields", "path": f"bench/b.{fmt}", "question": "q", **node}
-    (specs / "bench.yaml").write_text(yaml.safe_dump({"name": "bench", "title": "B", "frame": "claim",
-                                                      "paper_n": None, "builder": builder}))
-    return data.build_dataset("bench", [tmp_path / "raw"], spec_dir=specs)
+    raw, specs = raw_dataset(tmp_path, records, fmt, text, **node)
+    return data.build_dataset("bench", [raw], spec_dir=specs)
 
 
 POOLED = {"candidate": "c", "gold": {"field": "g", "labels": {"0": 0, "1": 1}}, "balance": False}
