@@ -252,6 +252,7 @@ def test_a_dataset_named_like_the_coverage_audit_is_refused(tmp_path):
 
 @pytest.mark.parametrize("name", ["votes#1.sqlite", "votes?mode=rwc.sqlite", "a b%20#?.sqlite"])
 def test_a_store_path_with_uri_characters_is_read_as_that_file(tmp_path, name):
+    from src.io.flagstore import read_flags, record_flags
     from src.io.votestore import read_store, record
 
     (tmp_path / "votes").write_bytes(b"")  # what a cut-off path would open instead
@@ -259,6 +260,8 @@ def test_a_store_path_with_uri_characters_is_read_as_that_file(tmp_path, name):
     record(path, "stacker", ["a", "b"], np.array([[1, 0], [0.5, 1]]), p=[0.9, 0.2], item_ids=["x", "y"])
     s = read_store(path, ["a", "b"])
     assert s.item_ids == ["x", "y"] and s.votes.tolist() == [[1, 0], [0.5, 1]]
+    record_flags(path, "panel", ["x", "y"], [True, False])  # the injection flags beside the votes, read the same way
+    assert read_flags(path) == {"x": True, "y": False}
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(name)) == ["votes"]
 
 
