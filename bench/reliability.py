@@ -635,8 +635,6 @@ def boundary_stores(tmp: Path, served_store: Path, model_run: str) -> list[dict]
         "registry show: a corrupt store": (["src.registry", "show", "--name", "x"], f"sqlite:///{bad}",
                                            dict(needle="file is not a database")),
         "run: tracking into a corrupt store": (run, f"sqlite:///{bad}", dict(needle="file is not a database")),
-        "run: tracking into a read-only store": (run, f"sqlite:///file:{ro}?mode=ro&uri=true",
-                                                 dict(needle="readonly")),
         "registry: a tracking server not there": (["src.registry", "--tracking-uri", f"http://127.0.0.1:{port}",
                                                    "show", "--name", "x"], uri, dict(needle="connection refused")),
         "run: a tracking server not there": (run, f"http://127.0.0.1:{port}", dict(needle="connection refused")),
@@ -644,9 +642,29 @@ def boundary_stores(tmp: Path, served_store: Path, model_run: str) -> list[dict]
                                                   "--model-uri", "models:/x@champion", "--candidate", "hi"], uri,
                                                  dict(needle="connection refused")),
     }
-    return [_row("tracking store and registry (2)", name, run_case(tmp, args, timeout=90,
+    rows = [_row("tracking store and registry (2)", name, run_case(tmp, args, timeout=90,
                                                                     env={"MLFLOW_TRACKING_URI": u}), **how)
             for name, (args, u, how) in cases.items()]
+    with read_only(ro) as really:
+        p = run_case(tmp, run, timeout=90, env={"MLFLOW_TRACKING_URI": f"sqlite:///{ro}"})
+    rows.append(_row("tracking store and registry (2)", "run: tracking into a read-only store"
+                     + ("" if really else " (NOT read-only here: root without chattr)"), p, needle="readonly"))
+    return rows
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """``path`` read-only while inside: its mode (enough for a user) and, for root, the immutable attribute
+    (``chattr +i``, ext4), removed on leaving. Yields whether the file is read-only to this user."""
+    path.chmod(0o444)
+    immutable = os.geteuid() == 0 and shutil.which("chattr") is not None and subprocess.run(
+        ["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    try:
+        yield os.geteuid() != 0 or immutable
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o644)
 
 
 def _http_outcome(status: int | None, body: dict, needle: str | None = None, check=None) -> str:

@@ -491,6 +491,36 @@ def test_a_store_error_is_one_line_without_the_sql_statement():
         raise KeyError("not a store error")
 
 
+def test_mlflow_s_log_of_a_failed_statement_stays_out_of_the_one_line(capfd, monkeypatch):
+    """MLflow logs a store's SQL error (a read-only store) with its traceback and statement before re-raising it."""
+    import logging
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    from src.core.errors import RaimError
+    from src.mlops.store import store_errors
+
+    def fail():
+        try:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        except sqlite3.Error as e:
+            logging.getLogger("mlflow.store.db.utils").exception("SQLAlchemy database error. [SQL: INSERT INTO x]")
+            raise MlflowException(f"(sqlite3.OperationalError) {e}\n[SQL: INSERT INTO x]") from e
+
+    monkeypatch.delenv("RAIM_DEBUG", raising=False)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    capfd.readouterr()
+    with pytest.raises(RaimError, match="readonly database$"), store_errors("sqlite:////x/m.db"):
+        fail()
+    assert "INSERT INTO" not in capfd.readouterr().err
+    monkeypatch.setenv("RAIM_DEBUG", "1")  # asked for: MLflow's log and its traceback show
+    with pytest.raises(RaimError), store_errors("sqlite:////x/m.db"):
+        fail()
+    err = capfd.readouterr().err
+    assert "SQLAlchemy database error. [SQL: INSERT INTO x]" in err and "Traceback" in err
+
+
 def test_a_tracking_server_that_is_not_there_is_one_line_at_once(monkeypatch, capsys):
     import socket
     import time
