@@ -1,8 +1,8 @@
 """Reliability at the user's boundary (issue 10): the README's reliability table, measured here.
 
-    python bench/reliability.py [--kills 8] [--concurrent 3] [--json out.json]
+    python bench/reliability.py [--kills 8] [--concurrent 3] [--skip PART ...] [--json out.json]
 
-Four parts, every one through the real commands (subprocesses), nothing mocked:
+Five parts, every one through the real commands (subprocesses), nothing mocked:
 
 1. **Bad inputs**: each malformed verdict table of ``tests/malformed.py`` through ``python -m src.run verdicts=…``,
    damaged verdict caches through ``python -m src.run`` on a copy of the committed cache, and bad arguments to
@@ -16,6 +16,16 @@ Four parts, every one through the real commands (subprocesses), nothing mocked:
    all must succeed, every results.json must be written, the store must hold N runs.
 4. **Served model**: the malformed requests of ``tests/malformed.py`` sent to ``python -m src.serve model`` (RAIM's
    strict server) and to plain ``mlflow models serve``: HTTP 400 with a one-line message, or not.
+5. **The second battery** (``boundary``): one case or a few per class of input that used to give a silent wrong
+   result, a traceback or a hang — absurd feature values, conflicting duplicate cache records, raw records that
+   vanish or merge, NaN / Infinity extras, a dataset named like an output, a monitor store path with ``#`` / ``?``
+   or a text timestamp, requests that bypassed the strict server, the served panel's texts, frames and item ids,
+   ``registry show`` without versions or with quotes, ``on_bad_record``, a spec field of the wrong type, deep JSON,
+   a partial stacker feature, a FIFO or ``/dev/zero`` cache file, a corrupt or read-only tracking store, a tracking
+   server that is not there, Hydra's grammar on paths, a missing weight package, a YAML anchor bomb — through
+   ``src.run``, ``src.data``, ``src.judges``, ``src.monitor``, ``src.registry``, ``src.predict`` and ``src.serve``,
+   each with a timeout. Outcomes (``OUTCOMES_2``): one line, reported, read as meant (exit 0, the result
+   checked), traceback, silent, hang, unclear.
 """
 
 from __future__ import annotations
