@@ -113,7 +113,7 @@ BOUNDARY_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "mass -3": ("t.csv", lambda: _feature("-3", "a@mass", "0.9").encode()),
     "mass NaN": ("t.csv", lambda: _feature("NaN", "a@mass", "0.9").encode()),
     "judge name with a zero-width space": ("t.csv", lambda: valid_csv().replace(",b,", ",a\u200b,", 1).encode()),
-    "judge name with a no-break space": ("t.csv", lambda: valid_csv().replace(",b,", ",b\xa0,", 1).encode()),
+    "judge name with a no-break space inside": ("t.csv", lambda: valid_csv().replace(",b,", ",b\xa0b,", 1).encode()),
 }
 
 # name -> (file name, bytes) that are valid and must be accepted (and analysed)

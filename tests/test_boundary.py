@@ -482,7 +482,11 @@ def test_a_store_error_is_one_line_without_the_sql_statement():
 
     sql = sqlalchemy.exc.OperationalError("INSERT INTO runs (run_uuid, name)\nVALUES (?, ?)", ("a", "b"),
                                           sqlite3.OperationalError("attempt to write a readonly database"))
-    for e in (sql, MlflowException(str(sql))):
+    flushed = sqlalchemy.exc.OperationalError("INSERT INTO runs", (), sqlite3.OperationalError(
+        "attempt to write a readonly database"))
+    flushed.args = ("(raised as a result of Query-invoked autoflush; consider using a session.no_autoflush block if "
+                    f"this flush is occurring prematurely)\n{flushed.args[0]}",)
+    for e in (sql, MlflowException(str(sql)), MlflowException(str(flushed))):
         with pytest.raises(RaimError) as err, store_errors("sqlite:////x/m.db"):
             raise e
         assert str(err.value) == ("MLflow tracking store sqlite:////x/m.db: (sqlite3.OperationalError) attempt to "

@@ -147,6 +147,7 @@ def store_failure(e: BaseException) -> str | None:
         return None
     msg = getattr(e, "message", None) or str(e) or type(e).__name__
     msg = re.split(r"\[SQL: |\(Background on this error at", msg)[0]
+    msg = re.sub(r"^\s*\(raised as a result of Query-invoked autoflush;[^)]*\)\s*", "", msg)  # SQLAlchemy's advice
     return " ".join(msg.split())[:300] or type(e).__name__
 
 
