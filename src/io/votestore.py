@@ -110,6 +110,13 @@ def _stream_vote(v: Any, where: str) -> float:
     return float(v)
 
 
+def connect_readonly(path: str | Path) -> sqlite3.Connection:
+    """A read-only connection to the store at ``path``. Read-only needs an sqlite URI: the path is percent-encoded
+    in it, so a ``#`` or ``?`` in a folder or file name is part of the path, never a fragment or a query that cuts
+    it (and opens another file)."""
+    return sqlite3.connect(f"file:{urllib.parse.quote(str(Path(path).absolute()))}?mode=ro", uri=True, timeout=30.0)
+
+
 def read_store(path: str | Path, members: Sequence[str], model: str | None = None) -> Stream:
     """The store's rows (optionally of one ``model``) as a :class:`Stream` over ``members``; a row without
     exactly those members, or with a bad vote, is an error naming the row (its ``seq``) and the field."""
@@ -118,9 +125,7 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
         raise MonitorError(f"{path}: not a file, so not a monitoring store")
     if not path.is_file():
         raise MonitorError(f"{path}: no monitoring store there (record with {STORE_ENV}=… on the served model)")
-    # read-only needs a URI: the path is percent-encoded in it, so a `#` or `?` in a folder or file name is part
-    # of the path, never a fragment or a query that cuts it
-    con = sqlite3.connect(f"file:{urllib.parse.quote(str(path.absolute()))}?mode=ro", uri=True, timeout=30.0)
+    con = connect_readonly(path)
     try:
         sql = "SELECT seq, ts, item_id, votes, p_hallucinated FROM votes"
         rows = con.execute(sql + (" WHERE model = ?" if model else "") + " ORDER BY seq",

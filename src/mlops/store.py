@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from src.core.errors import RaimError
+from src.core.errors import RaimError, debug
 from src.io.files import file_lock
 from src.io.paths import ROOT
 
@@ -147,13 +147,22 @@ def store_failure(e: BaseException) -> str | None:
         return None
     msg = getattr(e, "message", None) or str(e) or type(e).__name__
     msg = re.split(r"\[SQL: |\(Background on this error at", msg)[0]
+    msg = re.sub(r"^\s*\(raised as a result of Query-invoked autoflush;[^)]*\)\s*", "", msg)  # SQLAlchemy's advice
     return " ".join(msg.split())[:300] or type(e).__name__
+
+
+SQL_ERROR_LOGGER = "mlflow.store.db.utils"  # logs a failed statement, its traceback and SQL, then re-raises it
 
 
 @contextlib.contextmanager
 def store_errors(uri: str) -> Iterator[None]:
     """An error of the tracking store at ``uri`` inside the block (:func:`store_failure`) becomes one
-    :class:`RaimError` line naming the store."""
+    :class:`RaimError` line naming the store; MLflow's own log of it (the traceback and the SQL statement, on
+    :data:`SQL_ERROR_LOGGER`) is kept out of the output unless tracebacks are asked for (``RAIM_DEBUG=1``)."""
+    logger = logging.getLogger(SQL_ERROR_LOGGER)
+    level = logger.level
+    if not debug():
+        logger.setLevel(logging.CRITICAL)
     try:
         yield
     except RaimError:
@@ -163,6 +172,8 @@ def store_errors(uri: str) -> Iterator[None]:
         if why is None:
             raise
         raise RaimError(f"MLflow tracking store {uri}: {why}") from e
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager
