@@ -411,7 +411,7 @@ def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_f
     # stacker.C=0.5 -S analysis.n_boot=200`, settings its replay uses, back to those of the first `dvc repro`,
     # so DVC's run cache restores its outputs instead of running it)
     assert {"balance@newbench", "verdicts@newbench", "coverage", "stacking", "suite", "prevalence", "noise",
-            "report"} == ran, out
+            "rate", "injection", "report"} == ran, out
     assert "Stage 'monitor' is cached - skipping run, checking out outputs" in out, out
     assert raw.exists() and (repo / "datasets" / "newbench.jsonl").exists()
     doc = json.loads((repo / "results" / "results.json").read_text())

@@ -41,7 +41,6 @@ import io
 import json
 import logging
 import sqlite3
-import time
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -764,7 +763,6 @@ def study(table, stacker, settings, s: Mapping, labeller: tuple[str, str] | None
     rng = np.random.default_rng(int(s["seed"]))
     doc: dict[str, Any] = {}
     bar = tqdm(total=len(sources) * len(s["prevalences"]), desc="rate", unit="cell", mininterval=2.0)
-    started = time.perf_counter()
     for src in sources:
         cells = {}
         for q in s["prevalences"]:
@@ -773,8 +771,7 @@ def study(table, stacker, settings, s: Mapping, labeller: tuple[str, str] | None
         doc[src.name] = {"kind": src.kind, "description": src.description, "info": src.info, "cells": cells}
     bar.close()
     return {"settings": {k: v for k, v in s.items() if k not in ("output", "figure")}, "estimand": ESTIMAND,
-            "band": list(BAND), "regimes": doc, "summary": summary(doc), "crosscheck": crosscheck(doc),
-            "seconds": round(time.perf_counter() - started, 1)}
+            "band": list(BAND), "regimes": doc, "summary": summary(doc), "crosscheck": crosscheck(doc)}
 
 
 def _cells(reg: dict):
