@@ -342,6 +342,21 @@ def serve_and_send(args: list[str], port: int, env: dict, requests: dict[str, di
         return out
 
 
+def logged_stacker(store: Path) -> tuple[dict, str, str]:
+    """Run ``src.run`` on ``store/v.csv`` (dataset ``good``) into a store of its own: (its environment, the
+    stacker model URI its ``good`` run logged, that run's id)."""
+    import mlflow
+
+    env = {**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{store}/mlflow.db", "RAIM_HYDRA_DIR": str(store / "hydra")}
+    subprocess.run([sys.executable, "-m", "src.run", f"verdicts={store}/v.csv", "analysis=fast",
+                    f"output={store}/r.json"], cwd=ROOT, env=env, check=True, capture_output=True)
+    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
+    kid = mlflow.search_runs(search_all_experiments=True, output_format="list",
+                             filter_string="tags.dataset = 'good'")[0]
+    mlflow.set_tracking_uri(None)
+    return env, kid.data.tags["stacker_model_uri"], kid.info.run_id
+
+
 def served(tmp: Path) -> dict:
     """A stacker logged by a real analysis of simulated panels, served both ways."""
     from src.studies import simulate
@@ -350,16 +365,7 @@ def served(tmp: Path) -> dict:
     store.mkdir()
     table = simulate.panel(150, 2, accuracies=[0.75] * 6, rho=0.05, dataset="good", seed=1)
     table.to_csv(store / "v.csv", index=False)
-    env = {**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{store}/mlflow.db", "RAIM_HYDRA_DIR": str(store / "hydra")}
-    subprocess.run([sys.executable, "-m", "src.run", f"verdicts={store}/v.csv", "analysis=fast",
-                    f"output={store}/r.json"], cwd=ROOT, env=env, check=True, capture_output=True)
-    import mlflow
-
-    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    kid = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                             filter_string="tags.dataset = 'good'")[0]
-    mlflow.set_tracking_uri(None)
-    uri = kid.data.tags["stacker_model_uri"]
+    env, uri, _ = logged_stacker(store)
     members = [f"m{j:02d}" for j in range(6)]
     requests = malformed.serving_requests(members)
     p1, p2 = free_port(), free_port()
@@ -701,20 +707,11 @@ def _send(url: str, body: bytes, ctype: str | None) -> tuple[int | None, dict]:
 def boundary_served(tmp: Path) -> list[dict]:
     """A stacker over the tiny roster's two members (logged by ``src.run`` on a simulated table) served strictly,
     and the panel of that roster and stacker (``src.registry log-panel --no-compute`` on a cold cache)."""
-    import mlflow
-
     members = ["smollm135m", "lexical"]
     store = tmp / "bserve"
     store.mkdir()
     sim_table(store / "v.csv", members)
-    env = {**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{store}/mlflow.db", "RAIM_HYDRA_DIR": str(store / "hydra")}
-    subprocess.run([sys.executable, "-m", "src.run", f"verdicts={store}/v.csv", "analysis=fast",
-                    f"output={store}/r.json"], cwd=ROOT, env=env, check=True, capture_output=True)
-    mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    kid = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                             filter_string="tags.dataset = 'good'")[0]
-    mlflow.set_tracking_uri(None)
-    stacker = kid.data.tags["stacker_model_uri"]
+    env, stacker, run_id = logged_stacker(store)
     logged = subprocess.run([sys.executable, "-m", "src.registry", "log-panel", "--roster", "tiny", "--stacker-uri",
                              stacker, "--no-compute", "--cache-dir", str(store / "cold")], cwd=ROOT, env=env,
                             check=True, capture_output=True, text=True)
@@ -747,7 +744,7 @@ def boundary_served(tmp: Path) -> list[dict]:
     p = run_case(tmp, ["src.predict", str(items), "--model-uri", panel, "--no-compute", "--cache-dir",
                        str(store / "cold"), "--no-progress"], env={"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"]})
     rows.append(_row("served panel (2)", "predict: one item id twice", p, needle="'x'"))
-    rows += boundary_stores(tmp, store, kid.info.run_id)
+    rows += boundary_stores(tmp, store, run_id)
     return rows
 
 
