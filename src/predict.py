@@ -42,9 +42,10 @@ from omegaconf import OmegaConf
 
 from src.core.decide import ACTIONS
 from src.core.errors import ArgumentParser, RaimError, one_line
-from src.io.datasets import DatasetError, RawRecordError, dataset_spec, read_csv, read_jsonl, read_parquet
+from src.io.datasets import DatasetError, dataset_spec
 from src.io.files import atomic_write_text
 from src.io.paths import ROOT
+from src.io.raw import RawRecordError, read_csv, read_jsonl, read_parquet
 from src.judges.config import load_roster
 from src.judges.ray_engine import add_engine_args, engine_from_args
 from src.judges.runner import verdict_table
@@ -86,7 +87,7 @@ class Panel:
 
 
 def _optional_text(rec, key: str) -> str:
-    """An optional string field of a :class:`src.io.datasets.Rec` ('' when absent, null or empty)."""
+    """An optional string field of a :class:`src.io.raw.Rec` ('' when absent, null or empty)."""
 
     v = rec.data.get(key)
     if v is None or (isinstance(v, float) and v != v):

@@ -11,8 +11,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from src.io import benchmarks, builders
 from src.io import datasets as data
 from src.io.datasets import ITEM_COLUMNS, RawRecordError
+from src.io.raw import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "raw"
@@ -120,7 +122,7 @@ def test_real_claim_sets_cluster_on_shared_document(real, name, key):
     if name == "wice":
         rows = [json.loads(line) for line in open(RAW / "wice" / "claim" / "test.jsonl")]
         metas = [r["meta"] if isinstance(r["meta"], dict) else ast.literal_eval(r["meta"]) for r in rows]
-        by_claim = {r["claim"]: f"wice-{data._ident(m[key])}" for r, m in zip(rows, metas)}
+        by_claim = {r["claim"]: f"wice-{builders._ident(m[key])}" for r, m in zip(rows, metas)}
         assert (df.question.map(by_claim) == df.cluster_id).all()
     else:
         sizes = df.groupby("cluster_id").size()
@@ -262,7 +264,7 @@ def test_dataset_specs_are_read_and_build_from_their_node():
         coded = name in {"expertqa", "ragtruth", "factscore"}
         assert isinstance(builder, data.Registered if coded else data.Fields)
         assert builder.construction == ("pairs" if name in PAIRED else "pooled")
-    assert set(data.dataset_names()) == set(PAPER_N) and set(data.BUILDERS) == {"expertqa", "ragtruth", "factscore"}
+    assert set(data.dataset_names()) == set(PAPER_N) and set(benchmarks.BUILDERS) == {"expertqa", "ragtruth", "factscore"}
     assert "builder" not in data.dataset_spec("all")
 
 
@@ -432,14 +434,14 @@ def test_generic_cluster_field_vs_one_cluster_per_record(tmp_path):
     per_record = _generic(tmp_path, MYBENCH).items
     assert per_record.cluster_id.nunique() == len(per_record) == 4
     by_doc = _generic(tmp_path, {**MYBENCH, "cluster": "doc"}).items
-    docs = [data._ident(QA[i]["doc"]) for i in (0, 1, 3, 4)]
+    docs = [builders._ident(QA[i]["doc"]) for i in (0, 1, 3, 4)]
     assert _rows(by_doc) == _expected(clusters=docs)
     assert by_doc.groupby("cluster_id").size().sort_values().tolist() == [1, 1, 2]  # q1, q2 share d1
 
 
 def test_generic_id_field_names_items(tmp_path):
     df = _generic(tmp_path, {**MYBENCH, "id": "id"}).items
-    assert _rows(df) == sorted(_expected(ids=tuple(data._ident(f"q{i}") for i in (1, 2, 4, 5))))
+    assert _rows(df) == sorted(_expected(ids=tuple(builders._ident(f"q{i}") for i in (1, 2, 4, 5))))
 
 
 def test_generic_filter_field_equals_value(tmp_path):
@@ -513,11 +515,11 @@ def test_generic_pairs_nested_fields_and_split_pick(tmp_path):
         assert sorted(g.gold) == [0, 1] and g.question.nunique() == 1 and g.evidence.nunique() == 1
     first = df.set_index("item_id")
     assert first.loc["mybench-00000-pos", "candidate"] == "William Shakespeare."
-    assert first.loc["mybench-00000-neg", "candidate"] == data.pick(
+    assert first.loc["mybench-00000-neg", "candidate"] == builders.pick(
         ["Christopher Marlowe", "Ben Jonson", "Thomas Kyd"], 0, (0, 1))
     evidence = "Hamlet is a tragedy.\n\nIt was written by William Shakespeare."
     assert first.loc["mybench-00000-pos", "evidence"] == evidence
-    assert set(df.cluster_id) == {f"mybench-{data._ident('Hamlet')}"}  # cluster = meta.topic, both Hamlet
+    assert set(df.cluster_id) == {f"mybench-{builders._ident('Hamlet')}"}  # cluster = meta.topic, both Hamlet
     negs = {_generic(tmp_path, {**PAIRS, "on_bad_record": "drop"}, seed=s).items.set_index("item_id")
             .loc["mybench-00000-neg", "candidate"]
             for s in range(10)}
@@ -573,7 +575,7 @@ def test_config_only_dataset_through_cli(tmp_path):
     got = (tmp_path / "a" / "mybench.jsonl").read_bytes()
     assert got == (tmp_path / "b" / "mybench.jsonl").read_bytes()
     df = data.read_items(tmp_path / "a" / "mybench.jsonl")
-    assert _rows(df) == _expected(clusters=[data._ident(QA[i]["doc"]) for i in (0, 1, 3, 4)])
+    assert _rows(df) == _expected(clusters=[builders._ident(QA[i]["doc"]) for i in (0, 1, 3, 4)])
     summary = json.loads((tmp_path / "a" / "summary" / "mybench.json").read_text())
     assert summary == {"n": 4, "n_clusters": 3, "items_per_cluster": 1.3333, "max_cluster": 2, "n_supported": 2,
                        "n_hallucinated": 2, "hallucinated_share": 0.5, "title": "My benchmark", "frame": "def_on",
@@ -642,16 +644,16 @@ def test_json_lines_named_json_are_read_as_json_lines(tmp_path):
     recs = [{"uid": "a", "answer": "x"}, {"uid": "b", "answer": "y"}]
     lines = tmp_path / "qa.json"
     lines.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    assert [r.data for r in data.read_records(lines, tmp_path)] == recs
-    assert "line 2" in data.read_records(lines, tmp_path)[1].where  # errors name the line, as for .jsonl
+    assert [r.data for r in read_records(lines, tmp_path)] == recs
+    assert "line 2" in read_records(lines, tmp_path)[1].where  # errors name the line, as for .jsonl
     pretty = tmp_path / "pretty.json"
     pretty.write_text(json.dumps({"data": recs}, indent=2))
-    assert [r.data for r in data.read_records(pretty, tmp_path)] == recs
+    assert [r.data for r in read_records(pretty, tmp_path)] == recs
     listed = tmp_path / "list.json"
     listed.write_text(json.dumps(recs[0]) + "\n")  # one object on one line: a JSON document
     with pytest.raises(RawRecordError):
-        data.read_records(listed, tmp_path)
+        read_records(listed, tmp_path)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(recs[0]) + "\n{not json\n")
     with pytest.raises(RawRecordError, match="line 2"):
-        data.read_records(bad, tmp_path)
+        read_records(bad, tmp_path)

@@ -326,9 +326,9 @@ class Targets:
     already imported by the module that holds the list); then it resolves the node's interpolations (unless they are
     refused) and calls the class with the node's keys."""
 
-    def __init__(self, kind: str, *classes: type):
-        self.kind = kind
-        self.classes = {f"{c.__module__}.{c.__qualname__}": c for c in classes}
+    def __init__(self, kind: str, *classes: type, module: str | None = None):
+        self.kind = kind  # `module`: the module a user's config names them by (default each class's own)
+        self.classes = {f"{module or c.__module__}.{c.__qualname__}": c for c in classes}
         for c in classes:
             params_of(c)  # a class that would swallow unknown keys is refused here, at import
 

@@ -58,8 +58,8 @@ from src.core.ladder import dataset_folds
 from src.core.rates import RateError
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
-from src.io.datasets import RawRecordError, Rec, read_csv, read_jsonl, read_parquet
 from src.io.files import atomic_write_text, to_json
+from src.io.raw import RawRecordError, Rec, read_csv, read_jsonl, read_parquet
 from src.studies import prevalence, simulate
 
 log = logging.getLogger("raim.rate")
