@@ -59,9 +59,11 @@ def check_equal(ds: DawidSkene, ck, X: np.ndarray, name: str) -> None:
     probas, priors, conf = crowdkit_state(ck, *X.shape)
     voted = (X != verdicts.ABSTAIN).any(axis=1)
     said = np.stack([(X == o).any(axis=0) for o in (0, 1)], axis=1)  # [j, o]: member j gave label o
-    for what, ours, theirs in [("posteriors", ds.probas_[voted], probas[voted]), ("priors", ds.priors_, priors),
-                               ("confusion", ds.confusion_.transpose(0, 2, 1)[said],
-                                conf.transpose(0, 2, 1)[said])]:
+    for what, ours, theirs in [
+        ("posteriors", ds.probas_[voted], probas[voted]),
+        ("priors", ds.priors_, priors),
+        ("confusion", ds.confusion_.transpose(0, 2, 1)[said], conf.transpose(0, 2, 1)[said]),
+    ]:
         gap = float(np.abs(ours - theirs).max())
         assert gap < 1e-8, f"{name}: {what} differ from crowd-kit's by {gap:.2e}"
 
@@ -84,20 +86,28 @@ def main() -> None:
     data = tables(a)
     longs = {name: _long_format(X) for name, X in data.items()}
     settle()
-    times, last = interleaved({  # ours, then crowd-kit, every table, in turn
-        "numpy": lambda: [DawidSkene(n_iter=a.iters, tol=0.0, accelerate=False).fit(X) for X in data.values()],
-        "crowd-kit": lambda: [crowdkit_fit(longs[name], a.iters, -np.inf) for name in data]}, a.repeats)
+    times, last = interleaved(
+        {  # ours, then crowd-kit, every table, in turn
+            "numpy": lambda: [DawidSkene(n_iter=a.iters, tol=0.0, accelerate=False).fit(X) for X in data.values()],
+            "crowd-kit": lambda: [crowdkit_fit(longs[name], a.iters, -np.inf) for name in data],
+        },
+        a.repeats,
+    )
     for (name, X), ds, ck in zip(data.items(), last["numpy"], last["crowd-kit"]):
         check_equal(ds, ck, X, name)
     n_votes = sum(len(v) for v in longs.values())
-    print(f"{len(data)} tables ({n_votes} votes), {a.iters} EM iterations each; equal to crowd-kit within 1e-8 "
-          f"(posteriors, priors, confusion)")
+    print(
+        f"{len(data)} tables ({n_votes} votes), {a.iters} EM iterations each; equal to crowd-kit within 1e-8 "
+        f"(posteriors, priors, confusion)"
+    )
     print(f"  numpy EM:  {summary(times['numpy'])}")
     print(f"  crowd-kit: {summary(times['crowd-kit'])}")
     print(f"  speed-up: {ratio(times['crowd-kit'], times['numpy'])}")
 
-    print("to convergence (ours, tol 1e-10: plain EM steps, then SQUAREM-accelerated, same verdicts asserted) vs "
-          "crowd-kit's defaults (n_iter=100, tol=1e-5), one run each:")
+    print(
+        "to convergence (ours, tol 1e-10: plain EM steps, then SQUAREM-accelerated, same verdicts asserted) vs "
+        "crowd-kit's defaults (n_iter=100, tol=1e-5), one run each:"
+    )
     for name, X in data.items():
         t0 = time.perf_counter()
         plain = DawidSkene(accelerate=False).fit(X)
@@ -111,9 +121,11 @@ def main() -> None:
         t_ck = time.perf_counter() - t0
         voted = (X != verdicts.ABSTAIN).any(axis=1)
         gap = np.abs(ds.probas_[voted] - crowdkit_state(ck, *X.shape)[0][voted]).max()
-        print(f"  {name:16s} plain {plain.n_iter_:6d} it {t_plain:6.3f} s; accelerated {ds.n_iter_:5d} it "
-              f"{t_ours:6.3f} s (converged {ds.converged_}); crowd-kit {len(ck.loss_history_):3d} it {t_ck:6.3f} s; "
-              f"max posterior gap {gap:.3f}")
+        print(
+            f"  {name:16s} plain {plain.n_iter_:6d} it {t_plain:6.3f} s; accelerated {ds.n_iter_:5d} it "
+            f"{t_ours:6.3f} s (converged {ds.converged_}); crowd-kit {len(ck.loss_history_):3d} it {t_ck:6.3f} s; "
+            f"max posterior gap {gap:.3f}"
+        )
     print(f"after: {machine()}")
 
 

@@ -118,12 +118,18 @@ def bootstrap_part(table, s, repeats: int) -> None:
 
     work = ladder_predictions(table, s)
     with threadpool_limits(1):  # as inside the analysis; both sides alike
-        times, last = interleaved({
-            "engine": lambda: [b.counts(g, P) for b, g, P in work],
-            "loop": lambda: [loop_counts(b, g, P) for b, g, P in work]}, repeats)
+        times, last = interleaved(
+            {
+                "engine": lambda: [b.counts(g, P) for b, g, P in work],
+                "loop": lambda: [loop_counts(b, g, P) for b, g, P in work],
+            },
+            repeats,
+        )
     assert all(np.array_equal(a, b) for a, b in zip(last["engine"], last["loop"])), "bootstrap counts differ"
-    print(f"1. paired cluster bootstrap, {len(work)} datasets × {work[0][2].shape[1]} prediction vectors, "
-          f"B={s.n_boot} (same draws on both sides; counts equal)")
+    print(
+        f"1. paired cluster bootstrap, {len(work)} datasets × {work[0][2].shape[1]} prediction vectors, "
+        f"B={s.n_boot} (same draws on both sides; counts equal)"
+    )
     print(f"   engine (one product per chunk of draws): {summary(times['engine'])}")
     print(f"   per-draw numpy loop:                     {summary(times['loop'])}")
     print(f"   speed-up: {ratio(times['loop'], times['engine'])}")
@@ -155,13 +161,23 @@ def analysis_part(table, s, repeats: int, load: int) -> None:
             busy, _ = interleaved({"engine": engine, "unlimited": unlimited}, repeats)
         for k, name in (("engine", "engine (BLAS 1 thread)"), ("unlimited", "BLAS default threads")):
             q = times[k] if k in times else quiet[k]
-            print(f"   {name:24s} quiet {summary(q)}; under load {summary(busy[k])}: "
-                  f"{min(busy[k]) / min(q):.2f}x")
+            print(f"   {name:24s} quiet {summary(q)}; under load {summary(busy[k])}: {min(busy[k]) / min(q):.2f}x")
 
 
 def cli(env: dict, out: Path) -> None:
-    cmd = [sys.executable, "-m", "src.run", "--config-dir", ".", "--config-name", "params", "judge.compute=false",
-           "judge.missing=skip", f"output={out / 'r.json'}", f"hydra.run.dir={out / 'hydra'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "src.run",
+        "--config-dir",
+        ".",
+        "--config-name",
+        "params",
+        "judge.compute=false",
+        "judge.missing=skip",
+        f"output={out / 'r.json'}",
+        f"hydra.run.dir={out / 'hydra'}",
+    ]
     if "MLFLOW_TRACKING_URI" not in env:
         cmd.append("tracking.enabled=false")
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
@@ -182,8 +198,11 @@ def cli_part(repeats: int, load: int) -> None:
             d.mkdir()
             cli({**base, "MLFLOW_TRACKING_URI": f"sqlite:///{d}/m.db"}, tmp)
 
-        sides = {"no tracking": lambda: cli(base, tmp), "existing store": lambda: cli(existing, tmp),
-                 "new store": new_store}
+        sides = {
+            "no tracking": lambda: cli(base, tmp),
+            "existing store": lambda: cli(existing, tmp),
+            "new store": new_store,
+        }
         print("3. python -m src.run on the committed verdict caches, end to end (a new process: imports counted)")
         times, _ = interleaved(sides, repeats)
         for k, v in times.items():
@@ -208,9 +227,11 @@ def main() -> None:
     s = ladder.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
     print(f"{a.datasets} datasets × {a.items} items × {a.members} judges, B={a.boot}; {machine()}")
     parts = a.parts.split(",")
-    for name, run in (("bootstrap", lambda: bootstrap_part(table, s, a.repeats)),
-                      ("analysis", lambda: analysis_part(table, s, a.repeats, a.load)),
-                      ("cli", lambda: cli_part(a.repeats, a.load))):
+    for name, run in (
+        ("bootstrap", lambda: bootstrap_part(table, s, a.repeats)),
+        ("analysis", lambda: analysis_part(table, s, a.repeats, a.load)),
+        ("cli", lambda: cli_part(a.repeats, a.load)),
+    ):
         if name in parts:
             settle()  # each part starts on a quiet machine (1-min load < 1.2)
             run()

@@ -83,12 +83,16 @@ def naive_hf(folder: Path, frames: dict, max_new: int, threads: int):
         msgs = [{"role": "system", "content": rr.system}, {"role": "user", "content": rr.user}]
         ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         out = model.generate(**ids, max_new_tokens=max_new, do_sample=False, pad_token_id=tok.eos_token_id)
-        return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+        return tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
 
     def run(recs: list[dict]) -> list:
         with torch.inference_mode():
-            return [parse_free_text(answer(r), frames[r["frame"]].supported_words,
-                                    frames[r["frame"]].hallucinated_words)["vote"] for r in recs]
+            return [
+                parse_free_text(answer(r), frames[r["frame"]].supported_words, frames[r["frame"]].hallucinated_words)[
+                    "vote"
+                ]
+                for r in recs
+            ]
 
     return run
 
@@ -116,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3, help="rounds of (naive, runner), interleaved")
-    ap.add_argument("--warmup", type=int, default=0,
-                    help="items (other clusters) run through both sides before the clocks start")
+    ap.add_argument(
+        "--warmup", type=int, default=0, help="items (other clusters) run through both sides before the clocks start"
+    )
     a = ap.parse_args(argv)
 
     from harness import interleaved, machine, ratio, settle, summary
@@ -126,9 +131,11 @@ def main(argv: list[str] | None = None) -> int:
 
     recs, warm = warmup_split(read_items(a.items), a.n, a.warmup)
     frames = load_frames(None)
-    print(f"{len(recs)} items from {a.items.name}, {len({r['cluster_id'] for r in recs})} clusters "
-          f"(+{len(warm)} warm-up items); model {a.model}, engine {a.engine}, context {a.n_ctx}, {a.threads} threads; "
-          f"{machine()}")
+    print(
+        f"{len(recs)} items from {a.items.name}, {len({r['cluster_id'] for r in recs})} clusters "
+        f"(+{len(warm)} warm-up items); model {a.model}, engine {a.engine}, context {a.n_ctx}, {a.threads} threads; "
+        f"{machine()}"
+    )
     if a.engine == "llama":
         from src.judges.backends.llamacpp import LlamaCppBackend
 
@@ -141,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
 
         naive = naive_hf(export_hf(a.model), frames, a.max_new_tokens, a.threads)
         naive_name = "naive transformers generate()"
-        be = VLLMBackend(model=a.model, weights_key=a.model, max_model_len=a.n_ctx, mass_floor=0.05,
-                         gpu_memory_utilization=0.3)
+        be = VLLMBackend(
+            model=a.model, weights_key=a.model, max_model_len=a.n_ctx, mass_floor=0.05, gpu_memory_utilization=0.3
+        )
     run = runner(be, frames)
     if warm:  # one-off engine costs (e.g. vLLM's shape compilation) outside the clocks, on other items
         naive(warm)
@@ -151,13 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     times, last = interleaved({"naive": lambda: naive(recs), "runner": lambda: run(recs)}, a.repeats)
     n = len(recs)
     both = [(x, y) for x, y in zip(last["naive"], last["runner"]) if x is not None and y is not None]
-    print(f"{naive_name:38s}: {summary(times['naive'])} ({min(times['naive']) / n:.3f} s/item at best; "
-          f"{sum(v is not None for v in last['naive'])}/{n} parseable)")
-    print(f"{'runner (' + a.engine + ')':38s}: {summary(times['runner'])} ({min(times['runner']) / n:.3f} s/item at "
-          f"best; {sum(v is not None for v in last['runner'])}/{n} scored)")
+    print(
+        f"{naive_name:38s}: {summary(times['naive'])} ({min(times['naive']) / n:.3f} s/item at best; "
+        f"{sum(v is not None for v in last['naive'])}/{n} parseable)"
+    )
+    print(
+        f"{'runner (' + a.engine + ')':38s}: {summary(times['runner'])} ({min(times['runner']) / n:.3f} s/item at "
+        f"best; {sum(v is not None for v in last['runner'])}/{n} scored)"
+    )
     agree = sum(x == y for x, y in both)
-    print(f"speed-up: {ratio(times['naive'], times['runner'])}; verdicts agree on {agree}/{len(both)} items both "
-          f"answered")
+    print(
+        f"speed-up: {ratio(times['naive'], times['runner'])}; verdicts agree on {agree}/{len(both)} items both answered"
+    )
     print(f"after: {machine()}")
     be.close()
     return 0

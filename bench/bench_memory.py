@@ -53,15 +53,22 @@ def main() -> None:
     t0 = time.perf_counter()
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
     clusters = {n: len(set(t.clusters)) for n, t in table.by_dataset().items()}
-    print(f"table: {len(table.gold):,} rows ({a.datasets} datasets × {a.items:,} items, {a.members} judges), built in "
-          f"{time.perf_counter() - t0:.1f} s; RSS {rss_mb():.0f} MB, peak so far {peak_mb():.0f} MB")
+    print(
+        f"table: {len(table.gold):,} rows ({a.datasets} datasets × {a.items:,} items, {a.members} judges), built in "
+        f"{time.perf_counter() - t0:.1f} s; RSS {rss_mb():.0f} MB, peak so far {peak_mb():.0f} MB"
+    )
     nc = max(clusters.values())
     boot = evaluate.ClusterBootstrap(np.arange(nc), a.boot, 0)  # a dataset's worth of clusters: its layout
     size = np.dtype(boot.dtype).itemsize
-    print(f"bootstrap weights per dataset: {a.boot} × {nc:,} clusters = {a.boot * nc * 8 / 2**20:,.0f} MB in float64, "
-          f"{a.boot * nc * size / 2**20:,.0f} MB in {np.dtype(boot.dtype).name}; "
-          + ("kept whole" if boot._weights is not None else
-             f"drawn in chunks of {boot.chunk} draws ({boot.chunk * nc * size / 2**20:.0f} MB)"))
+    print(
+        f"bootstrap weights per dataset: {a.boot} × {nc:,} clusters = {a.boot * nc * 8 / 2**20:,.0f} MB in float64, "
+        f"{a.boot * nc * size / 2**20:,.0f} MB in {np.dtype(boot.dtype).name}; "
+        + (
+            "kept whole"
+            if boot._weights is not None
+            else f"drawn in chunks of {boot.chunk} draws ({boot.chunk * nc * size / 2**20:.0f} MB)"
+        )
+    )
     del boot
     s = ladder.LadderSettings(n_boot=a.boot, core=list(clusters))
     settle()
@@ -69,8 +76,10 @@ def main() -> None:
     t0 = time.perf_counter()
     doc = ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)
     dt = time.perf_counter() - t0
-    print(f"analysis (ladder.analyze, B={a.boot}): {dt:.1f} s; RSS before {before:.0f} MB, peak {peak_mb():.0f} MB "
-          f"(+{peak_mb() - before:.0f} MB over the table)")
+    print(
+        f"analysis (ladder.analyze, B={a.boot}): {dt:.1f} s; RSS before {before:.0f} MB, peak {peak_mb():.0f} MB "
+        f"(+{peak_mb() - before:.0f} MB over the table)"
+    )
     for name, d in doc["datasets"].items():
         k = d["comparators"]["stacked"]["kappa"]
         print(f"  {name}: stacked κ {k['estimate']:.3f} [{k['ci'][0]:.3f}, {k['ci'][1]:.3f}]")

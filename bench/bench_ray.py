@@ -57,8 +57,18 @@ def driver_cost(frame, item: dict, n: int = 300) -> float:
     from src.judges.cache import VerdictCache
     from src.judges.runner import finish_record
 
-    raw = pickle.dumps({"vote": 1, "p_hal": 0.7, "logodds": 0.85, "mass": 0.9, "abstain": None, "truncated": False,
-                        "n_prompt_tokens": 300, "seconds": 0.1})
+    raw = pickle.dumps(
+        {
+            "vote": 1,
+            "p_hal": 0.7,
+            "logodds": 0.85,
+            "mass": 0.9,
+            "abstain": None,
+            "truncated": False,
+            "n_prompt_tokens": 300,
+            "seconds": 0.1,
+        }
+    )
     with tempfile.TemporaryDirectory() as d:
         cache = VerdictCache(d, "bench", {"backend": "bench"})
         t0 = time.perf_counter()
@@ -96,12 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     settings = RaySettings(actors_per_member=1, batch_size=a.batch_size, num_cpus_per_actor=a.threads)
 
     one = items[items["cluster_id"] == items["cluster_id"].iloc[0]]  # fixed costs: a one-cluster run of each side
-    sides = {"local": lambda: judge(roster, items, frames),
-             "ray": lambda: judge(roster, items, frames, RayEngine(settings)),
-             "local@1": lambda: judge(roster, one, frames),
-             "ray@1": lambda: judge(roster, one, frames, RayEngine(settings))}
-    print(f"{len(items)} items of {a.dataset} ({items['cluster_id'].nunique()} clusters), roster tiny {members}, "
-          f"{a.threads} threads, Ray batch {a.batch_size}; local Ray cluster started in {t_cluster:.1f} s")
+    sides = {
+        "local": lambda: judge(roster, items, frames),
+        "ray": lambda: judge(roster, items, frames, RayEngine(settings)),
+        "local@1": lambda: judge(roster, one, frames),
+        "ray@1": lambda: judge(roster, one, frames, RayEngine(settings)),
+    }
+    print(
+        f"{len(items)} items of {a.dataset} ({items['cluster_id'].nunique()} clusters), roster tiny {members}, "
+        f"{a.threads} threads, Ray batch {a.batch_size}; local Ray cluster started in {t_cluster:.1f} s"
+    )
     sides["local@1"](), sides["ray@1"]()  # warm-up: the weights in the page cache, Ray's worker pool started
     settle(timeout_s=20)
     times, last = interleaved(sides, a.repeats)
@@ -113,32 +127,41 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'ray (1 actor/member)':24s}: {summary(times['ray'])} ({min(times['ray']) / n:.4f} s/item at best)")
     med = statistics.median(times["ray"]) / statistics.median(times["local"]) - 1
     best = min(times["ray"]) / min(times["local"]) - 1
-    print(f"Ray overhead at 1 worker: {med:+.1%} (medians), {best:+.1%} (minima); target <= +15%; "
-          f"tables equal ({n} items x {len(members)} members)")
+    print(
+        f"Ray overhead at 1 worker: {med:+.1%} (medians), {best:+.1%} (minima); target <= +15%; "
+        f"tables equal ({n} items x {len(members)} members)"
+    )
     # the scaling model's inputs
     rep = last["local"].attrs["report"]
     t_item = {m: rep[m]["seconds_per_item"] or 0.0 for m in members}
     d_fixed = t_fixed["ray"] - t_fixed["local"]
     d_item = (min(times["ray"]) - min(times["local"]) - d_fixed) / (n - len(one))
     print("per-item judge cost t_item: " + ", ".join(f"{m} {v:.4f} s" for m, v in t_item.items()))
-    print(f"fixed cost: a {len(one)}-item run (all members, min of {a.repeats}): local {t_fixed['local']:.2f} s, ray "
-          f"{t_fixed['ray']:.2f} s -> Ray's extra fixed cost {d_fixed:.2f} s for {len(members)} member pools "
-          f"({d_fixed / len(members):.2f} s each)")
+    print(
+        f"fixed cost: a {len(one)}-item run (all members, min of {a.repeats}): local {t_fixed['local']:.2f} s, ray "
+        f"{t_fixed['ray']:.2f} s -> Ray's extra fixed cost {d_fixed:.2f} s for {len(members)} member pools "
+        f"({d_fixed / len(members):.2f} s each)"
+    )
     t_drv = driver_cost(load_frames(frames)[items["frame"].iloc[0]], items.iloc[0].to_dict())
-    print(f"Ray's extra cost per item at 1 worker (d_item: batching, pickling, transfer, the driver sharing the "
-          f"2 cores): {d_item * 1e3:+.2f} ms; the driver's serial cost per record (t_drv: unpickle, finish_record, "
-          f"fsynced VerdictCache.put): {t_drv * 1e3:.2f} ms (ceiling {1 / t_drv:,.0f} records/s)")
+    print(
+        f"Ray's extra cost per item at 1 worker (d_item: batching, pickling, transfer, the driver sharing the "
+        f"2 cores): {d_item * 1e3:+.2f} ms; the driver's serial cost per record (t_drv: unpickle, finish_record, "
+        f"fsynced VerdictCache.put): {t_drv * 1e3:.2f} ms (ceiling {1 / t_drv:,.0f} records/s)"
+    )
     c_local = (min(times["local"]) - t_fixed["local"]) / (n - len(one))  # the local run's cost per item
 
     def overhead(k: int) -> float:  # the fitted lines: Ray's extra time over the local run's, at k items
         return (d_fixed + (k - len(one)) * d_item) / (t_fixed["local"] + (k - len(one)) * c_local)
 
-    print("overhead model (fixed + per item, fitted on this run): "
-          + ", ".join(f"{overhead(k):+.1%} at {k} items" for k in (100, 200, 1000, 10000))
-          + (f"; <= 15% from {int(d_fixed / (0.15 * c_local - d_item)) + 1} items on" if 0.15 * c_local > d_item
-             else ""))
-    print("scaling model, one member on N actors (one per GPU): T(n) ~ F + n * max((t_item + d_item) / N, t_drv), "
-          "i.e. min(N / (t_item + d_item), 1 / t_drv) items/s; members run one after another")
+    print(
+        "overhead model (fixed + per item, fitted on this run): "
+        + ", ".join(f"{overhead(k):+.1%} at {k} items" for k in (100, 200, 1000, 10000))
+        + (f"; <= 15% from {int(d_fixed / (0.15 * c_local - d_item)) + 1} items on" if 0.15 * c_local > d_item else "")
+    )
+    print(
+        "scaling model, one member on N actors (one per GPU): T(n) ~ F + n * max((t_item + d_item) / N, t_drv), "
+        "i.e. min(N / (t_item + d_item), 1 / t_drv) items/s; members run one after another"
+    )
     for nw in (1, 2, 4, 8, 16):
         rate = {m: min(nw / max(t + d_item, t_drv), 1 / t_drv) for m, t in t_item.items()}
         print(f"  N={nw:2d}: " + ", ".join(f"{m} {v:,.0f} items/s" for m, v in rate.items()))

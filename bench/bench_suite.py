@@ -60,7 +60,7 @@ def part_sides(refs, stacker, s, cfg, frac: float) -> dict[str, tuple]:
     R6, R7 = max(1, round(b["draws"] * frac)), max(1, round(b["curve_draws"] * frac))
     K = len(next(iter(refs.values())).table.members)
     subs = mechanism.draw_subpanels(K, int(m["subpanels"]), int(m["subpanel_min_size"]), rng_for(0, "subpanels"))
-    subs = subs[:max(2, round(len(subs) * frac))]
+    subs = subs[: max(2, round(len(subs) * frac))]
     nb, sb = int(p["n_boot"]), int(m["subpanel_boot"])
     orders = {n: panel.greedy_order(r.member_kappa, r.phi) for n, r in refs.items()}
 
@@ -74,26 +74,41 @@ def part_sides(refs, stacker, s, cfg, frac: float) -> dict[str, tuple]:
         f"regime_recovery (R={R6})": (
             each(lambda n, r: budget.regime_recovery(r, b["budgets"], R6, rng_for(0, "r", n), s.kappa0, s.c, s.phi0)),
             each(lambda n, r: loops.regime_recovery(r, b["budgets"], R6, rng_for(0, "r", n), s.kappa0, s.c, s.phi0)),
-            lambda v, lp: all(v[n]["budgets"][k] is None if lp[n][k] is None else
-                              close(v[n]["budgets"][k]["p_match"], lp[n][k]) for n in v for k in lp[n])),
+            lambda v, lp: all(
+                v[n]["budgets"][k] is None if lp[n][k] is None else close(v[n]["budgets"][k]["p_match"], lp[n][k])
+                for n in v
+                for k in lp[n]
+            ),
+        ),
         f"learning_curve (R={R7})": (
             each(lambda n, r: budget.learning_curve(r, b["curve_budgets"], R7, rng_for(0, "c", n))),
             each(lambda n, r: loops.learning_curve(r, stacker, [], b["curve_budgets"], R7, rng_for(0, "c", n))),
-            lambda v, lp: all(close(v[n]["budgets"][k]["mean"], lp[n][k]) for n in v for k in lp[n])),
+            lambda v, lp: all(close(v[n]["budgets"][k]["mean"], lp[n][k]) for n in v for k in lp[n]),
+        ),
         "size_curve": (
             each(lambda n, r: panel.size_curve(r)["stacked"]),
             each(lambda n, r: [loops.stacked_kappa(r, stacker, orders[n][:k])[0] for k in range(1, K + 1)]),
-            lambda v, lp: all(close(v[n], lp[n]) for n in v)),
+            lambda v, lp: all(close(v[n], lp[n]) for n in v),
+        ),
         f"leave_one_out (B={nb})": (
             each(lambda n, r: panel.leave_one_out(r, nb, 0, s.level)["members"]),
             each(lambda n, r: loops.leave_one_out(r, stacker, nb, 0, s.level)),
-            lambda v, lp: all(close([v[n][j]["estimate"], *v[n][j]["ci"]], [lp[n][j]["estimate"], *lp[n][j]["ci"]])
-                              for n in v for j in v[n])),
+            lambda v, lp: all(
+                close([v[n][j]["estimate"], *v[n][j]["ci"]], [lp[n][j]["estimate"], *lp[n][j]["ci"]])
+                for n in v
+                for j in v[n]
+            ),
+        ),
         f"subpanels ({len(subs)}, B={sb})": (
             each(lambda n, r: mechanism.subpanels(r, subs, sb, 0, s.level, s.min_coverage)),
             each(lambda n, r: loops.subpanels(r, stacker, subs, sb, 0, s.level)),
-            lambda v, lp: all(close(v[n]["stacked"], lp[n]["stacked"]) and close(v[n]["best_cv"], lp[n]["best_cv"])
-                              and close(v[n]["delta_ci"][:, 0], lp[n]["delta_lo"]) for n in v)),
+            lambda v, lp: all(
+                close(v[n]["stacked"], lp[n]["stacked"])
+                and close(v[n]["best_cv"], lp[n]["best_cv"])
+                and close(v[n]["delta_ci"][:, 0], lp[n]["delta_lo"])
+                for n in v
+            ),
+        ),
     }
 
 
@@ -108,8 +123,10 @@ def main() -> None:
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
     s = ladder.LadderSettings(core=[f"sim{i}" for i in range(min(4, a.datasets))])
     cfg, stacker = suite_cfg(), StackedLogit()
-    print(f"{a.datasets} datasets × {a.items} items × {a.members} judges; {machine()}; BLAS held to one thread "
-          f"inside the suite")
+    print(
+        f"{a.datasets} datasets × {a.items} items × {a.members} judges; {machine()}; BLAS held to one thread "
+        f"inside the suite"
+    )
     if "suite" in a.parts:
         settle()  # 1-min load < 1.2 before the clocks start
         times, last = interleaved({"suite": lambda: run_suite(table, stacker, s, cfg)}, a.repeats)
@@ -119,24 +136,32 @@ def main() -> None:
             with competing_load(a.load):
                 print(f"   under {a.load} busy process(es): {machine()}")
                 busy, _ = interleaved({"suite": lambda: run_suite(table, stacker, s, cfg)}, a.repeats)
-            print(f"   under load: {summary(busy['suite'])}; {min(busy['suite']) / min(times['suite']):.2f}x "
-                  f"its quiet minimum")
+            print(
+                f"   under load: {summary(busy['suite'])}; {min(busy['suite']) / min(times['suite']):.2f}x "
+                f"its quiet minimum"
+            )
     if "loops" in a.parts:
         refs = references(table, stacker, s)
         settle()
-        print(f"2. heavy parts, vectorised against the loops on the same {a.loop_frac:.0%} of draws / sub-panels "
-              f"(results agree to 1e-12)")
+        print(
+            f"2. heavy parts, vectorised against the loops on the same {a.loop_frac:.0%} of draws / sub-panels "
+            f"(results agree to 1e-12)"
+        )
         tot = {"vectorised": [], "loops": []}
         for name, (vec, loop, agree) in part_sides(refs, PreciseStacker(), s, cfg, a.loop_frac).items():
             times, last = interleaved({"vectorised": vec, "loops": loop}, a.repeats)
             assert agree(last["vectorised"], last["loops"]), f"{name}: vectorised and loops disagree"
-            print(f"   {name:28s} vectorised {summary(times['vectorised'])}; loops {summary(times['loops'])}; "
-                  f"{ratio(times['loops'], times['vectorised'])}")
+            print(
+                f"   {name:28s} vectorised {summary(times['vectorised'])}; loops {summary(times['loops'])}; "
+                f"{ratio(times['loops'], times['vectorised'])}"
+            )
             for k in tot:
                 tot[k].append(times[k])
         sums = {k: [sum(r) for r in zip(*v)] for k, v in tot.items()}  # per round, over the parts
-        print(f"   all five parts: vectorised {summary(sums['vectorised'])}; loops {summary(sums['loops'])}; "
-              f"{ratio(sums['loops'], sums['vectorised'])}")
+        print(
+            f"   all five parts: vectorised {summary(sums['vectorised'])}; loops {summary(sums['loops'])}; "
+            f"{ratio(sums['loops'], sums['vectorised'])}"
+        )
     print(f"after: {machine()}")
 
 

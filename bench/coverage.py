@@ -94,8 +94,9 @@ def seed_of(regime: str, n: int, kind: str, rep: int) -> int:
 def sample(regime: str, n: int, seed: int, null: bool = False) -> verdicts.VerdictTable:
     """One simulated panel of n items (n / 2 clusters of two), its gold permuted when ``null``."""
     r = REGIMES[regime]
-    df = simulate.panel(n // PER_CLUSTER, PER_CLUSTER, r["accuracies"], r["rho"], abstain_rate=ABSTAIN_RATE,
-                        dataset=regime, seed=seed)
+    df = simulate.panel(
+        n // PER_CLUSTER, PER_CLUSTER, r["accuracies"], r["rho"], abstain_rate=ABSTAIN_RATE, dataset=regime, seed=seed
+    )
     if null:
         df["gold"] = np.random.default_rng(seed + 1).permutation(df["gold"].to_numpy())
     return verdicts.validate(df)
@@ -133,11 +134,18 @@ def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
         d = [kappa_of(yb[i], p1[i]) - kappa_of(yb[i], p2[i]) for i in blocks]
         return float(np.std(d, ddof=1) / np.sqrt(len(blocks)))
 
-    return {"stacked": k["stacked"], "d_best_cv": k["stacked"] - k["best_cv"], "d_majority": k["stacked"] - k["majority"],
-            "best_cv_member": int(best.best_), "members_kappa": members, "kappa_best_cv": k["best_cv"],
-            "kappa_majority": k["majority"], "mc_se": {"d_best_cv": paired_se(p_st, p_cv),
-                                                       "d_majority": paired_se(p_st, p_mj)},
-            "n_items": n_items, "seed": seed}
+    return {
+        "stacked": k["stacked"],
+        "d_best_cv": k["stacked"] - k["best_cv"],
+        "d_majority": k["stacked"] - k["majority"],
+        "best_cv_member": int(best.best_),
+        "members_kappa": members,
+        "kappa_best_cv": k["best_cv"],
+        "kappa_majority": k["majority"],
+        "mc_se": {"d_best_cv": paired_se(p_st, p_cv), "d_majority": paired_se(p_st, p_mj)},
+        "n_items": n_items,
+        "seed": seed,
+    }
 
 
 def cmd_truth(args) -> None:
@@ -145,8 +153,18 @@ def cmd_truth(args) -> None:
     for regime in REGIMES:
         t0 = time.perf_counter()
         out[regime] = population(regime)
-        print(regime, json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in out[regime].items()
-                                  if k != "members_kappa"}), f"{time.perf_counter() - t0:.1f}s", flush=True)
+        print(
+            regime,
+            json.dumps(
+                {
+                    k: (round(v, 4) if isinstance(v, float) else v)
+                    for k, v in out[regime].items()
+                    if k != "members_kappa"
+                }
+            ),
+            f"{time.perf_counter() - t0:.1f}s",
+            flush=True,
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     TRUTH.write_text(json.dumps(out, indent=1) + "\n")
 
@@ -162,9 +180,14 @@ def analyse(table: verdicts.VerdictTable, n_boot: int) -> dict:
     d, f, c = r["deltas"], r["deltas_fixed"], r["comparators"]["stacked"]["kappa"]
     return {
         "d_best_cv": [d["best_cv"]["kappa"]["estimate"], *d["best_cv"]["kappa"]["ci"], *f["best_cv"]["kappa"]["ci"]],
-        "d_majority": [d["majority"]["kappa"]["estimate"], *d["majority"]["kappa"]["ci"], *f["majority"]["kappa"]["ci"]],
+        "d_majority": [
+            d["majority"]["kappa"]["estimate"],
+            *d["majority"]["kappa"]["ci"],
+            *f["majority"]["kappa"]["ci"],
+        ],
         "stacked": [c["estimate"], *c["ci"], *c["ci_fixed"]],
-        "call": d["best_cv"]["kappa"]["call"], "call_fixed": f["best_cv"]["kappa"]["call"],
+        "call": d["best_cv"]["kappa"]["call"],
+        "call_fixed": f["best_cv"]["kappa"]["call"],
     }
 
 
@@ -181,25 +204,39 @@ def cmd_timing(args) -> None:
         y, cl, v = t.gold, t.clusters, t.votes
         s = ladder.LadderSettings(n_boot=args.boot)
         folds = ladder.checked_folds(y, cl, s)
-        res = ladder.analyze_dataset(t, StackedLogit(), ladder.LadderSettings(n_boot=10, abstention_contrast=False), None)
+        res = ladder.analyze_dataset(
+            t, StackedLogit(), ladder.LadderSettings(n_boot=10, abstention_contrast=False), None
+        )
         P = np.column_stack(list(res.predictions.values()) + [v])
         with threadpool_limits(1):
             t0 = time.process_time()
             boot = ClusterBootstrap(cl, args.boot, 0)
             boot.metrics(y, P)
             fixed = time.process_time() - t0
-            full = {k: indicators(y, res.predictions[k]).sum(0) for k in ("stacked", "best_cv", "acc_weighted",
-                                                                            "logodds_weighted")}
+            full = {
+                k: indicators(y, res.predictions[k]).sum(0)
+                for k in ("stacked", "best_cv", "acc_weighted", "logodds_weighted")
+            }
             st = StackedLogit().set_params(n_votes=v.shape[1])
             t0 = time.process_time()
             ladder.refit_draws(RefitBootstrap(y, folds, ClusterBootstrap(cl, args.boot, 0)), st, v, v, 0.5, full)
             refit = time.process_time() - t0
         rows.append((whole, fixed, refit))
-        print(f"rep {rep}: ladder call {whole:.2f}s, fixed-prediction draws {fixed:.3f}s, refit draws {refit:.2f}s",
-              flush=True)
+        print(
+            f"rep {rep}: ladder call {whole:.2f}s, fixed-prediction draws {fixed:.3f}s, refit draws {refit:.2f}s",
+            flush=True,
+        )
     m = np.median(np.array(rows), axis=0)
-    line = {"kind": "timing", "n": args.n, "n_boot": args.boot, "reps": args.reps, "ladder_s": float(m[0]),
-            "fixed_s": float(m[1]), "refit_s": float(m[2]), "cpu": os.cpu_count()}
+    line = {
+        "kind": "timing",
+        "n": args.n,
+        "n_boot": args.boot,
+        "reps": args.reps,
+        "ladder_s": float(m[0]),
+        "fixed_s": float(m[1]),
+        "refit_s": float(m[2]),
+        "cpu": os.cpu_count(),
+    }
     print(json.dumps(line))
     with open(RESULTS / "coverage_timing.jsonl", "a") as fh:
         fh.write(json.dumps(line) + "\n")
@@ -211,8 +248,11 @@ def cmd_timing(args) -> None:
 def done_cells() -> set[tuple]:
     if not OUT.exists():
         return set()
-    return {(c["regime"], c["n"], c["kind"], c["reps"], c["n_boot"]) for c in map(json.loads, OUT.read_text().splitlines())
-            if c.get("kind") in ("coverage", "null")}
+    return {
+        (c["regime"], c["n"], c["kind"], c["reps"], c["n_boot"])
+        for c in map(json.loads, OUT.read_text().splitlines())
+        if c.get("kind") in ("coverage", "null")
+    }
 
 
 def cmd_run(args) -> None:
@@ -229,8 +269,15 @@ def cmd_run(args) -> None:
         reps = []
         for rep in tqdm(range(args.reps), desc=f"{regime} n={n} {kind}", mininterval=10, file=sys.stdout):
             reps.append(analyse(sample(regime, n, seed_of(regime, n, kind, rep), null=kind == "null"), args.boot))
-        line = {"regime": regime, "n": n, "kind": kind, "reps": args.reps, "n_boot": args.boot,
-                "seconds": time.perf_counter() - t0, "results": reps}
+        line = {
+            "regime": regime,
+            "n": n,
+            "kind": kind,
+            "reps": args.reps,
+            "n_boot": args.boot,
+            "seconds": time.perf_counter() - t0,
+            "results": reps,
+        }
         with open(OUT, "a") as fh:
             fh.write(json.dumps(line) + "\n")
         print(summary_line(line, json.loads(TRUTH.read_text())), flush=True)
@@ -248,10 +295,14 @@ def summary_line(cell, truth) -> str:
     rows, R = cell["results"], cell["reps"]
     if cell["kind"] == "null":
         a = np.array([r["d_best_cv"] for r in rows])
-        return (f"{cell['regime']} n={cell['n']} null: false win refit {np.mean(a[:, 1] > 0):.3f} "
-                f"fixed {np.mean(a[:, 3] > 0):.3f}")
+        return (
+            f"{cell['regime']} n={cell['n']} null: false win refit {np.mean(a[:, 1] > 0):.3f} "
+            f"fixed {np.mean(a[:, 3] > 0):.3f}"
+        )
     tr = truth[cell["regime"]]
-    parts = [f"{s} refit {covered(rows, s, tr[s])[0] / R:.3f} fixed {covered(rows, s, tr[s])[1] / R:.3f}" for s in STATS]
+    parts = [
+        f"{s} refit {covered(rows, s, tr[s])[0] / R:.3f} fixed {covered(rows, s, tr[s])[1] / R:.3f}" for s in STATS
+    ]
     return f"{cell['regime']} n={cell['n']}: " + "; ".join(parts) + f" ({cell['seconds']:.0f}s)"
 
 
@@ -272,9 +323,11 @@ def cmd_report(args) -> None:
     print("|---|---|---|---|---|---|---|")
     for rg, t in truth.items():
         r = REGIMES[rg]
-        print(f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
-              f"{t['kappa_best_cv']:.3f} | {t['kappa_majority']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
-              f"{t['d_majority']:+.3f} (±{t['mc_se']['d_majority']:.3f}) |")
+        print(
+            f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
+            f"{t['kappa_best_cv']:.3f} | {t['kappa_majority']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
+            f"{t['d_majority']:+.3f} (±{t['mc_se']['d_majority']:.3f}) |"
+        )
     for s in STATS:
         print(f"\nCoverage (%) of the 95 % interval of {names[s]}, refit / fixed [Wilson 95 %]:\n")
         print("| regime | n | R | B | refit (calls) | fixed (paper) | mean width refit / fixed |")
@@ -283,29 +336,38 @@ def cmd_report(args) -> None:
             R = c["reps"]
             k_r, k_f = covered(c["results"], s, truth[rg][s])
             a = np.array([r[s] for r in c["results"]])
-            print(f"| {rg} | {n} | {R} | {c['n_boot']} | {fmt(k_r, R)} | {fmt(k_f, R)} | "
-                  f"{np.mean(a[:, 2] - a[:, 1]):.3f} / {np.mean(a[:, 4] - a[:, 3]):.3f} |")
+            print(
+                f"| {rg} | {n} | {R} | {c['n_boot']} | {fmt(k_r, R)} | {fmt(k_f, R)} | "
+                f"{np.mean(a[:, 2] - a[:, 1]):.3f} / {np.mean(a[:, 4] - a[:, 3]):.3f} |"
+            )
     if null:
         print("\nShuffled gold (population Δκ = 0): Δκ (stacked − CV-best) interval, % of runs [Wilson 95 %]:\n")
-        print("| regime | n | R | B | false win, refit | false win, fixed | excludes 0, refit | excludes 0, fixed "
-              "| stacked κ excludes 0, refit / fixed |")
+        print(
+            "| regime | n | R | B | false win, refit | false win, fixed | excludes 0, refit | excludes 0, fixed "
+            "| stacked κ excludes 0, refit / fixed |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for c in null:
             a = np.array([r["d_best_cv"] for r in c["results"]])
             k = np.array([r["stacked"] for r in c["results"]])
             R = c["reps"]
-            print(f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | {fmt((a[:, 1] > 0).sum(), R)} | "
-                  f"{fmt((a[:, 3] > 0).sum(), R)} | {fmt(((a[:, 1] > 0) | (a[:, 2] < 0)).sum(), R)} | "
-                  f"{fmt(((a[:, 3] > 0) | (a[:, 4] < 0)).sum(), R)} | "
-                  f"{fmt(((k[:, 1] > 0) | (k[:, 2] < 0)).sum(), R)} / {fmt(((k[:, 3] > 0) | (k[:, 4] < 0)).sum(), R)} |")
+            print(
+                f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | {fmt((a[:, 1] > 0).sum(), R)} | "
+                f"{fmt((a[:, 3] > 0).sum(), R)} | {fmt(((a[:, 1] > 0) | (a[:, 2] < 0)).sum(), R)} | "
+                f"{fmt(((a[:, 3] > 0) | (a[:, 4] < 0)).sum(), R)} | "
+                f"{fmt(((k[:, 1] > 0) | (k[:, 2] < 0)).sum(), R)} / {fmt(((k[:, 3] > 0) | (k[:, 4] < 0)).sum(), R)} |"
+            )
     casc = [c for c in cells if c["kind"] == "cascade"]
     if casc:
         print("\nThe cascade's per-share κ interval (fixed predictions, percentile), coverage % [Wilson 95 %]:\n")
         print("| regime | n | R | B | " + " | ".join(f"share {s:g}" for s in casc[0]["shares"]) + " |")
         print("|---|---|---|---|" + "---|" * len(casc[0]["shares"]))
         for c in casc:
-            print(f"| {c['regime']} | {c['n']} | {c['reps']} | {c['n_boot']} | "
-                  + " | ".join(f"{fmt(k, c['reps'])} (κ {t:.3f})" for k, t in zip(c["covered"], c["truth"])) + " |")
+            print(
+                f"| {c['regime']} | {c['n']} | {c['reps']} | {c['n_boot']} | "
+                + " | ".join(f"{fmt(k, c['reps'])} (κ {t:.3f})" for k, t in zip(c["covered"], c["truth"]))
+                + " |"
+            )
     tf = RESULTS / "coverage_timing.jsonl"
     if tf.exists():
         rows = {(t["n"], t["n_boot"]): t for t in map(json.loads, tf.read_text().splitlines())}
@@ -343,9 +405,17 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> list[list[float]
     from src.studies.suite.cascade import Cascade, crossfit_cascade
 
     r = REGIMES[regime]
-    t = simulate.table(regime, n_clusters=n // PER_CLUSTER, per_cluster=PER_CLUSTER, accuracies=r["accuracies"],
-                       rho=r["rho"], abstain_rate=ABSTAIN_RATE, dataset=regime, seed=seed,
-                       frontier_accuracy=FRONTIER_ACCURACY)
+    t = simulate.table(
+        regime,
+        n_clusters=n // PER_CLUSTER,
+        per_cluster=PER_CLUSTER,
+        accuracies=r["accuracies"],
+        rho=r["rho"],
+        abstain_rate=ABSTAIN_RATE,
+        dataset=regime,
+        seed=seed,
+        frontier_accuracy=FRONTIER_ACCURACY,
+    )
     y, cl = t.gold, t.clusters
     folds = ladder.checked_folds(y, cl, ladder.LadderSettings())
     est = Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
@@ -362,13 +432,24 @@ def cmd_cascade(args) -> None:
     for regime in args.regimes:
         truth = cascade_population(regime)
         t0 = time.perf_counter()
-        reps = [cascade_rep(regime, args.n, seed_of(regime, args.n, "cascade", r), args.boot)
-                for r in tqdm(range(args.reps), desc=f"cascade {regime} n={args.n}", mininterval=10, file=sys.stdout)]
+        reps = [
+            cascade_rep(regime, args.n, seed_of(regime, args.n, "cascade", r), args.boot)
+            for r in tqdm(range(args.reps), desc=f"cascade {regime} n={args.n}", mininterval=10, file=sys.stdout)
+        ]
         a = np.array(reps)  # R × shares × 3
         cov = ((a[:, :, 1] <= np.array(truth)) & (np.array(truth) <= a[:, :, 2])).sum(axis=0)
-        line = {"kind": "cascade", "regime": regime, "n": args.n, "reps": args.reps, "n_boot": args.boot,
-                "shares": list(CASCADE_SHARES), "truth": truth, "covered": cov.tolist(),
-                "seconds": time.perf_counter() - t0, "results": reps}
+        line = {
+            "kind": "cascade",
+            "regime": regime,
+            "n": args.n,
+            "reps": args.reps,
+            "n_boot": args.boot,
+            "shares": list(CASCADE_SHARES),
+            "truth": truth,
+            "covered": cov.tolist(),
+            "seconds": time.perf_counter() - t0,
+            "results": reps,
+        }
         with open(OUT, "a") as fh:
             fh.write(json.dumps(line) + "\n")
         print(regime, dict(zip(CASCADE_SHARES, (cov / args.reps).round(3))), flush=True)
@@ -397,8 +478,9 @@ def main() -> None:
     c.add_argument("--regimes", nargs="+", default=["independent", "weak"])
     sub.add_parser("report")
     args = p.parse_args()
-    {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade,
-     "report": cmd_report}[args.cmd](args)
+    {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade, "report": cmd_report}[args.cmd](
+        args
+    )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,14 @@ def machine() -> str:
 
     load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else ["?"] * 3
     pools = ", ".join(f"{p['internal_api']} {p['num_threads']} threads" for p in threadpool_info()) or "none loaded"
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
-                   if k in os.environ) or "no thread variables set"
+    env = (
+        " ".join(
+            f"{k}={os.environ[k]}"
+            for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+            if k in os.environ
+        )
+        or "no thread variables set"
+    )
     return f"{cpu()}; load {'/'.join(load)} (1/5/15 min); BLAS: {pools}; {env}"
 
 
@@ -73,8 +79,9 @@ def settle(below: float = 1.2, timeout_s: float = 900.0) -> None:
     """Wait until no test run is going on and the 1-minute load average is under ``below`` (at most
     ``timeout_s``; then say so), and print the machine's state."""
     deadline = time.monotonic() + timeout_s
-    while busy_elsewhere() or (os.path.exists("/proc/loadavg")
-                               and float(open("/proc/loadavg").read().split()[0]) >= below):
+    while busy_elsewhere() or (
+        os.path.exists("/proc/loadavg") and float(open("/proc/loadavg").read().split()[0]) >= below
+    ):
         if time.monotonic() > deadline:
             print(f"(a test run or a load ≥ {below} lasted {timeout_s:.0f} s: measuring anyway)")
             break
@@ -101,8 +108,10 @@ def summary(times: list[float]) -> str:
 
 def ratio(slow: list[float], fast: list[float]) -> str:
     """Speed-up of the medians and of the minima, and the machine they were measured on (:func:`cpu`)."""
-    return (f"{statistics.median(slow) / statistics.median(fast):.1f}x (medians), "
-            f"{min(slow) / min(fast):.1f}x (minima) [{cpu()}]")
+    return (
+        f"{statistics.median(slow) / statistics.median(fast):.1f}x (medians), "
+        f"{min(slow) / min(fast):.1f}x (minima) [{cpu()}]"
+    )
 
 
 @contextlib.contextmanager

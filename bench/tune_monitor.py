@@ -62,44 +62,73 @@ def main() -> None:
     print(f"-- {machine()}")
     t0 = time.perf_counter()
     stable = [scored(node, "none", 50_000 + seed, stacker) for seed in range(args.stable)]
-    changed = {s: [scored(node, s, 1000 * (i + 1) + k, stacker) for k in range(args.seeds)]
-               for i, s in enumerate(DEGRADING)}
+    changed = {
+        s: [scored(node, s, 1000 * (i + 1) + k, stacker) for k in range(args.seeds)] for i, s in enumerate(DEGRADING)
+    }
     items = sum(len(r.votes) for r, _, _ in stable)
     grid = []
     for target in TARGETS:
         alpha = monitor.design_alpha(target, node["step"])
         for run in RUNS:
             fa = sum(len(a) for r, mon, fr in stable for a in mon.alarms(fr, alpha, run).values())
-            row = {"target_per_100k": target * 1e5, "alpha": alpha, "consecutive": run, "stable_items": items,
-                   "false_alarms": fa, "per_100k": fa / items * 1e5,
-                   "per_100k_ci": [v * 1e5 for v in monitor.rate_interval(fa, items)], "scenarios": {}}
+            row = {
+                "target_per_100k": target * 1e5,
+                "alpha": alpha,
+                "consecutive": run,
+                "stable_items": items,
+                "false_alarms": fa,
+                "per_100k": fa / items * 1e5,
+                "per_100k_ci": [v * 1e5 for v in monitor.rate_interval(fa, items)],
+                "scenarios": {},
+            }
             for s, streams in changed.items():
-                delays = [monitor.score_alarms(mon.alarms(fr, alpha, run), r.change, s)["delay"]
-                          for r, mon, fr in streams]
+                delays = [
+                    monitor.score_alarms(mon.alarms(fr, alpha, run), r.change, s)["delay"] for r, mon, fr in streams
+                ]
                 got = [d for d in delays if d is not None]
-                row["scenarios"][s] = {"detected_within": sum(d <= max_delay for d in got) / len(delays),
-                                       "delay_median": float(np.median(got)) if got else None}
+                row["scenarios"][s] = {
+                    "detected_within": sum(d <= max_delay for d in got) / len(delays),
+                    "delay_median": float(np.median(got)) if got else None,
+                }
             grid.append(row)
     chosen = {}
     for target in TARGETS:
         ok = [r for r in grid if r["target_per_100k"] == target * 1e5 and r["per_100k"] <= r["target_per_100k"]]
         best = min(ok, key=lambda r: np.mean([v["delay_median"] for v in r["scenarios"].values()])) if ok else None
         chosen[f"{target:g}"] = None if best is None else best["consecutive"]
-    print(f"{args.stable} stable tuning streams ({items} items), {args.seeds} per degrading scenario, "
-          f"{time.perf_counter() - t0:.1f} s")
-    print(f"{'target/100k':>11} {'alpha':>9} {'run':>3} {'FA/100k [95% CI]':>22}  " +
-          "  ".join(f"{s:>18}" for s in DEGRADING))
+    print(
+        f"{args.stable} stable tuning streams ({items} items), {args.seeds} per degrading scenario, "
+        f"{time.perf_counter() - t0:.1f} s"
+    )
+    print(
+        f"{'target/100k':>11} {'alpha':>9} {'run':>3} {'FA/100k [95% CI]':>22}  "
+        + "  ".join(f"{s:>18}" for s in DEGRADING)
+    )
     for r in grid:
         ci = r["per_100k_ci"]
-        cells = "  ".join(f"{100 * v['detected_within']:5.0f}% med {v['delay_median'] if v['delay_median'] is not None else '-':>5}"
-                          for v in r["scenarios"].values())
-        print(f"{r['target_per_100k']:11.2f} {r['alpha']:9.2e} {r['consecutive']:3d} "
-              f"{r['per_100k']:6.2f} [{ci[0]:5.2f}, {ci[1]:6.2f}]  {cells}")
+        cells = "  ".join(
+            f"{100 * v['detected_within']:5.0f}% med {v['delay_median'] if v['delay_median'] is not None else '-':>5}"
+            for v in r["scenarios"].values()
+        )
+        print(
+            f"{r['target_per_100k']:11.2f} {r['alpha']:9.2e} {r['consecutive']:3d} "
+            f"{r['per_100k']:6.2f} [{ci[0]:5.2f}, {ci[1]:6.2f}]  {cells}"
+        )
     print("run length chosen per target (alarms per item):", chosen)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps({"stable_streams": args.stable, "seeds_per_scenario": args.seeds,
-                                          "max_delay": max_delay, "grid": grid,
-                                          "consecutive_per_target": chosen}, indent=1) + "\n")
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "stable_streams": args.stable,
+                "seeds_per_scenario": args.seeds,
+                "max_delay": max_delay,
+                "grid": grid,
+                "consecutive_per_target": chosen,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"-- {machine()}")
 
 

@@ -119,7 +119,7 @@ def rewrite(text: str, stage: str, files: list[str]) -> str:
     indent = re.match(r"^(\s*)", lines[deps + 1]).group(1)
     j, kept = deps + 1, []
     while j < len(lines) and lines[j].startswith(indent + "- "):
-        if not lines[j][len(indent) + 2:].startswith("src/"):
+        if not lines[j][len(indent) + 2 :].startswith("src/"):
             kept.append(lines[j])
         j += 1
     new = [f"{indent}- {f}\n" for f in files] + kept

@@ -47,21 +47,34 @@ _same_kernels_everywhere()
 
 _API = {
     # the verdict table (§2: one binary vote per member and item, abstention 0.5)
-    "VerdictTable": "src.core.verdicts", "VerdictError": "src.core.verdicts", "ABSTAIN": "src.core.verdicts",
-    "load_verdicts": ("src.core.verdicts", "load"), "validate_verdicts": ("src.core.verdicts", "validate"),
+    "VerdictTable": "src.core.verdicts",
+    "VerdictError": "src.core.verdicts",
+    "ABSTAIN": "src.core.verdicts",
+    "load_verdicts": ("src.core.verdicts", "load"),
+    "validate_verdicts": ("src.core.verdicts", "validate"),
     # aggregators (§2 and the ladder's comparators), scikit-learn estimators
-    "StackedLogit": "src.core.aggregate", "NoiseRobustStackedLogit": "src.core.aggregate",
-    "MajorityVote": "src.core.aggregate", "WeightedVote": "src.core.aggregate", "BestSingle": "src.core.aggregate",
-    "DawidSkene": "src.core.aggregate", "crossfit": "src.core.aggregate",
+    "StackedLogit": "src.core.aggregate",
+    "NoiseRobustStackedLogit": "src.core.aggregate",
+    "MajorityVote": "src.core.aggregate",
+    "WeightedVote": "src.core.aggregate",
+    "BestSingle": "src.core.aggregate",
+    "DawidSkene": "src.core.aggregate",
+    "crossfit": "src.core.aggregate",
     # the ladder (Table 1) and its settings
-    "LadderSettings": "src.core.ladder", "analyze": "src.core.ladder", "results_document": ("src.core.ladder", "to_json"),
+    "LadderSettings": "src.core.ladder",
+    "analyze": "src.core.ladder",
+    "results_document": ("src.core.ladder", "to_json"),
     # the admissibility test (§3.3) and the deployment decision
-    "admissibility_test": ("src.core.admissibility", "test"), "phi_bar": "src.core.admissibility",
+    "admissibility_test": ("src.core.admissibility", "test"),
+    "phi_bar": "src.core.admissibility",
     "decide": "src.core.decide",
     # metrics and the paired cluster bootstrap
-    "kappa": "src.core.evaluate", "ClusterBootstrap": "src.core.evaluate", "paired_delta": "src.core.evaluate",
+    "kappa": "src.core.evaluate",
+    "ClusterBootstrap": "src.core.evaluate",
+    "paired_delta": "src.core.evaluate",
     # prior shift (Saerens et al. 2002)
-    "adjust_prevalence": ("src.core.priorshift", "adjust"), "estimate_prevalence": ("src.core.priorshift", "estimate"),
+    "adjust_prevalence": ("src.core.priorshift", "adjust"),
+    "estimate_prevalence": ("src.core.priorshift", "estimate"),
     # simulated panels with known competence and correlation
     "simulate_panel": ("src.studies.simulate", "panel"),
     "RaimError": "src.core.errors",

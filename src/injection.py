@@ -22,10 +22,16 @@ log = logging.getLogger("raim.injection")
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    doc, out, fig = tracking.run_study(cfg, "injection", injection.compute, cfg.injection.output,
-                                       cfg.injection.figure, present.injection_figure, injection.flat_metrics,
-                                       tags=lambda d: {"datasets": ",".join(d["datasets"]),
-                                                       "complete": str(d["complete"]).lower()})
+    doc, out, fig = tracking.run_study(
+        cfg,
+        "injection",
+        injection.compute,
+        cfg.injection.output,
+        cfg.injection.figure,
+        present.injection_figure,
+        injection.flat_metrics,
+        tags=lambda d: {"datasets": ",".join(d["datasets"]), "complete": str(d["complete"]).lower()},
+    )
     for line in injection.statements(doc):
         log.info("%s", line)
     log.info("injection study written to %s; figure %s", out, fig)

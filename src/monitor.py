@@ -22,12 +22,25 @@ log = logging.getLogger("raim.monitor")
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    doc, out, fig = tracking.run_study(cfg, "monitor", monitor.compute, cfg.monitor.output, cfg.monitor.figure,
-                                       figures.monitor_figure, monitor.summary_metrics,
-                                       tags=lambda d: {"source": d["source"]}, series=monitor.window_series)
+    doc, out, fig = tracking.run_study(
+        cfg,
+        "monitor",
+        monitor.compute,
+        cfg.monitor.output,
+        cfg.monitor.figure,
+        figures.monitor_figure,
+        monitor.summary_metrics,
+        tags=lambda d: {"source": d["source"]},
+        series=monitor.window_series,
+    )
     rep = doc.get("replay")
-    log.info("monitor written to %s (%d windows; alarms %s%s)", out, len(doc["windows"]), doc["alarms"],
-             f"; change at item {doc['stream']['change']}, delay {rep['delay']}" if rep else "")
+    log.info(
+        "monitor written to %s (%d windows; alarms %s%s)",
+        out,
+        len(doc["windows"]),
+        doc["alarms"],
+        f"; change at item {doc['stream']['change']}, delay {rep['delay']}" if rep else "",
+    )
 
 
 if __name__ == "__main__":

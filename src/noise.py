@@ -20,9 +20,16 @@ from src.studies import noise
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    doc, out, fig = tracking.run_study(cfg, "noise", noise.compute, cfg.noise.output, Path(cfg.noise.figure),
-                                       figures.noise_figure, noise.flat_metrics,
-                                       tags=lambda d: {"datasets": ",".join(d["datasets"])})
+    doc, out, fig = tracking.run_study(
+        cfg,
+        "noise",
+        noise.compute,
+        cfg.noise.output,
+        Path(cfg.noise.figure),
+        figures.noise_figure,
+        noise.flat_metrics,
+        tags=lambda d: {"datasets": ",".join(d["datasets"])},
+    )
     print("\n".join(["", *noise_section(doc, brief=True), f"noise study: {out}, figure {fig}"]))
 
 

@@ -104,8 +104,9 @@ def _check_fields(rec) -> None:
     for key in rec.data:
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8) if key not in known else []
         if close:
-            raise RawRecordError(rec.where, str(key), f"unknown field; did you mean {close[0]!r}? (an item has "
-                                                      f"{list(ITEM_FIELDS)})")
+            raise RawRecordError(
+                rec.where, str(key), f"unknown field; did you mean {close[0]!r}? (an item has {list(ITEM_FIELDS)})"
+            )
 
 
 def _row(rec) -> dict[str, Any]:
@@ -139,10 +140,12 @@ def read_items(path: str | Path) -> Items:
     seen: dict[str, str] = {}
     for rec, row in zip(recs, rows):
         if row["item_id"] is not None and seen.setdefault(row["item_id"], rec.where) != rec.where:
-            raise RawRecordError(rec.where, "item_id", f"{row['item_id']!r} repeats {seen[row['item_id']]} "
-                                                       f"(item ids must be unique)")
-    passed = pd.DataFrame([{k: r.data.get(k) for k in PASSED_THROUGH if k in r.data} for r in recs],
-                          index=range(len(recs)))
+            raise RawRecordError(
+                rec.where, "item_id", f"{row['item_id']!r} repeats {seen[row['item_id']]} (item ids must be unique)"
+            )
+    passed = pd.DataFrame(
+        [{k: r.data.get(k) for k in PASSED_THROUGH if k in r.data} for r in recs], index=range(len(recs))
+    )
     return Items(pd.DataFrame(rows, columns=list(ITEM_FIELDS)), [r.where for r in recs], passed)
 
 
@@ -218,8 +221,9 @@ def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
 
     name = name or tags.get("roster")
     if not name:
-        raise PredictError(f"the run of {uri} names no roster; pass --roster NAME (the roster the stacker was "
-                           f"fitted with)")
+        raise PredictError(
+            f"the run of {uri} names no roster; pass --roster NAME (the roster the stacker was fitted with)"
+        )
     return OmegaConf.to_container(load_roster(name), resolve=True)
 
 
@@ -230,8 +234,10 @@ def load_panel(uri: str, roster: str | None = None) -> Panel:
     inner = _load(uri)
     if type(inner).__name__ == "PanelModel":
         if roster:
-            raise PredictError(f"{uri} is a panel model: it carries its roster "
-                               f"({[m['name'] for m in inner.roster['members']]}); drop --roster")
+            raise PredictError(
+                f"{uri} is a panel model: it carries its roster "
+                f"({[m['name'] for m in inner.roster['members']]}); drop --roster"
+            )
         cache = inner.config.get("cache_dir")
         return Panel(inner, inner.default_frame, uri, Path(cache) if cache else None)
     tags = _run_tags(uri)
@@ -267,8 +273,9 @@ def stacker_uri(run_id: str, dataset: str | None) -> str:
 # ---------------------------------------------------------------------------------------------- predict
 
 
-def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = True,
-            progress: bool = True, engine: Any = None) -> tuple[pd.DataFrame, dict]:
+def predict(
+    panel: Panel, items: Items, cache_dir: str | Path, compute: bool = True, progress: bool = True, engine: Any = None
+) -> tuple[pd.DataFrame, dict]:
     """Each item's frame, member votes (null = abstained), ``p_hallucinated``, ``verdict``, ``label`` and
     ``uncached``; and the per-member verdict-cache report (``computed``: judged now, the rest were cached).
     ``engine``: where the misses are scored (:func:`src.judges.ray_engine.engine_from_args`; None: here)."""
@@ -278,16 +285,19 @@ def predict(panel: Panel, items: Items, cache_dir: str | Path, compute: bool = T
     raw = items.frame
     report: dict = {}
     if compute:  # score the misses first (progress bars); the panel below then reads every vote from the cache
-        table = verdict_table(model.roster, model.items(raw), model.frames, cache_dir, compute=True,
-                              progress=progress, engine=engine)
+        table = verdict_table(
+            model.roster, model.items(raw), model.frames, cache_dir, compute=True, progress=progress, engine=engine
+        )
         report = table.attrs["report"]
     try:
         out = model.predict(None, raw, params={"cache_dir": str(cache_dir), "compute": False})
     except MlflowException as e:
         raise PredictError(e.message) from e
     if not any(r["cached"] for r in getattr(model, "last_report", {}).values()):  # a served panel abstains here
-        raise PredictError(f"none of the {len(raw)} items has a cached verdict of any member under {cache_dir}; "
-                           f"run without --no-compute to judge them")
+        raise PredictError(
+            f"none of the {len(raw)} items has a cached verdict of any member under {cache_dir}; "
+            f"run without --no-compute to judge them"
+        )
     report = report or getattr(model, "last_report", {})
     out.insert(1, "frame", raw["frame"].to_numpy())
     if not items.passed.empty:
@@ -324,8 +334,11 @@ def table_text(out: pd.DataFrame, members: list[str], rows: int | None = SHOWN_R
         cols.append("injection_reasons")
     shown = out[cols].head(rows) if rows else out[cols]
     cells = {c: [_cell(v, "{:.0f}") for v in shown[c]] for c in members}
-    shown = shown.assign(item_id=shown["item_id"].str.slice(0, 24), **cells,
-                         p_hallucinated=[_cell(p, "{:.3f}") for p in shown["p_hallucinated"]])
+    shown = shown.assign(
+        item_id=shown["item_id"].str.slice(0, 24),
+        **cells,
+        p_hallucinated=[_cell(p, "{:.3f}") for p in shown["p_hallucinated"]],
+    )
     text = shown.to_string(index=False)
     if rows and len(out) > rows:
         text += f"\n… {len(out) - rows} more"
@@ -342,11 +355,18 @@ def summary(out: pd.DataFrame, report: dict, members: list[str]) -> str:
     missing = sum(r.get("uncached", 0) for r in report.values())
     judged = ", ".join(f"{m} {r['computed']}" for m, r in report.items() if r.get("computed"))
     flagged = int(out["injection_flag"].sum()) if "injection_flag" in out else 0
-    return (f"{len(out)} items: {labels}; verdicts judged now: {computed}" + (f" ({judged})" if judged else "")
-            + f", read from the cache: {cached}" + (f", not cached (abstained): {missing}" if missing else "")
-            + (f"; {flagged} flagged as a possible prompt injection (injection_flag)" if flagged else "")
-            + (f"; the model's own run decided {out['run_decision'].iloc[0]!r}, not 'deploy the panel' "
-               f"(run_decision)" if "run_decision" in out and len(out) else ""))
+    return (
+        f"{len(out)} items: {labels}; verdicts judged now: {computed}"
+        + (f" ({judged})" if judged else "")
+        + f", read from the cache: {cached}"
+        + (f", not cached (abstained): {missing}" if missing else "")
+        + (f"; {flagged} flagged as a possible prompt injection (injection_flag)" if flagged else "")
+        + (
+            f"; the model's own run decided {out['run_decision'].iloc[0]!r}, not 'deploy the panel' (run_decision)"
+            if "run_decision" in out and len(out)
+            else ""
+        )
+    )
 
 
 # -------------------------------------------------------------------------------------------------- cli
@@ -366,9 +386,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--roster", default=None, help="default: the roster the stacker's run was tagged with")
     ap.add_argument("--frame", default=None, help="judge every item under this frame (def_on, claim)")
     ap.add_argument("--out", type=Path, default=None, help="write every prediction here (.jsonl or .csv)")
-    ap.add_argument("--cache-dir", type=Path, default=None,
-                    help=f"the verdict cache (default {SCORED_CACHE.relative_to(ROOT)}: kept apart from the committed "
-                         "benchmark cache, which the DVC stages depend on)")
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help=f"the verdict cache (default {SCORED_CACHE.relative_to(ROOT)}: kept apart from the committed "
+        "benchmark cache, which the DVC stages depend on)",
+    )
     ap.add_argument("--no-compute", action="store_true", help="judge nothing: a cache miss is an abstention")
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of a judge's identity)")
@@ -380,8 +404,7 @@ def parser() -> argparse.ArgumentParser:
 
 def _items(a: argparse.Namespace) -> Items:
     if (a.items is None) == (a.candidate is None):
-        raise PredictError("give an items file or one item with --candidate (and --question / --evidence), "
-                           "not both")
+        raise PredictError("give an items file or one item with --candidate (and --question / --evidence), not both")
     if a.items is not None:
         return read_items(a.items)
     return one_item(a.candidate, a.question, a.evidence, a.item_id)
@@ -407,13 +430,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     items = assign_frames(items, panel.model.frames, a.frame, panel.calibrated_frame)
     if a.frame and panel.calibrated_frame and a.frame != panel.calibrated_frame:
-        print(f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
-              f"judging under {a.frame!r}", file=sys.stderr)
+        print(
+            f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
+            f"judging under {a.frame!r}",
+            file=sys.stderr,
+        )
     cache_dir = a.cache_dir or panel.cache_dir or SCORED_CACHE
 
     engine = None if a.no_compute else engine_from_args(a)
-    out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress,
-                          engine=engine)
+    out, report = predict(panel, items, cache_dir, compute=not a.no_compute, progress=not a.no_progress, engine=engine)
     members = [m["name"] for m in panel.model.roster["members"]]
     print(table_text(out, members, SHOWN_ROWS if a.out else None))
     print(summary(out, report, members))

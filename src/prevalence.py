@@ -22,9 +22,16 @@ log = logging.getLogger("raim.prevalence")
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    doc, out, fig = tracking.run_study(cfg, "prevalence", prevalence.compute, cfg.prevalence.output,
-                                       cfg.prevalence.figure, figures.prevalence_figure, prevalence.flat_metrics,
-                                       tags=lambda d: {"datasets": ",".join(d["datasets"])})
+    doc, out, fig = tracking.run_study(
+        cfg,
+        "prevalence",
+        prevalence.compute,
+        cfg.prevalence.output,
+        cfg.prevalence.figure,
+        figures.prevalence_figure,
+        prevalence.flat_metrics,
+        tags=lambda d: {"datasets": ",".join(d["datasets"])},
+    )
     for line in prevalence.statements(doc):
         log.info("%s", line)
     log.info("prevalence study written to %s; figure %s", out, fig)

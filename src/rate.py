@@ -44,8 +44,11 @@ def parser() -> ArgumentParser:
         p.add_argument("--labels", help="gold labels: item_id, gold (0 supported / 1 hallucinated)")
         p.add_argument("--labels-column", default="gold", help="the gold column of --labels (default: gold)")
         p.add_argument("--proposal", help="the proposal the labels were drawn by (src.rate propose)")
-        p.add_argument("--train-prevalence", type=float, help="the stacker's training prevalence (EM estimate; "
-                                                              "default: the table's train_prevalence column)")
+        p.add_argument(
+            "--train-prevalence",
+            type=float,
+            help="the stacker's training prevalence (EM estimate; default: the table's train_prevalence column)",
+        )
         p.add_argument("--model", help="monitoring store: only this served model's rows")
         p.add_argument("--level", type=float, default=0.95, help="interval level (default 0.95)")
         p.add_argument("--min-labels", type=int, default=10, help="fewest labels per segment for an interval")
@@ -72,25 +75,28 @@ def parser() -> ArgumentParser:
 @one_line
 def cli(argv: list[str]) -> int:
     a = parser().parse_args(argv)
-    pool = study.read_pool(a.pool, getattr(a, "segment", None), getattr(a, "window", None), a.train_prevalence,
-                           a.model)
+    pool = study.read_pool(a.pool, getattr(a, "segment", None), getattr(a, "window", None), a.train_prevalence, a.model)
     lab, y = study.read_labels(a.labels, pool, a.labels_column) if a.labels else (None, None)
     if a.command == "propose":
         if not a.proposal:
             raise study.RateError("propose: name the proposal file to write with --proposal FILE.json")
         doc = study.propose(pool, a.budget, a.seed, a.tau, lab)
         out, template = study.write_proposal(doc, a.proposal)
-        print(f"{len(doc['proposed'])} item(s) to label (expected {a.budget}; {doc['already_labelled']} already "
-              f"labelled) of {len(pool)}: proposal {out}, fill in {template} and run "
-              f"`python -m src.rate estimate {a.pool} --labels {template} --proposal {out}`")
+        print(
+            f"{len(doc['proposed'])} item(s) to label (expected {a.budget}; {doc['already_labelled']} already "
+            f"labelled) of {len(pool)}: proposal {out}, fill in {template} and run "
+            f"`python -m src.rate estimate {a.pool} --labels {template} --proposal {out}`"
+        )
         return 0
     proposal = study.read_proposal(a.proposal, pool) if a.proposal else None
     if lab is None:
         lab, y = np.zeros(len(pool), bool), np.full(len(pool), np.nan)
     if a.command == "plan":
         doc = study.plan_labels(pool, lab, y, a.halfwidth, a.level, a.tau, proposal, a.prevalence, a.min_labels)
-        print(f"labels for a ±{a.halfwidth:g} interval ({round(100 * a.level)} %) on {len(pool)} items "
-              f"(rate ≈ {doc['prevalence']:.3f}, from {doc['basis']}):")
+        print(
+            f"labels for a ±{a.halfwidth:g} interval ({round(100 * a.level)} %) on {len(pool)} items "
+            f"(rate ≈ {doc['prevalence']:.3f}, from {doc['basis']}):"
+        )
         for m, n in doc["labels"].items():
             print(f"  {m:9s} {'not reachable on this pool' if n is None else n}")
         print(f"note: {doc['note']}")
@@ -114,10 +120,12 @@ def compute(cfg) -> dict:
     table = tables.load_table(cfg) if s["real"] else None
     who = labeller(cfg, table, s["labeller"]) if table is not None else None
     doc = study.study(table, stacker, settings, s, who)
-    doc["meta"] = {"verdicts": None if table is None else table.source,
-                   "members": None if table is None else table.members,
-                   "labeller": None if who is None else {"name": who[0], "chosen_as": who[1]},
-                   "stacker": OmegaConf.to_container(cfg.stacker)}
+    doc["meta"] = {
+        "verdicts": None if table is None else table.source,
+        "members": None if table is None else table.members,
+        "labeller": None if who is None else {"name": who[0], "chosen_as": who[1]},
+        "stacker": OmegaConf.to_container(cfg.stacker),
+    }
     return doc
 
 
@@ -129,10 +137,17 @@ def labeller(cfg, table, wanted) -> tuple[str, str] | None:
         return None
     names = list(table.members) + ([table.frontier_name] if table.has_frontier else [])
     if wanted != "auto" and wanted not in names:
-        raise study.RateError(f"rate.labeller={wanted!r}: neither a member nor the frontier column of "
-                              f"{table.source} (judges: {', '.join(names)}; or auto, or null)")
-    costs = cost.compute(OmegaConf.to_container(cfg.suite.cost, resolve=True), table.members, None,
-                         cost.measured_from_cache(cfg.paths.cache_dir, names), table.frontier_name)
+        raise study.RateError(
+            f"rate.labeller={wanted!r}: neither a member nor the frontier column of "
+            f"{table.source} (judges: {', '.join(names)}; or auto, or null)"
+        )
+    costs = cost.compute(
+        OmegaConf.to_container(cfg.suite.cost, resolve=True),
+        table.members,
+        None,
+        cost.measured_from_cache(cfg.paths.cache_dir, names),
+        table.frontier_name,
+    )
     return cascade.choose_expensive(table, costs, None if wanted == "auto" else wanted)
 
 
@@ -160,8 +175,16 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 def run_study(cfg) -> None:
     """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, MLflow run, JSON)."""
     started = time.perf_counter()  # the wall time is logged, not written: rate.json is a DVC output
-    doc, out, fig = track.run_study(cfg, "rate", compute, cfg.rate.output, cfg.rate.figure, present.rate_figure,
-                                    flat_metrics, tags=lambda d: {"regimes": ",".join(d["regimes"])})
+    doc, out, fig = track.run_study(
+        cfg,
+        "rate",
+        compute,
+        cfg.rate.output,
+        cfg.rate.figure,
+        present.rate_figure,
+        flat_metrics,
+        tags=lambda d: {"regimes": ",".join(d["regimes"])},
+    )
     for line in study.statements(doc):
         log.info("%s", line)
     log.info("rate study written to %s; figure %s (%.0f s)", out, fig, time.perf_counter() - started)

@@ -20,8 +20,14 @@ log = logging.getLogger("raim.report")
 @one_line
 def main(cfg: DictConfig) -> None:
     beyond = {name: (cfg[name].output, cfg[name].figure) for name in BEYOND if name in cfg}
-    out = write(cfg.output, cfg.suite.output, cfg.suite.figures_dir, cfg.suite.report,
-                redraw=bool(cfg.get("redraw", False)), beyond=beyond)
+    out = write(
+        cfg.output,
+        cfg.suite.output,
+        cfg.suite.figures_dir,
+        cfg.suite.report,
+        redraw=bool(cfg.get("redraw", False)),
+        beyond=beyond,
+    )
     log.info("report written to %s", out)
 
 

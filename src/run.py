@@ -33,8 +33,13 @@ def log_members(results: dict) -> None:
     """Each dataset's per-member κ / bacc / coverage, and any member set aside, in the run's log."""
     for name, r in results.items():
         s = r.summary
-        log.info("%s: n=%d; members set aside (no verdict): %s; not eligible as single judge: %s", name, s["n"],
-                 s["excluded_members"] or "none", s["selected"]["ineligible"] or "none")
+        log.info(
+            "%s: n=%d; members set aside (no verdict): %s; not eligible as single judge: %s",
+            name,
+            s["n"],
+            s["excluded_members"] or "none",
+            s["selected"]["ineligible"] or "none",
+        )
         for m, v in s["members"].items():
             log.info("  %-14s κ=%.3f bacc=%.3f coverage=%.3f", m, v["kappa"], v["bacc"], v["coverage"])
 
@@ -71,8 +76,11 @@ def main(cfg: DictConfig) -> float:
     log_members(results)
     bad = table.provenance.get("bad_cache_lines", 0)
     if bad:
-        log.warning("%d bad verdict-cache line(s) in %s: none was read as a verdict (see the lines above)", bad,
-                    ", ".join(table.provenance["bad_cache_files"]))
+        log.warning(
+            "%d bad verdict-cache line(s) in %s: none was read as a verdict (see the lines above)",
+            bad,
+            ", ".join(table.provenance["bad_cache_files"]),
+        )
     run_id = None
     if cfg.tracking.enabled:  # before results.json: a failed tracking leaves the previous results in place
         from src.mlops import tracking as track  # imported here, not at start-up: only a tracked run needs it
@@ -83,12 +91,13 @@ def main(cfg: DictConfig) -> float:
     if run_id:
         atomic_write_text(outputs[-1].parent / RUN_ID_FILE, run_id + "\n")
     if cfg.get("metrics") or cfg.get("betas"):  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
-
         write_stage_files(doc, cfg.get("metrics"), cfg.get("betas"))
-    print("\n".join(["", "RAIM summary", *summary_lines(doc), *skipped_lines(doc),
-                      f"results: {', '.join(map(str, outputs))}"]))
+    print(
+        "\n".join(
+            ["", "RAIM summary", *summary_lines(doc), *skipped_lines(doc), f"results: {', '.join(map(str, outputs))}"]
+        )
+    )
     if run_id:
-
         print(f"MLflow run {run_id}; compare runs with: {ui_command(cfg)}")
     import numpy as np  # imported here, not at start-up: numpy ~0.2 s (the analysis above has loaded it)
 
@@ -115,8 +124,9 @@ class SweepSummary(Callback):
         if not rows:
             return
         shared = set.intersection(*(set(r["job"]) for r in rows))  # the sweep's fixed overrides: said once
-        df = pd.DataFrame(scrub([{**r, "job": " ".join(o for o in r["job"] if o not in shared) or "(defaults)"}
-                                 for r in rows]))  # an override's secret never reaches the table
+        df = pd.DataFrame(
+            scrub([{**r, "job": " ".join(o for o in r["job"] if o not in shared) or "(defaults)"} for r in rows])
+        )  # an override's secret never reaches the table
         atomic_write_text(Path(config.hydra.sweep.dir) / "sweep_summary.csv", df.to_csv(index=False))
         print("\nRAIM sweep summary\n" + df.to_string(index=False, na_rep="-", float_format="{:.3f}".format))
 
@@ -128,15 +138,31 @@ def sweep_rows(job_return) -> list[dict]:
     path = Path(job_return.hydra_cfg.hydra.runtime.output_dir) / RESULTS_FILE
     if job_return.status != JobStatus.COMPLETED or not path.exists():
         err = job_return._return_value if job_return.status == JobStatus.FAILED else "no results.json"
-        return [{"job": job, "dataset": "-", "stacked_kappa": None, "call_vs_cv_best": f"failed: {err}"[:80],
-                 "admissible": None, "decision": None, "run_id": None}]
+        return [
+            {
+                "job": job,
+                "dataset": "-",
+                "stacked_kappa": None,
+                "call_vs_cv_best": f"failed: {err}"[:80],
+                "admissible": None,
+                "decision": None,
+                "run_id": None,
+            }
+        ]
     doc = json.loads(path.read_text())
     run_id = path.with_name(RUN_ID_FILE).read_text().strip() if path.with_name(RUN_ID_FILE).exists() else None
-    return [{"job": job, "dataset": name, "stacked_kappa": s["comparators"]["stacked"]["kappa"]["estimate"],
-             "call_vs_cv_best": s["deltas"]["best_cv"]["kappa"]["call"],
-             "admissible": s["admissibility"]["admissible"], "decision": s["decision"]["label"],
-             "run_id": run_id}
-            for name, s in doc["datasets"].items()]
+    return [
+        {
+            "job": job,
+            "dataset": name,
+            "stacked_kappa": s["comparators"]["stacked"]["kappa"]["estimate"],
+            "call_vs_cv_best": s["deltas"]["best_cv"]["kappa"]["call"],
+            "admissible": s["admissibility"]["admissible"],
+            "decision": s["decision"]["label"],
+            "run_id": run_id,
+        }
+        for name, s in doc["datasets"].items()
+    ]
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 
 CI_ENV = {
-    "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "OMP_WAIT_POLICY": "PASSIVE",  # llama.cpp's OpenMP threads would otherwise spin on the shared cores
     # OpenBLAS's AVX2 kernels on every x86-64 machine: its AVX-512 ones change last bits of the analysis

@@ -90,18 +90,28 @@ BAD_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "binary garbage": ("t.csv", lambda: bytes(range(256)) * 4),
     "logodds inf": ("t.csv", lambda: _feature("inf").encode()),
     "logodds text": ("t.csv", lambda: _feature("high").encode()),
-    "single gold class": ("t.csv", lambda: "\n".join([HEADER] + [f"i{i},c{i},sim,1,1,0,1" for i in range(20)])
-                          .encode()),
-    "too few clusters": ("t.csv", lambda: "\n".join([HEADER] + [f"i{i},c{i % 3},sim,{i % 2},{i % 2},0,1"
-                                                                for i in range(20)]).encode()),
+    "single gold class": (
+        "t.csv",
+        lambda: "\n".join([HEADER] + [f"i{i},c{i},sim,1,1,0,1" for i in range(20)]).encode(),
+    ),
+    "too few clusters": (
+        "t.csv",
+        lambda: "\n".join([HEADER] + [f"i{i},c{i % 3},sim,{i % 2},{i % 2},0,1" for i in range(20)]).encode(),
+    ),
     "parquet: corrupt": ("t.parquet", lambda: b"PAR1" + b"\x00" * 64 + b"PAR1"),
     "parquet: not parquet": ("t.parquet", lambda: valid_csv().encode()),
-    "parquet: string NaN vote": ("t.parquet", lambda: _parquet(_valid_frame().assign(a=lambda d: d["a"]
-                                                                                     .where(d.index != 3, "NaN")))),
-    "parquet: vote 2": ("t.parquet", lambda: _parquet(_valid_frame().assign(
-        a=lambda d: pd.to_numeric(d["a"]).where(d.index != 3, 2)))),
-    "parquet: null cluster": ("t.parquet", lambda: _parquet(_valid_frame().assign(
-        cluster_id=lambda d: d["cluster_id"].where(d.index != 3, None)))),
+    "parquet: string NaN vote": (
+        "t.parquet",
+        lambda: _parquet(_valid_frame().assign(a=lambda d: d["a"].where(d.index != 3, "NaN"))),
+    ),
+    "parquet: vote 2": (
+        "t.parquet",
+        lambda: _parquet(_valid_frame().assign(a=lambda d: pd.to_numeric(d["a"]).where(d.index != 3, 2))),
+    ),
+    "parquet: null cluster": (
+        "t.parquet",
+        lambda: _parquet(_valid_frame().assign(cluster_id=lambda d: d["cluster_id"].where(d.index != 3, None))),
+    ),
 }
 
 # A second catalogue (values a table used to take as meant although they cannot be): each must be rejected with one
@@ -121,8 +131,10 @@ GOOD_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "plain CSV": ("t.csv", lambda: valid_csv().encode()),
     "UTF-8 BOM": ("t.csv", lambda: b"\xef\xbb\xbf" + valid_csv().encode()),
     "CRLF line ends": ("t.csv", lambda: valid_csv().replace("\n", "\r\n").encode()),
-    "Parquet with nulls": ("t.parquet", lambda: _parquet(_valid_frame().assign(
-        c=lambda d: pd.to_numeric(d["c"].replace("", None)).astype("Int64")))),
+    "Parquet with nulls": (
+        "t.parquet",
+        lambda: _parquet(_valid_frame().assign(c=lambda d: pd.to_numeric(d["c"].replace("", None)).astype("Int64"))),
+    ),
 }
 
 
@@ -163,8 +175,14 @@ def serving_requests(members: list[str]) -> dict[str, dict]:
     }
 
 
-def raw_dataset(root: Path, records: list | None = None, fmt: str = "jsonl", text: str | None = None,
-                spec_text: str | None = None, **builder) -> tuple[Path, Path]:
+def raw_dataset(
+    root: Path,
+    records: list | None = None,
+    fmt: str = "jsonl",
+    text: str | None = None,
+    spec_text: str | None = None,
+    **builder,
+) -> tuple[Path, Path]:
     """Dataset ``bench``: its raw file ``<root>/raw/bench/b.<fmt>`` (``records`` as JSON Lines / JSON, or ``text``;
     a Parquet file is left to the caller) and its spec ``<root>/specs/bench.yaml`` (a ``Fields`` builder with
     question field ``q`` and ``builder``'s settings, or ``spec_text``). Returns (raw root, spec folder), what
@@ -176,14 +194,20 @@ def raw_dataset(root: Path, records: list | None = None, fmt: str = "jsonl", tex
     raw = root / "raw" / "bench"
     raw.mkdir(parents=True, exist_ok=True)
     if fmt != "parquet":
-        body = text if text is not None else ("".join(json.dumps(r) + "\n" for r in records) if fmt == "jsonl"
-                                              else json.dumps(records))
+        body = (
+            text
+            if text is not None
+            else ("".join(json.dumps(r) + "\n" for r in records) if fmt == "jsonl" else json.dumps(records))
+        )
         (raw / f"b.{fmt}").write_text(body)
     specs = root / "specs"
     specs.mkdir(exist_ok=True)
     node = {"_target_": "src.io.datasets.Fields", "path": f"bench/b.{fmt}", "question": "q", **builder}
-    (specs / "bench.yaml").write_text(spec_text if spec_text is not None else yaml.safe_dump(
-        {"name": "bench", "title": "B", "frame": "claim", "paper_n": None, "builder": node}))
+    (specs / "bench.yaml").write_text(
+        spec_text
+        if spec_text is not None
+        else yaml.safe_dump({"name": "bench", "title": "B", "frame": "claim", "paper_n": None, "builder": node})
+    )
     return root / "raw", specs
 
 
@@ -198,19 +222,25 @@ def boundary_requests(members: list[str]) -> dict[str, tuple[bytes, str | None]]
     head = ",".join(members)
     return {
         "text/csv: unknown column": (f"{head},zz\n{','.join('1' * (len(members) + 1))}\n".encode(), "text/csv"),
-        "text/csv: missing column": (f"{head[:head.rindex(',')]}\n{','.join('1' * (len(members) - 1))}\n".encode(),
-                                     "text/csv"),
+        "text/csv: missing column": (
+            f"{head[: head.rindex(',')]}\n{','.join('1' * (len(members) - 1))}\n".encode(),
+            "text/csv",
+        ),
         "text/csv: vote yes": (f"{head}\n{','.join(['yes'] + ['1'] * (len(members) - 1))}\n".encode(), "text/csv"),
         "inputs: list of lists": (json.dumps({"inputs": [[1] * len(members)]}).encode(), "application/json"),
         "instances: a scalar": (b'{"instances": 5}', "application/json"),
         "instances: a list of scalars": (b'{"instances": [5, 6]}', "application/json"),
         "vote: a bare NaN": (ok.replace(f'"{first}": 1', f'"{first}": NaN', 1).encode(), "application/json"),
-        "a column given twice in one row": (ok.replace(f'"{first}": 1', f'"{first}": 1, "{first}": 0', 1).encode(),
-                                            "application/json"),
+        "a column given twice in one row": (
+            ok.replace(f'"{first}": 1', f'"{first}": 1, "{first}": 0', 1).encode(),
+            "application/json",
+        ),
         "prevalence '2'": (ok[:-1].encode() + b', "params": {"prevalence": "2"}}', "application/json"),
         "prevalence -0.1": (ok[:-1].encode() + b', "params": {"prevalence": -0.1}}', "application/json"),
-        "prevalence 'estimate' on one row": (ok[:-1].encode() + b', "params": {"prevalence": "estimate"}}',
-                                             "application/json"),
+        "prevalence 'estimate' on one row": (
+            ok[:-1].encode() + b', "params": {"prevalence": "estimate"}}',
+            "application/json",
+        ),
         "unknown parameter": (ok[:-1].encode() + b', "params": {"prior": 0.1}}', "application/json"),
         "body not JSON": (b"m0=1&m1=0", "application/json"),
         "body a JSON list": (b"[1, 2]", "application/json"),

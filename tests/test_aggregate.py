@@ -47,8 +47,14 @@ def test_folds_never_split_a_cluster(table):
 
 
 FOLD_SHAPES = [  # (clusters, largest cluster, classes, n_splits, seed, paired gold)
-    (12, 1, 2, 5, 0, False), (40, 3, 2, 5, 1, False), (300, 2, 2, 5, 0, True), (1000, 2, 2, 5, 3, True),
-    (250, 4, 2, 3, 11, False), (120, 5, 3, 7, 2, False), (80, 1, 2, 10, 5, False), (500, 3, 2, 2, 42, False),
+    (12, 1, 2, 5, 0, False),
+    (40, 3, 2, 5, 1, False),
+    (300, 2, 2, 5, 0, True),
+    (1000, 2, 2, 5, 3, True),
+    (250, 4, 2, 3, 11, False),
+    (120, 5, 3, 7, 2, False),
+    (80, 1, 2, 10, 5, False),
+    (500, 3, 2, 2, 42, False),
 ]
 
 
@@ -156,8 +162,12 @@ def crowdkit_ds(X, n_iter, tol):
 
     ck = CrowdKitDS(n_iter=n_iter, tol=tol).fit(_long_format(X))
     members = sorted(ck.errors_.index.get_level_values("worker").unique())
-    conf = np.array([[[ck.errors_.loc[(j, o), t] if (j, o) in ck.errors_.index else 0.0 for o in (0, 1)]
-                      for t in (0, 1)] for j in members])
+    conf = np.array(
+        [
+            [[ck.errors_.loc[(j, o), t] if (j, o) in ck.errors_.index else 0.0 for o in (0, 1)] for t in (0, 1)]
+            for j in members
+        ]
+    )
     return ck.probas_.reindex(range(len(X)))[[0, 1]].to_numpy(), ck.priors_[[0, 1]].to_numpy(), conf, ck
 
 
@@ -186,11 +196,15 @@ def known_confusion_panel(n, prevalence, confusion, abstain_rate=0.0, seed=0):
     return X, y
 
 
-KNOWN_CONFUSION = np.array([[[0.95, 0.05], [0.10, 0.90]],  # one good member, four weak and lopsided ones
-                            [[0.70, 0.30], [0.40, 0.60]],
-                            [[0.60, 0.40], [0.30, 0.70]],
-                            [[0.75, 0.25], [0.45, 0.55]],
-                            [[0.65, 0.35], [0.35, 0.65]]])
+KNOWN_CONFUSION = np.array(
+    [
+        [[0.95, 0.05], [0.10, 0.90]],  # one good member, four weak and lopsided ones
+        [[0.70, 0.30], [0.40, 0.60]],
+        [[0.60, 0.40], [0.30, 0.70]],
+        [[0.75, 0.25], [0.45, 0.55]],
+        [[0.65, 0.35], [0.35, 0.65]],
+    ]
+)
 
 
 def test_dawid_skene_is_a_sklearn_estimator_and_beats_chance(table):
@@ -215,8 +229,9 @@ def test_dawid_skene_iterations_are_crowdkits(table, n_iter):
 
 @pytest.mark.parametrize("seed, rho, abstain_rate", [(1, 0.0, 0.0), (1, 0.0, 0.1), (3, 0.2, 0.05)])
 def test_dawid_skene_equals_crowdkit_where_crowdkit_converges(seed, rho, abstain_rate):
-    X = sim(n_clusters=200, accuracies=[0.9, 0.8, 0.75, 0.7, 0.65, 0.6], rho=rho, abstain_rate=abstain_rate,
-            seed=seed).votes
+    X = sim(
+        n_clusters=200, accuracies=[0.9, 0.8, 0.75, 0.7, 0.65, 0.6], rho=rho, abstain_rate=abstain_rate, seed=seed
+    ).votes
     probas, priors, conf, ck = crowdkit_ds(X, 10_000, 1e-15)
     # the comparison means something only where crowd-kit's own stopping rule says "converged": its ELBO rose
     # at every iteration and it stopped on tol, well before the cap
@@ -232,8 +247,11 @@ def test_dawid_skene_equals_crowdkit_where_crowdkit_converges(seed, rho, abstain
 def test_dawid_skene_ends_at_an_em_fixed_point(table, panel):
     """One more EM step changes nothing: crowd-kit (and the crowd-kit-based version) stopped 2-4 iterations in
     on its non-monotone ELBO check, half an EM step apart, and not at a fixed point."""
-    X = table.votes if panel == "fixture" else sim(n_clusters=200, accuracies=[0.9, 0.8, 0.75, 0.7, 0.65, 0.6],
-                                                   rho=0.0, seed=0).votes
+    X = (
+        table.votes
+        if panel == "fixture"
+        else sim(n_clusters=200, accuracies=[0.9, 0.8, 0.75, 0.7, 0.65, 0.6], rho=0.0, seed=0).votes
+    )
     ds = DawidSkene().fit(X)
     probas = np.asarray(ds.probas_, dtype=float)
     priors, conf, again = reference_em_step(X, probas)
@@ -243,10 +261,12 @@ def test_dawid_skene_ends_at_an_em_fixed_point(table, panel):
     np.testing.assert_allclose(ds.predict_proba(X), probas, rtol=0, atol=1e-8)
 
 
-SLOW_EM = [dict(n_clusters=57, accuracies=[0.54, 0.35, 0.72], rho=0.14, abstain_rate=0.21, seed=15),  # 21,161 steps
-           dict(n_clusters=100, accuracies=[0.72, 0.41, 0.84], rho=0.34, abstain_rate=0.28, seed=100),
-           dict(n_clusters=100, accuracies=[0.6, 0.55, 0.5], rho=0.1, abstain_rate=0.1, seed=1),
-           dict(n_clusters=300, accuracies=[0.85, 0.8, 0.75, 0.7, 0.65, 0.6], rho=0.2, abstain_rate=0.05)]
+SLOW_EM = [
+    dict(n_clusters=57, accuracies=[0.54, 0.35, 0.72], rho=0.14, abstain_rate=0.21, seed=15),  # 21,161 steps
+    dict(n_clusters=100, accuracies=[0.72, 0.41, 0.84], rho=0.34, abstain_rate=0.28, seed=100),
+    dict(n_clusters=100, accuracies=[0.6, 0.55, 0.5], rho=0.1, abstain_rate=0.1, seed=1),
+    dict(n_clusters=300, accuracies=[0.85, 0.8, 0.75, 0.7, 0.65, 0.6], rho=0.2, abstain_rate=0.05),
+]
 
 
 @pytest.mark.parametrize("panel", SLOW_EM)

@@ -23,8 +23,9 @@ SPREAD = [0.82] * 8  # eight capable members
 
 
 def _table(acc, rho, n_clusters=150, seed=0, name="sim", abstain=0.02, frontier=0.85):
-    df = simulate.panel(n_clusters, 2, acc, rho=rho, abstain_rate=abstain, dataset=name, seed=seed,
-                        frontier_accuracy=frontier)
+    df = simulate.panel(
+        n_clusters, 2, acc, rho=rho, abstain_rate=abstain, dataset=name, seed=seed, frontier_accuracy=frontier
+    )
     return df
 
 
@@ -42,8 +43,7 @@ def spread():
 
 @pytest.fixture(scope="module")
 def small():
-    t = verdicts.validate(_table([0.9, 0.7, 0.65, 0.6, 0.8, 0.75], 0.4, 80, seed=3, abstain=0.05),
-                          frontier="frontier")
+    t = verdicts.validate(_table([0.9, 0.7, 0.65, 0.6, 0.8, 0.75], 0.4, 80, seed=3, abstain=0.05), frontier="frontier")
     return reference("sim", t, StackedLogit(), LadderSettings())
 
 
@@ -61,8 +61,11 @@ def suite_cfg():
 
 @pytest.fixture(scope="module")
 def multi_doc(suite_cfg):
-    parts = [_table(SPREAD, 0.1, 120, 11, "spread"), _table(DOMINANT, 0.6, 120, 12, "dominant"),
-             _table([0.7] * 8, 0.85, 80, 13, "correlated")]
+    parts = [
+        _table(SPREAD, 0.1, 120, 11, "spread"),
+        _table(DOMINANT, 0.6, 120, 12, "dominant"),
+        _table([0.7] * 8, 0.85, 80, 13, "correlated"),
+    ]
     t = verdicts.validate(pd.concat(parts, ignore_index=True), frontier="frontier")
     s = LadderSettings(n_boot=200, core=["spread", "dominant", "correlated"])
     return run_suite(t, StackedLogit(), s, suite_cfg)
@@ -94,15 +97,20 @@ def test_batched_logit_matches_sklearn_with_weights_masks_and_one_class():
 
 def test_pair_stats_give_admissibility_phi(small):
     t = small.table
-    phi = admissibility.as_matrix(admissibility.phi_from_stats(admissibility.pair_stats(t.gold, t.votes).sum(0)), len(t.members))
+    phi = admissibility.as_matrix(
+        admissibility.phi_from_stats(admissibility.pair_stats(t.gold, t.votes).sum(0)), len(t.members)
+    )
     np.testing.assert_allclose(phi, admissibility.phi_matrix(t.gold, t.votes), atol=1e-12)
     assert np.array_equal(admissibility.pair_sums(t.gold, t.votes), admissibility.pair_stats(t.gold, t.votes).sum(0))
     # integer weights = repeated rows
     w = np.random.default_rng(1).integers(0, 3, len(t.gold))
     rep = np.repeat(np.arange(len(t.gold)), w)
-    phi_w = admissibility.phi_from_stats(np.tensordot(w.astype(float), admissibility.pair_stats(t.gold, t.votes), axes=1))
-    np.testing.assert_allclose(admissibility.as_matrix(phi_w, len(t.members)),
-                               admissibility.phi_matrix(t.gold[rep], t.votes[rep]), atol=1e-12)
+    phi_w = admissibility.phi_from_stats(
+        np.tensordot(w.astype(float), admissibility.pair_stats(t.gold, t.votes), axes=1)
+    )
+    np.testing.assert_allclose(
+        admissibility.as_matrix(phi_w, len(t.members)), admissibility.phi_matrix(t.gold[rep], t.votes[rep]), atol=1e-12
+    )
 
 
 def test_kappas_match_engine(small):
@@ -183,20 +191,20 @@ def test_each_dataset_bootstrap_is_drawn_once_and_shared(small):
 
 
 def test_vectorised_equals_loops(small):
-    a = budget.regime_recovery(small, [10, 25, 50], 25, np.random.default_rng(1), .3, .5, .4)
-    b = loops.regime_recovery(small, [10, 25, 50], 25, np.random.default_rng(1), .3, .5, .4)
+    a = budget.regime_recovery(small, [10, 25, 50], 25, np.random.default_rng(1), 0.3, 0.5, 0.4)
+    b = loops.regime_recovery(small, [10, 25, 50], 25, np.random.default_rng(1), 0.3, 0.5, 0.4)
     assert {k: v and v["p_match"] for k, v in a["budgets"].items()} == b
     a = budget.learning_curve(small, [10, 25, 50], 4, np.random.default_rng(2))
     b = loops.learning_curve(small, StackedLogit(), [], [10, 25, 50], 4, np.random.default_rng(2))
     for k, v in b.items():
         assert a["budgets"][k]["mean"] == pytest.approx(v, abs=1e-12)
-    a = panel.leave_one_out(small, 50, 0, .95)
-    for m, v in loops.leave_one_out(small, StackedLogit(), 50, 0, .95).items():
+    a = panel.leave_one_out(small, 50, 0, 0.95)
+    for m, v in loops.leave_one_out(small, StackedLogit(), 50, 0, 0.95).items():
         assert a["members"][m]["estimate"] == pytest.approx(v["estimate"], abs=1e-12)
         assert a["members"][m]["ci"] == pytest.approx(v["ci"], abs=1e-12)
     subs = mechanism.draw_subpanels(6, 8, 3, np.random.default_rng(0))
-    a = mechanism.subpanels(small, subs, 50, 0, .95)
-    b = loops.subpanels(small, StackedLogit(), subs, 50, 0, .95)
+    a = mechanism.subpanels(small, subs, 50, 0, 0.95)
+    b = loops.subpanels(small, StackedLogit(), subs, 50, 0, 0.95)
     np.testing.assert_allclose(a["stacked"], b["stacked"], atol=1e-12)
     np.testing.assert_allclose(a["best_cv"], b["best_cv"], atol=1e-12)
     np.testing.assert_allclose(a["delta_ci"][:, 0], b["delta_lo"], atol=1e-12)
@@ -220,7 +228,7 @@ def test_dominant_member_panel(dominant):
     assert loo["members"][t.members[0]]["estimate"] < -0.1
     size = panel.size_curve(dominant)
     assert size["order"][0] == t.members[0] and size["stacked"][0] == pytest.approx(k_dom, abs=0.05)
-    reg = budget.regime_recovery(dominant, [10, 50, 200], 60, np.random.default_rng(0), .3, .5, .4)
+    reg = budget.regime_recovery(dominant, [10, 50, 200], 60, np.random.default_rng(0), 0.3, 0.5, 0.4)
     assert reg["budgets"]["200"] is None  # 200 clusters: the whole sample
     assert reg["budgets"]["50"]["p_match"] >= 0.9
     assert reg["budgets"]["50"]["p_best_member"] >= 0.95
@@ -228,7 +236,7 @@ def test_dominant_member_panel(dominant):
 
 def test_budget_recovery_grows_to_one_on_clear_cut_panel(spread):
     assert spread.admissibility.admissible
-    reg = budget.regime_recovery(spread, [10, 25, 50, 100, 150], 100, np.random.default_rng(0), .3, .5, .4)
+    reg = budget.regime_recovery(spread, [10, 25, 50, 100, 150], 100, np.random.default_rng(0), 0.3, 0.5, 0.4)
     p = [reg["budgets"][b]["p_match"] for b in ("10", "25", "50", "100", "150")]
     assert p[-1] == 1.0 and p[0] <= p[-1] and all(b >= a - 0.05 for a, b in zip(p, p[1:]))
     cur = budget.learning_curve(spread, [10, 25, 50, 100, 160], 8, np.random.default_rng(0))
@@ -271,9 +279,14 @@ def test_cross_dataset_spearman_known_order():
         best[:10] = 1 - y[:10]
         stacked = best.copy()
         k = int(round(gap * 100))  # fix k wrong verdicts of the best single on the stacked side
-        stacked[:min(k, 10)] = y[:min(k, 10)]
-        return SimpleNamespace(admissibility=SimpleNamespace(phi_bar=pb), member_kappa=np.r_[[0.5] * n_ok, [0.1] * 2],
-                               gold=y, stacked=stacked, best_cv=best)
+        stacked[: min(k, 10)] = y[: min(k, 10)]
+        return SimpleNamespace(
+            admissibility=SimpleNamespace(phi_bar=pb),
+            member_kappa=np.r_[[0.5] * n_ok, [0.1] * 2],
+            gold=y,
+            stacked=stacked,
+            best_cv=best,
+        )
 
     refs = {"a": stub(0.1, 0.08, 6), "b": stub(0.3, 0.05, 4), "c": stub(0.5, 0.02, 2), "d": stub(0.7, 0.0, 1)}
     out = mechanism.cross_dataset(refs, 0.3, held_back=["d", "zzz"])
@@ -332,8 +345,10 @@ def test_cost_reproduces_the_paper():
 
 def test_cost_uses_measured_throughput_and_tokens(tmp_path):
     c = OmegaConf.to_container(OmegaConf.load("conf/suite/default.yaml").cost)
-    for name, recs in {"qwen": [{"key": "a", "vote": 1, "seconds": 0.5}, {"key": "b", "vote": 0, "seconds": 1.5}],
-                       "sonnet": [{"key": "c", "vote": None, "n_prompt_tokens": 1000}]}.items():
+    for name, recs in {
+        "qwen": [{"key": "a", "vote": 1, "seconds": 0.5}, {"key": "b", "vote": 0, "seconds": 1.5}],
+        "sonnet": [{"key": "c", "vote": None, "n_prompt_tokens": 1000}],
+    }.items():
         (tmp_path / name).mkdir()
         # a bad line (not a verdict record) is skipped, never read as seconds
         (tmp_path / name / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '42\n{"seconds": 9}\n')

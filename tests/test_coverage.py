@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 # bench/coverage.py, loaded by path under its own name (``coverage`` is also coverage.py's package)
-_spec = importlib.util.spec_from_file_location("raim_bench_coverage",
-                                               Path(__file__).resolve().parents[1] / "bench" / "coverage.py")
+_spec = importlib.util.spec_from_file_location(
+    "raim_bench_coverage", Path(__file__).resolve().parents[1] / "bench" / "coverage.py"
+)
 cov = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = cov
 _spec.loader.exec_module(cov)

@@ -1,4 +1,5 @@
 """Builders of balanced binary items (src/io/datasets.py; paper Appendix J, Table 18)."""
+
 from __future__ import annotations
 
 import ast
@@ -20,13 +21,26 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "raw"
 REAL = ("medhallu", "truthfulqa", "wice", "expertqa")
 PAIRED = {"medhallu", "truthfulqa", "ragtruth", "factscore"}
-PAPER_N = {"medhallu": 2000, "wice": 222, "ragtruth": 1362, "xsum": 546, "cnndm": 114,
-           "expertqa": 1462, "factscore": 330, "truthfulqa": 1634, "triviaplus": None}
+PAPER_N = {
+    "medhallu": 2000,
+    "wice": 222,
+    "ragtruth": 1362,
+    "xsum": 546,
+    "cnndm": 114,
+    "expertqa": 1462,
+    "factscore": 330,
+    "truthfulqa": 1634,
+    "triviaplus": None,
+}
 
 
 def _real_raw_dir() -> Path | None:
-    candidates = [os.environ.get("RAIM_RAW_DIR"), ROOT / "data" / "shipped", "/work/shared/data/raw",
-                  Path(__file__).resolve().parents[2] / "shared" / "data" / "raw"]
+    candidates = [
+        os.environ.get("RAIM_RAW_DIR"),
+        ROOT / "data" / "shipped",
+        "/work/shared/data/raw",
+        Path(__file__).resolve().parents[2] / "shared" / "data" / "raw",
+    ]
     for c in candidates:
         if c and all(not data.missing_files(n, c) for n in REAL):
             return Path(c)
@@ -71,6 +85,7 @@ def _check_pairs(df: pd.DataFrame) -> None:
 
 
 # ---------------------------------------------------------------- real raw files
+
 
 @needs_raw
 @pytest.mark.parametrize("name,n", [("medhallu", 2000), ("truthfulqa", 1634), ("wice", 222), ("expertqa", 1180)])
@@ -150,6 +165,7 @@ def test_real_seed_changes_subsample_not_balance(real):
 
 # ---------------------------------------------------------------- fixtures (unavailable sets)
 
+
 def test_ragtruth_fixture_pairs(fixtures):
     df = fixtures["ragtruth"]
     _check_schema(df, "ragtruth")
@@ -174,8 +190,10 @@ def test_aggrefact_fixture_balanced_claims(fixtures, name, n, docs):
     assert df.cluster_id.nunique() == docs
     assert "A frog was found." not in set(df.candidate)  # the val cut is excluded
     if name == "xsum":  # label 0 (unfaithful) -> gold 1, both minority items kept
-        assert set(df[df.gold == 1].candidate) == {"The bridge will close for a year.",
-                                                   "A frog species was found in Brazil."}
+        assert set(df[df.gold == 1].candidate) == {
+            "The bridge will close for a year.",
+            "A frog species was found in Brazil.",
+        }
         assert any('said, on Monday, that "the bridge" will close.\nRepairs' in e for e in df.evidence)
 
 
@@ -187,14 +205,13 @@ def test_factscore_fixture_pairs(fixtures):
     assert set(df.question) == {"Tell me a bio of Ada Lovelace.", "Tell me a bio of Grace Hopper."}
     neg = set(df[df.gold == 1].candidate)
     assert "Ada Lovelace was born in Paris." in neg and "This helps." not in set(df.candidate)
-    assert neg <= {"Ada Lovelace was born in Paris.", "Grace Hopper invented Python.",
-                   "Grace Hopper was born in 1950."}
+    assert neg <= {"Ada Lovelace was born in Paris.", "Grace Hopper invented Python.", "Grace Hopper was born in 1950."}
 
 
 def test_triviaplus_fixture_balance_and_noisy_columns(fixtures):
     df = fixtures["triviaplus"]
     _check_schema(df, "triviaplus")
-    assert list(df.columns[len(ITEM_COLUMNS):]) == ["noisy_ws", "noisy_dw", "noisy_dl", "noisy_rf"]
+    assert list(df.columns[len(ITEM_COLUMNS) :]) == ["noisy_ws", "noisy_dw", "noisy_dl", "noisy_rf"]
     assert len(df) == 6 and _balance(df) == (3, 3)
     rows = pd.read_json(FIXTURES / "triviaplus" / "rows.jsonl", lines=True)
     merged = df.merge(rows, left_on="candidate", right_on="answer")
@@ -210,8 +227,11 @@ def test_triviaplus_fixture_balance_and_noisy_columns(fixtures):
 def test_triviaplus_parquet_fixture_matches_its_readable_rows():
     parquet = pd.read_parquet(next((FIXTURES / "triviaplus").glob("*.parquet")))
     rows = pd.read_json(FIXTURES / "triviaplus" / "rows.jsonl", lines=True)
-    assert parquet.drop(columns=["answer_sentence_list", "sentence_level_majority_vote"]).astype(str).equals(
-        rows.drop(columns=["answer_sentence_list", "sentence_level_majority_vote"]).astype(str))
+    assert (
+        parquet.drop(columns=["answer_sentence_list", "sentence_level_majority_vote"])
+        .astype(str)
+        .equals(rows.drop(columns=["answer_sentence_list", "sentence_level_majority_vote"]).astype(str))
+    )
 
 
 @pytest.mark.parametrize("name", ["ragtruth", "xsum", "factscore", "triviaplus"])
@@ -225,6 +245,7 @@ def test_fixture_output_byte_identical_and_roundtrip(fixtures, tmp_path, name):
 
 
 # ---------------------------------------------------------------- availability, config, CLI
+
 
 def test_absent_raw_files_raise_file_not_found_naming_source(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"ragtruth/response\.jsonl.*github\.com/ParticleMedia/RAGTruth"):
@@ -264,7 +285,11 @@ def test_dataset_specs_are_read_and_build_from_their_node():
         coded = name in {"expertqa", "ragtruth", "factscore"}
         assert isinstance(builder, data.Registered if coded else data.Fields)
         assert builder.construction == ("pairs" if name in PAIRED else "pooled")
-    assert set(data.dataset_names()) == set(PAPER_N) and set(benchmarks.BUILDERS) == {"expertqa", "ragtruth", "factscore"}
+    assert set(data.dataset_names()) == set(PAPER_N) and set(benchmarks.BUILDERS) == {
+        "expertqa",
+        "ragtruth",
+        "factscore",
+    }
     assert "builder" not in data.dataset_spec("all")
 
 
@@ -291,6 +316,7 @@ def test_cli_main_selected_datasets(tmp_path):
 
 # ---------------------------------------------------------------- bad raw input (§6)
 
+
 def _wice_dir(tmp_path: Path, lines: list[str]) -> Path:
     (tmp_path / "wice" / "claim").mkdir(parents=True)
     (tmp_path / "wice" / "claim" / "test.jsonl").write_text("".join(line + "\n" for line in lines))
@@ -299,8 +325,14 @@ def _wice_dir(tmp_path: Path, lines: list[str]) -> Path:
 
 def _wice_row(label: str = "supported", **override) -> str:
     """A WiCE claim row as published (Python-literal strings); an override of None drops the field."""
-    row = {"label": label, "claim": "A claim.", "evidence": "['Sentence one.', 'Sentence two.']",
-           "supporting_sentences": "[[0]]", "meta": "{'id': 'test00001', 'claim_title': 'Title'}", **override}
+    row = {
+        "label": label,
+        "claim": "A claim.",
+        "evidence": "['Sentence one.', 'Sentence two.']",
+        "supporting_sentences": "[[0]]",
+        "meta": "{'id': 'test00001', 'claim_title': 'Title'}",
+        **override,
+    }
     return json.dumps({k: v for k, v in row.items() if v is not None})
 
 
@@ -310,13 +342,19 @@ def test_wice_accepts_python_literal_fields(tmp_path):
     assert df.evidence.iloc[0] == "Sentence one.\nSentence two."
 
 
-@pytest.mark.parametrize("bad,match", [
-    ('{"label": "supported", "claim": ', r"^wice/claim/test\.jsonl line 2: unreadable JSON"),
-    (_wice_row(claim=None), r"^wice/claim/test\.jsonl line 2: field 'claim': missing$"),
-    (_wice_row("maybe"), r"^wice/claim/test\.jsonl line 2: field 'label': unknown value 'maybe' "
-                         r"\(label map: 'supported', 'partially_supported', 'not_supported'\)$"),
-    (_wice_row(meta="{'id': 'test00001', 'claim_title': "), r"line 2: field 'meta': unreadable literal"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ('{"label": "supported", "claim": ', r"^wice/claim/test\.jsonl line 2: unreadable JSON"),
+        (_wice_row(claim=None), r"^wice/claim/test\.jsonl line 2: field 'claim': missing$"),
+        (
+            _wice_row("maybe"),
+            r"^wice/claim/test\.jsonl line 2: field 'label': unknown value 'maybe' "
+            r"\(label map: 'supported', 'partially_supported', 'not_supported'\)$",
+        ),
+        (_wice_row(meta="{'id': 'test00001', 'claim_title': "), r"line 2: field 'meta': unreadable literal"),
+    ],
+)
 def test_bad_wice_record_names_file_line_field(tmp_path, bad, match):
     with pytest.raises(RawRecordError, match=match):
         data.build("wice", _wice_dir(tmp_path, [_wice_row(), bad]))
@@ -330,9 +368,11 @@ def test_bad_nested_field_is_named_with_its_path(tmp_path):
     (raw / "InstructGPT.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(RawRecordError) as err:
         data.build("factscore", tmp_path)
-    assert str(err.value) == ("factscore/InstructGPT.jsonl line 4: field "
-                              "'annotations[1].human-atomic-facts[1].label': unknown value 'XX' "
-                              "(label map: 'S', 'NS', 'IR')")
+    assert str(err.value) == (
+        "factscore/InstructGPT.jsonl line 4: field "
+        "'annotations[1].human-atomic-facts[1].label': unknown value 'XX' "
+        "(label map: 'S', 'NS', 'IR')"
+    )
     assert err.value.field.endswith(".label") and isinstance(err.value, ValueError)
 
 
@@ -364,9 +404,11 @@ def test_read_items_rejects_bad_lines_and_keeps_existing_output(tmp_path, fixtur
     assert path.read_bytes() == good  # nothing already written is lost
     lines = good.decode().splitlines()
     row = json.loads(lines[1])
-    for broken, match in [({**row, "gold": 2}, r"line 2: field 'gold': unknown value 2"),
-                          ({k: v for k, v in row.items() if k != "cluster_id"}, r"line 2: field 'cluster_id': missing"),
-                          (json.loads(lines[0]), r"line 2: field 'item_id': duplicate value")]:
+    for broken, match in [
+        ({**row, "gold": 2}, r"line 2: field 'gold': unknown value 2"),
+        ({k: v for k, v in row.items() if k != "cluster_id"}, r"line 2: field 'cluster_id': missing"),
+        (json.loads(lines[0]), r"line 2: field 'item_id': duplicate value"),
+    ]:
         path.write_text(lines[0] + "\n" + json.dumps(broken) + "\n")
         with pytest.raises(RawRecordError, match=match):
             data.read_items(path)
@@ -375,8 +417,14 @@ def test_read_items_rejects_bad_lines_and_keeps_existing_output(tmp_path, fixtur
 # ---------------------------------------------------------------- a dataset from config alone (src.io.datasets.Fields)
 
 GENERIC = ROOT / "tests" / "fixtures" / "data_generic"
-MYBENCH = {"_target_": "src.io.datasets.Fields", "path": "mybench/qa.jsonl", "question": "query", "evidence": "context",
-           "candidate": "response", "gold": {"field": "hallucination", "labels": {"yes": 1, "no": 0, "unsure": None}}}
+MYBENCH = {
+    "_target_": "src.io.datasets.Fields",
+    "path": "mybench/qa.jsonl",
+    "question": "query",
+    "evidence": "context",
+    "candidate": "response",
+    "gold": {"field": "hallucination", "labels": {"yes": 1, "no": 0, "unsure": None}},
+}
 QA = [json.loads(line) for line in (GENERIC / "raw" / "mybench" / "qa.jsonl").read_text().splitlines()]
 
 
@@ -402,8 +450,17 @@ def _expected(ids: tuple[str, ...] = ("00000", "00001", "00003", "00004"), clust
     """Records 1, 2, 4, 5 of qa.jsonl (record 3, "unsure", maps to null and is dropped); 2/2: all kept."""
     recs = [QA[i] for i in (0, 1, 3, 4)]
     clusters = clusters or ids
-    return [(f"mybench-{i}-{'neg' if r['hallucination'] == 'yes' else 'pos'}", f"mybench-{c}", r["query"],
-             r["context"], r["response"], int(r["hallucination"] == "yes")) for i, c, r in zip(ids, clusters, recs)]
+    return [
+        (
+            f"mybench-{i}-{'neg' if r['hallucination'] == 'yes' else 'pos'}",
+            f"mybench-{c}",
+            r["query"],
+            r["context"],
+            r["response"],
+            int(r["hallucination"] == "yes"),
+        )
+        for i, c, r in zip(ids, clusters, recs)
+    ]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet"])
@@ -455,8 +512,9 @@ def test_generic_label_map_drop_and_unmapped_value(tmp_path):
     labels = {"field": "hallucination", "labels": {"yes": 1, "no": 0}}
     with pytest.raises(RawRecordError) as err:
         _generic(tmp_path, {**MYBENCH, "gold": labels})
-    assert str(err.value) == ("mybench/qa.jsonl line 3: field 'hallucination': unknown value 'unsure' "
-                              "(label map: 'yes', 'no')")
+    assert str(err.value) == (
+        "mybench/qa.jsonl line 3: field 'hallucination': unknown value 'unsure' (label map: 'yes', 'no')"
+    )
     with pytest.raises(RawRecordError, match=r"^mybench/qa\.csv row 3: field 'hallucination': unknown value"):
         _generic(tmp_path, {**MYBENCH, "gold": labels, "path": "mybench/qa.csv"})
 
@@ -498,14 +556,22 @@ def test_generic_balances_majority_with_seed(tmp_path):
     assert len(unbalanced) == 5
 
 
-PAIRS = {"_target_": "src.io.datasets.Fields", "path": "pairs/answers.json", "question": "question",
-         "evidence": "passages", "cluster": "meta.topic",
-         "pairs": {"supported": "answers.right", "hallucinated": {"field": "answers.wrong", "split": ";"}}}
+PAIRS = {
+    "_target_": "src.io.datasets.Fields",
+    "path": "pairs/answers.json",
+    "question": "question",
+    "evidence": "passages",
+    "cluster": "meta.topic",
+    "pairs": {"supported": "answers.right", "hallucinated": {"field": "answers.wrong", "split": ";"}},
+}
 
 
 def test_generic_pairs_nested_fields_and_split_pick(tmp_path):
-    with pytest.raises(RawRecordError, match=r"^pairs/answers\.json record 3: field 'answers\.wrong': no candidate "
-                                             r"\(splits on ';' to nothing\)$"):
+    with pytest.raises(
+        RawRecordError,
+        match=r"^pairs/answers\.json record 3: field 'answers\.wrong': no candidate "
+        r"\(splits on ';' to nothing\)$",
+    ):
         _generic(tmp_path, PAIRS)
     built = _generic(tmp_path, {**PAIRS, "on_bad_record": "drop"})  # record 3: no wrong answer after the split
     df = built.items
@@ -516,13 +582,17 @@ def test_generic_pairs_nested_fields_and_split_pick(tmp_path):
     first = df.set_index("item_id")
     assert first.loc["mybench-00000-pos", "candidate"] == "William Shakespeare."
     assert first.loc["mybench-00000-neg", "candidate"] == builders.pick(
-        ["Christopher Marlowe", "Ben Jonson", "Thomas Kyd"], 0, (0, 1))
+        ["Christopher Marlowe", "Ben Jonson", "Thomas Kyd"], 0, (0, 1)
+    )
     evidence = "Hamlet is a tragedy.\n\nIt was written by William Shakespeare."
     assert first.loc["mybench-00000-pos", "evidence"] == evidence
     assert set(df.cluster_id) == {f"mybench-{builders._ident('Hamlet')}"}  # cluster = meta.topic, both Hamlet
-    negs = {_generic(tmp_path, {**PAIRS, "on_bad_record": "drop"}, seed=s).items.set_index("item_id")
-            .loc["mybench-00000-neg", "candidate"]
-            for s in range(10)}
+    negs = {
+        _generic(tmp_path, {**PAIRS, "on_bad_record": "drop"}, seed=s)
+        .items.set_index("item_id")
+        .loc["mybench-00000-neg", "candidate"]
+        for s in range(10)
+    }
     assert len(negs) > 1 and negs <= {"Christopher Marlowe", "Ben Jonson", "Thomas Kyd"}
 
 
@@ -533,8 +603,10 @@ def test_generic_duplicates_dropped_first_kept_and_reported(tmp_path, capsys):
     changed = json.dumps({**QA[1], "response": "Another response."})  # same id q2, other content
     (root / "mybench" / "qa.jsonl").write_text("\n".join([*lines, lines[0], changed, lines[3]]) + "\n")
     by_content = _generic(tmp_path, MYBENCH, roots=(root,))
-    assert by_content.duplicates.first == ["mybench/qa.jsonl line 6 (= mybench/qa.jsonl line 1)",
-                                           "mybench/qa.jsonl line 8 (= mybench/qa.jsonl line 4)"]
+    assert by_content.duplicates.first == [
+        "mybench/qa.jsonl line 6 (= mybench/qa.jsonl line 1)",
+        "mybench/qa.jsonl line 8 (= mybench/qa.jsonl line 4)",
+    ]
     assert "Another response." in set(by_content.items.candidate)  # not identical: kept
     by_id = _generic(tmp_path, {**MYBENCH, "id": "id"}, roots=(root,))
     assert (by_id.duplicates.count, by_id.duplicates.first) == (3, ["q1", "q2", "q4"])
@@ -545,12 +617,14 @@ def test_generic_duplicates_dropped_first_kept_and_reported(tmp_path, capsys):
 
 # ---------------------------------------------------------------- raw roots, specs, CLI
 
+
 def test_raw_roots_searched_in_order_and_absolute_paths(tmp_path):
     shipped, own = tmp_path / "shipped", tmp_path / "own"
     for root, response in ((shipped, "shipped"), (own, "own")):
         (root / "mybench").mkdir(parents=True)
         (root / "mybench" / "qa.jsonl").write_text(
-            "".join(json.dumps({**r, "response": f"{response} {i}"}) + "\n" for i, r in enumerate(QA)))
+            "".join(json.dumps({**r, "response": f"{response} {i}"}) + "\n" for i, r in enumerate(QA))
+        )
     assert _generic(tmp_path, MYBENCH, roots=(shipped, own)).items.candidate.str.startswith("shipped").all()
     (shipped / "mybench" / "qa.jsonl").unlink()
     assert _generic(tmp_path, MYBENCH, roots=(shipped, own)).items.candidate.str.startswith("own").all()
@@ -559,8 +633,10 @@ def test_raw_roots_searched_in_order_and_absolute_paths(tmp_path):
     (own / "mybench" / "qa.jsonl").unlink()
     with pytest.raises(FileNotFoundError) as err:
         _generic(tmp_path, MYBENCH, roots=(shipped, own))
-    assert str(err.value) == (f"mybench: expected raw file mybench/qa.jsonl is absent from {shipped}, {own} "
-                              "(searched in order); public source: not stated")
+    assert str(err.value) == (
+        f"mybench: expected raw file mybench/qa.jsonl is absent from {shipped}, {own} "
+        "(searched in order); public source: not stated"
+    )
     assert isinstance(err.value, data.RaimError)
 
 
@@ -577,9 +653,20 @@ def test_config_only_dataset_through_cli(tmp_path):
     df = data.read_items(tmp_path / "a" / "mybench.jsonl")
     assert _rows(df) == _expected(clusters=[builders._ident(QA[i]["doc"]) for i in (0, 1, 3, 4)])
     summary = json.loads((tmp_path / "a" / "summary" / "mybench.json").read_text())
-    assert summary == {"n": 4, "n_clusters": 3, "items_per_cluster": 1.3333, "max_cluster": 2, "n_supported": 2,
-                       "n_hallucinated": 2, "hallucinated_share": 0.5, "title": "My benchmark", "frame": "def_on",
-                       "construction": "pooled", "paper_n": None, "duplicates": {"count": 0, "first": []}}
+    assert summary == {
+        "n": 4,
+        "n_clusters": 3,
+        "items_per_cluster": 1.3333,
+        "max_cluster": 2,
+        "n_supported": 2,
+        "n_hallucinated": 2,
+        "hallucinated_share": 0.5,
+        "title": "My benchmark",
+        "frame": "def_on",
+        "construction": "pooled",
+        "paper_n": None,
+        "duplicates": {"count": 0, "first": []},
+    }
 
 
 def test_your_own_set_builds_before_the_shipped_snapshot_is_imported(tmp_path):
@@ -601,8 +688,10 @@ def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, cap
     with pytest.raises(SystemExit):
         data.main([*args, "--out-dir", str(tmp_path / "o"), "--datasets", "other"])
     err = capsys.readouterr().err
-    assert err.startswith("error: other: expected raw file other/qa.jsonl is absent from "
-                          f"{GENERIC / 'raw'}, {tmp_path / 'own'} (absent) (searched in order)")
+    assert err.startswith(
+        "error: other: expected raw file other/qa.jsonl is absent from "
+        f"{GENERIC / 'raw'}, {tmp_path / 'own'} (absent) (searched in order)"
+    )
     assert not (tmp_path / "o").exists()
     for names in (["--datasets", "both"], ["--datasets", "folders"], []):
         assert data.main([*args, "--out-dir", str(tmp_path / "o"), *names]) == 0
@@ -610,14 +699,26 @@ def test_cli_named_dataset_without_raw_files_is_an_error_all_skips(tmp_path, cap
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["mybench.jsonl", "summary"]
 
 
-@pytest.mark.parametrize("node,match", [
-    ({**MYBENCH, "pairs": PAIRS["pairs"]}, r"give `gold`.*or `pairs`.*not both or neither"),
-    ({**MYBENCH, "candidat": "response"}, r"unknown key 'candidat' for Fields \(known: path, .*; did you mean 'candidate'\?\)$"),
-    ({**MYBENCH, "gold": {"field": "hallucination", "labels": {"yes": 2}}}, r"`gold.labels` maps each raw label"),
-    ({**MYBENCH, "gold": {"field": "hallucination"}}, r"`gold`: missing \['labels'\]"),
-    ({"_target_": "src.io.datasets.Registered", "name": "nope"}, r"no registered builder 'nope'; registered: expertqa"),
-    ({"_target_": "collections.OrderedDict"}, r"_target_ 'collections.OrderedDict' is not a dataset builder RAIM ships"),
-])
+@pytest.mark.parametrize(
+    "node,match",
+    [
+        ({**MYBENCH, "pairs": PAIRS["pairs"]}, r"give `gold`.*or `pairs`.*not both or neither"),
+        (
+            {**MYBENCH, "candidat": "response"},
+            r"unknown key 'candidat' for Fields \(known: path, .*; did you mean 'candidate'\?\)$",
+        ),
+        ({**MYBENCH, "gold": {"field": "hallucination", "labels": {"yes": 2}}}, r"`gold.labels` maps each raw label"),
+        ({**MYBENCH, "gold": {"field": "hallucination"}}, r"`gold`: missing \['labels'\]"),
+        (
+            {"_target_": "src.io.datasets.Registered", "name": "nope"},
+            r"no registered builder 'nope'; registered: expertqa",
+        ),
+        (
+            {"_target_": "collections.OrderedDict"},
+            r"_target_ 'collections.OrderedDict' is not a dataset builder RAIM ships",
+        ),
+    ],
+)
 def test_bad_builder_node_is_one_line_naming_the_spec(tmp_path, node, match):
     with pytest.raises(data.DatasetError, match=rf"^{tmp_path / 'specs' / 'mybench.yaml'}: builder.*{match}"):
         _generic(tmp_path, node)
@@ -637,6 +738,7 @@ def test_dataset_spec_and_unknown_names(tmp_path):
 
 
 # --------------------------------------------------------------------- a .json file that holds JSON Lines
+
 
 def test_json_lines_named_json_are_read_as_json_lines(tmp_path):
     """A ``.json`` file of one object a line is JSON Lines whatever its name says (it used to be refused as

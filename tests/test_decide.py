@@ -13,20 +13,39 @@ from src.core.aggregate import StackedLogit
 from src.studies import simulate
 
 
-def summary(stacked: float = 0.60, single: float = 0.50, call: str = "win", admissible: bool = True,
-            at_k0: int = 4, n: int = 6, phi: float | None = 0.10, majority: float = 0.45,
-            members: dict | None = None) -> dict:
+def summary(
+    stacked: float = 0.60,
+    single: float = 0.50,
+    call: str = "win",
+    admissible: bool = True,
+    at_k0: int = 4,
+    n: int = 6,
+    phi: float | None = 0.10,
+    majority: float = 0.45,
+    members: dict | None = None,
+) -> dict:
     """A ladder summary holding only what the decision reads."""
     delta = stacked - single
     members = members or {"a": 0.52, "b": 0.31, "c": 0.20}
-    comp = {c: {"kappa": {"estimate": k, "ci": [k - 0.1, k + 0.1]}}
-            for c, k in (("stacked", stacked), ("best_cv", single), ("majority", majority))}
-    return {"comparators": comp,
-            "deltas": {"best_cv": {"kappa": {"estimate": delta, "ci": [delta - 0.05, delta + 0.05], "call": call}}},
-            "admissibility": {"admissible": admissible, "members_at_kappa0": at_k0, "n_members": n, "phi_bar": phi,
-                              "kappa0": 0.30, "c": 0.5, "phi0": 0.40},
-            "members": {m: {"kappa": k} for m, k in members.items()},
-            "selected": {"oracle": "a"}}
+    comp = {
+        c: {"kappa": {"estimate": k, "ci": [k - 0.1, k + 0.1]}}
+        for c, k in (("stacked", stacked), ("best_cv", single), ("majority", majority))
+    }
+    return {
+        "comparators": comp,
+        "deltas": {"best_cv": {"kappa": {"estimate": delta, "ci": [delta - 0.05, delta + 0.05], "call": call}}},
+        "admissibility": {
+            "admissible": admissible,
+            "members_at_kappa0": at_k0,
+            "n_members": n,
+            "phi_bar": phi,
+            "kappa0": 0.30,
+            "c": 0.5,
+            "phi0": 0.40,
+        },
+        "members": {m: {"kappa": k} for m, k in members.items()},
+        "selected": {"oracle": "a"},
+    }
 
 
 @pytest.mark.parametrize("call", ["win", "clean win"])
@@ -34,8 +53,12 @@ def test_admissible_and_a_win_deploys_the_panel(call):
     d = decide.decide(summary(call=call), 0.40)
     assert (d.action, d.member, d.label) == ("panel", None, "deploy the panel")
     assert d.kappa == 0.60 and d.kappa_ci == pytest.approx([0.50, 0.70])
-    for text in ("stacked κ 0.600 [0.500, 0.700] ≥ floor 0.4", f"+0.100 [+0.050, +0.150] ({call})",
-                 "admissible: 4/6 members at κ≥0.3", "φ̄ 0.100"):
+    for text in (
+        "stacked κ 0.600 [0.500, 0.700] ≥ floor 0.4",
+        f"+0.100 [+0.050, +0.150] ({call})",
+        "admissible: 4/6 members at κ≥0.3",
+        "φ̄ 0.100",
+    ):
         assert text in d.reason, (text, d.reason)
     assert d.share_competent == pytest.approx(4 / 6) and d.phi_bar == 0.10
 
@@ -66,12 +89,27 @@ def test_floor_exactly_reached_counts_and_a_hair_under_does_not():
 
 
 def test_nothing_good_enough_names_the_best_reached():
-    d = decide.decide(summary(stacked=0.25, single=0.20, call="tie", admissible=False, at_k0=0, majority=0.28,
-                              members={"a": 0.33, "b": 0.10}), 0.40)
+    d = decide.decide(
+        summary(
+            stacked=0.25,
+            single=0.20,
+            call="tie",
+            admissible=False,
+            at_k0=0,
+            majority=0.28,
+            members={"a": 0.33, "b": 0.10},
+        ),
+        0.40,
+    )
     assert (d.action, d.member, d.label) == ("none", None, "nothing here is good enough")
     assert d.kappa == 0.25  # the better of the panel and the single
-    for text in ("CV-best single a κ 0.200 [0.100, 0.300] < floor 0.4", "stacked κ 0.250 [0.150, 0.350] < floor",
-                 "best member a κ 0.330", "best aggregate majority κ 0.280", "0/6 members"):
+    for text in (
+        "CV-best single a κ 0.200 [0.100, 0.300] < floor 0.4",
+        "stacked κ 0.250 [0.150, 0.350] < floor",
+        "best member a κ 0.330",
+        "best aggregate majority κ 0.280",
+        "0/6 members",
+    ):
         assert text in d.reason, (text, d.reason)
 
 
@@ -98,9 +136,13 @@ def test_undefined_phi_and_missing_kappa_are_said_not_crashed():
 
 def test_results_json_carries_the_decision_per_dataset():
     """Through the real ladder: a competent, decorrelated panel (the stacker wins) and one dominant member."""
-    frame = pd.concat([simulate.panel(150, 2, [0.75] * 8, rho=0.05, dataset="good", seed=1),
-                       simulate.panel(150, 2, [0.93] + [0.56] * 7, rho=0.6, dataset="bad", seed=2)],
-                      ignore_index=True)
+    frame = pd.concat(
+        [
+            simulate.panel(150, 2, [0.75] * 8, rho=0.05, dataset="good", seed=1),
+            simulate.panel(150, 2, [0.93] + [0.56] * 7, rho=0.6, dataset="bad", seed=2),
+        ],
+        ignore_index=True,
+    )
     t = verdicts.validate(frame)
     s = ladder.LadderSettings(n_boot=200, core=["good", "bad"], abstention_contrast=False)
     doc = json.loads(json.dumps(ladder.to_json(ladder.analyze(t, StackedLogit(), s), s), default=float))
@@ -115,13 +157,16 @@ def test_results_json_carries_the_decision_per_dataset():
 def test_a_clean_win_the_rule_vetoes_is_said_in_the_reason():
     """The paper's rule stands (an inadmissible panel is not deployed), and the decision says what it overrides."""
     s = summary(stacked=0.62, single=0.50, call="clean win", admissible=False, at_k0=1, n=8)
-    s["admissibility"].update(reason="only 1/8 members at κ≥0.3 (< 0.5 share)", admitted_share=0.043,
-                              members_uncertain=["b", "c"])
+    s["admissibility"].update(
+        reason="only 1/8 members at κ≥0.3 (< 0.5 share)", admitted_share=0.043, members_uncertain=["b", "c"]
+    )
     d = decide.decide(s, 0.40)
     assert (d.action, d.member) == ("single", "a") and d.vetoed_win and d.admitted_share == 0.043
-    for text in ("the ladder shows a clean win against the CV-best single (Δκ lower bound +0.070) that the "
-                 "admissibility rule vetoes (only 1/8 members at κ≥0.3 (< 0.5 share); admissible in 4% of the "
-                 "bootstrap draws; 2 member(s) with κ intervals across κ₀ 0.3)",):
+    for text in (
+        "the ladder shows a clean win against the CV-best single (Δκ lower bound +0.070) that the "
+        "admissibility rule vetoes (only 1/8 members at κ≥0.3 (< 0.5 share); admissible in 4% of the "
+        "bootstrap draws; 2 member(s) with κ intervals across κ₀ 0.3)",
+    ):
         assert text in d.reason, d.reason
     assert not decide.decide(summary(call="tie", admissible=False), 0.40).vetoed_win
 

@@ -61,15 +61,26 @@ def store(tmp_path_factory):
     tags = {"roster": "tiny", "dataset": "wice", "frame": "auto", "kind": "stacking"}
     with tracking_store(tmp) as uri:
         uris = {}
-        for name, decision, extra in (("none", NONE, {}), ("panel", PANEL, {}),
-                                      ("tagged", None, {"decision": "single", "decision_member": "lexical",
-                                                        "decision_reason": "the CV-best single reaches κ_min"})):
+        for name, decision, extra in (
+            ("none", NONE, {}),
+            ("panel", PANEL, {}),
+            (
+                "tagged",
+                None,
+                {
+                    "decision": "single",
+                    "decision_member": "lexical",
+                    "decision_reason": "the CV-best single reaches κ_min",
+                },
+            ),
+        ):
             with mlflow.start_run(tags={**tags, **extra}):
                 uris[name] = serve.log_stacker(fitted(1), ["lexical"], decision=decision).model_uri
         yield {"uri": uri, "tmp": tmp, **uris}
 
 
 # ----------------------------------------------------------------------- the run's decision travels with the model
+
 
 def test_a_stacker_whose_run_did_not_decide_panel_says_so_in_every_output_row(store):
     import mlflow
@@ -84,12 +95,26 @@ def test_a_stacker_whose_run_did_not_decide_panel_says_so_in_every_output_row(st
     assert "'nothing here is good enough', not 'deploy the panel'" in serve.decision_warning(NONE)
 
 
-@pytest.mark.parametrize("which, label", [("none", "nothing here is good enough"),
-                                          ("tagged", "deploy the single judge lexical"), ("panel", None)])
+@pytest.mark.parametrize(
+    "which, label",
+    [("none", "nothing here is good enough"), ("tagged", "deploy the single judge lexical"), ("panel", None)],
+)
 def test_predict_warns_and_records_when_the_models_run_did_not_decide_panel(store, capsys, tmp_path, which, label):
     out_path = tmp_path / "out.jsonl"
-    code, out, err = cli(capsys, predict.main, "--model-uri", store[which], "--roster", "tiny", *ITEM,
-                         "--cache-dir", str(tmp_path / "cache"), "--out", str(out_path), "--no-progress")
+    code, out, err = cli(
+        capsys,
+        predict.main,
+        "--model-uri",
+        store[which],
+        "--roster",
+        "tiny",
+        *ITEM,
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--out",
+        str(out_path),
+        "--no-progress",
+    )
     assert code == 0, err
     rows = [json.loads(ln) for ln in out_path.read_text().splitlines()]
     if label is None:
@@ -111,24 +136,34 @@ def test_a_panel_model_carries_its_stackers_decision(store, tmp_path):
         roster = OmegaConf.to_container(load_roster("tiny"), resolve=True)
         with mlflow.start_run():
             uri = serve.log_panel(roster, fitted(1), ["lexical"], cache_dir=tmp_path / "c", decision=NONE).model_uri
-        out = mlflow.pyfunc.load_model(uri).predict(pd.DataFrame({"evidence": ["Paris is in France."],
-                                                                  "candidate": ["Paris is in Spain."]}))
+        out = mlflow.pyfunc.load_model(uri).predict(
+            pd.DataFrame({"evidence": ["Paris is in France."], "candidate": ["Paris is in Spain."]})
+        )
     assert out["run_decision"].tolist() == ["nothing here is good enough"]
 
 
 def test_the_server_prints_one_ready_line_and_warns_about_the_runs_decision(store):
     port = free_port()
     env = {**os.environ, **QUIET, "MLFLOW_TRACKING_URI": store["uri"]}
-    proc = subprocess.Popen([sys.executable, "-m", "src.serve", "model", "--model-uri", store["none"],
-                             "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "src.serve", "model", "--model-uri", store["none"], "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         line = proc.stdout.readline()  # blocks until the server is listening (or has died)
         import urllib.request
 
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", method="POST",
-                                     data=json.dumps({"dataframe_records": [{"lexical": 1}]}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            method="POST",
+            data=json.dumps({"dataframe_records": [{"lexical": 1}]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=30) as r:
             answer = json.loads(r.read())
     finally:
@@ -144,13 +179,17 @@ def test_the_server_prints_one_ready_line_and_warns_about_the_runs_decision(stor
 
 # ------------------------------------------------------------------------------------------- missing weights
 
+
 def test_a_missing_weight_package_is_one_line_naming_the_install_command(store, capsys, tmp_path, monkeypatch):
     """A stacker of the `cpu` roster's qwen05b on an install without that judge's weight packages."""
     import mlflow
 
     w = weights.WEIGHTS["qwen2.5-coder-0.5b"]
-    monkeypatch.setitem(weights.WEIGHTS, w.key, weights.Weight(w.key, w.filename, w.sha256, w.packages, "parts",
-                                                               ("raim_test_no_such_model_part1",)))
+    monkeypatch.setitem(
+        weights.WEIGHTS,
+        w.key,
+        weights.Weight(w.key, w.filename, w.sha256, w.packages, "parts", ("raim_test_no_such_model_part1",)),
+    )
     monkeypatch.setattr(weights, "MODELS_DIR", tmp_path / "models")
     with pytest.raises(weights.WeightsMissing) as e:
         weights.resolve(w.key)
@@ -159,8 +198,9 @@ def test_a_missing_weight_package_is_one_line_naming_the_install_command(store, 
         with mlflow.start_run(tags={"roster": "cpu", "dataset": "wice", "frame": "auto", "kind": "stacking"}):
             uri = serve.log_stacker(fitted(2), ["qwen05b", "lexical"], decision=NONE).model_uri
         capsys.readouterr()  # MLflow's own chatter while logging
-        code, out, err = cli(capsys, predict.main, "--model-uri", uri, *ITEM, "--cache-dir",
-                             str(tmp_path / "cache"), "--no-progress")
+        code, out, err = cli(
+            capsys, predict.main, "--model-uri", uri, *ITEM, "--cache-dir", str(tmp_path / "cache"), "--no-progress"
+        )
     lines = [ln for ln in err.splitlines() if not ln.startswith("warning: ")]
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith("error: ") and "'qwen2.5-coder-0.5b'" in lines[0]
@@ -170,10 +210,12 @@ def test_a_missing_weight_package_is_one_line_naming_the_install_command(store, 
 
 # ------------------------------------------------------------------------------------------------- MLflow UI
 
+
 def test_runs_are_named_kind_roster_dataset():
     assert track.default_run_name("stacking", {"roster": "cpu", "dataset": "wice"}) == "stacking/cpu/wice"
-    assert track.default_run_name("stacking", {"verdicts": "/x/v.csv", "dataset": "all"}) == \
-        "stacking/verdicts=v.csv/all"
+    assert (
+        track.default_run_name("stacking", {"verdicts": "/x/v.csv", "dataset": "all"}) == "stacking/verdicts=v.csv/all"
+    )
     assert track.default_run_name("panel", {"roster": "tiny"}) == "panel/tiny"
 
 
@@ -181,20 +223,26 @@ def test_an_analysis_run_and_its_dataset_runs_carry_those_names(tmp_path):
     import mlflow
 
     with tracking_store(tmp_path):
-        cfg = compose_cfg("analysis=fast", "analysis.abstention_contrast=false", f"verdicts={EXAMPLE}",
-                          f"output={tmp_path / 'results.json'}")
+        cfg = compose_cfg(
+            "analysis=fast",
+            "analysis.abstention_contrast=false",
+            f"verdicts={EXAMPLE}",
+            f"output={tmp_path / 'results.json'}",
+        )
         from src.studies import stacking
 
         table, results, doc = stacking.analyse(cfg)
         run_id = track.log_analysis(cfg, table, results, doc)
         parent = mlflow.get_run(run_id)
-        kids = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                                  filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
+        kids = mlflow.search_runs(
+            search_all_experiments=True, output_format="list", filter_string=f"tags.mlflow.parentRunId = '{run_id}'"
+        )
     assert parent.info.run_name == "stacking/verdicts=simulated-panel.csv/all"
     assert [k.info.run_name for k in kids] == ["stacking/verdicts=simulated-panel.csv/simulated"]
 
 
 # ------------------------------------------------------------------------------ the shipped simulated example
+
 
 def test_the_shipped_example_is_the_simulation_it_says_it_is():
     """examples/simulated-panel.csv is simulated (src.studies.simulate), never measured: regenerate it."""
@@ -211,15 +259,23 @@ def test_on_the_shipped_example_the_panel_is_promoted_and_serves(tmp_path, capsy
     import mlflow
 
     env = {**os.environ, **QUIET, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
-    run = subprocess.run([sys.executable, "-m", "src.run", f"verdicts={EXAMPLE}",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "src.run", f"verdicts={EXAMPLE}", f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "simulated: " in run.stdout and "admissible" in run.stdout and "→ deploy the panel" in run.stdout
     run_id = next(ln for ln in run.stdout.splitlines() if ln.startswith("MLflow run ")).split()[2].rstrip("…;")
     with tracking_store(tmp_path):
-        full = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                                  filter_string="tags.kind = 'stacking' and tags.dataset = 'all'")
+        full = mlflow.search_runs(
+            search_all_experiments=True,
+            output_format="list",
+            filter_string="tags.kind = 'stacking' and tags.dataset = 'all'",
+        )
         run_id = next(r.info.run_id for r in full if r.info.run_id.startswith(run_id))
         code, out, err = cli(capsys, registry.main, "promote", "--run-id", run_id, "--dataset", "simulated")
         assert code == 0, err

@@ -75,7 +75,9 @@ def issue_citations(paths) -> list[str]:
 
 def test_readme_is_a_front_door():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move the manual into docs/"
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): move the manual into docs/"
+    )
 
 
 def test_readme_links_resolve():
@@ -107,13 +109,17 @@ def test_link_checker_catches_what_it_must(tmp_path, monkeypatch):
         "[ok](there.md#a-heading) [web](https://example.org/x.md) [anchor](#top) [mail](mailto:a@b.c)\n"
         "`[in code](missing-in-span.md)`\n"
         "```\n[in a fence](missing-in-fence.md)\n```\n"
-        "[gone](missing.md) ![img](img/none.png \"title\")\n"
+        '[gone](missing.md) ![img](img/none.png "title")\n'
         "[ref]: also-missing.md\n"
-        "[up](../outside.md)\n")
+        "[up](../outside.md)\n"
+    )
     bad = broken_links(page, inside=tmp_path / "docs")
     assert [b.split(": ", 1)[1] for b in bad] == [
-        "missing.md (no such file)", "img/none.png (no such file)", "also-missing.md (no such file)",
-        "../outside.md (outside docs/: the site does not publish it)"]
+        "missing.md (no such file)",
+        "img/none.png (no such file)",
+        "also-missing.md (no such file)",
+        "../outside.md (outside docs/: the site does not publish it)",
+    ]
 
 
 def test_reference_pages_follow_the_package(monkeypatch):
@@ -142,13 +148,17 @@ def test_reference_pages_follow_the_package(monkeypatch):
         def build_literate_nav(self):
             return [f"* [{'.'.join(k)}]({v})\n" for k, v in self.items()]
 
-    stub = types.SimpleNamespace(Nav=Nav, open=lambda name, mode="w": Buffer(Path(name).as_posix()),
-                                 set_edit_path=lambda *a: None)
+    stub = types.SimpleNamespace(
+        Nav=Nav, open=lambda name, mode="w": Buffer(Path(name).as_posix()), set_edit_path=lambda *a: None
+    )
     monkeypatch.setitem(sys.modules, "mkdocs_gen_files", stub)
     runpy.run_path(str(DOCS / "gen_ref_pages.py"))
 
-    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts) for p in (ROOT / "src").rglob("*.py")
-               if "__pycache__" not in p.parts}
+    modules = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in (ROOT / "src").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     expected = {m.removesuffix(".__init__") for m in modules if not m.endswith("__main__")}
     written = {text.removeprefix("::: ").strip() for name, text in pages.items() if name != "reference/SUMMARY.md"}
     assert written == expected

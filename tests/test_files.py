@@ -25,7 +25,9 @@ def test_atomic_path_keeps_the_suffix_for_writers_that_read_it(tmp_path):
     with atomic_path(tmp_path / "fig.png") as tmp:
         assert tmp.suffix == ".png" and tmp.parent == tmp_path
         tmp.write_bytes(b"\x89PNG")
-    assert (tmp_path / "fig.png").read_bytes() == b"\x89PNG" and oct((tmp_path / "fig.png").stat().st_mode)[-3:] == "644"
+    assert (tmp_path / "fig.png").read_bytes() == b"\x89PNG" and oct((tmp_path / "fig.png").stat().st_mode)[
+        -3:
+    ] == "644"
 
 
 def _hold(path, seconds, ready):
@@ -79,7 +81,10 @@ def test_the_tracked_beta_table_writes_rounding_noise_as_zero():
     """A β of 1e-16 (a member whose vote never changes) depends on the floating-point path: it is written as 0."""
     from src.present.stagefiles import beta_rows
 
-    doc = {"datasets": {"d": {"stacker": {"beta_mean": {"m1": 6.579e-16, "m2": 0.52}, "beta_full": {"m1": -1.4e-14,
-                                                                                                  "m2": 0.53}}}}}
+    doc = {
+        "datasets": {
+            "d": {"stacker": {"beta_mean": {"m1": 6.579e-16, "m2": 0.52}, "beta_full": {"m1": -1.4e-14, "m2": 0.53}}}
+        }
+    }
     rows = beta_rows(doc)
     assert rows["beta"].tolist() == [0.0, 0.52] and rows["beta_full"].tolist() == [0.0, 0.53]

@@ -31,8 +31,9 @@ def assert_same(got, ref):
 
 
 @pytest.mark.parametrize("n_clusters,largest,classes,n_splits,seed,paired", FOLD_SHAPES)
-def test_compiled_folds_equal_sklearn_on_random_tables(monkeypatch, n_clusters, largest, classes, n_splits, seed,
-                                                       paired):
+def test_compiled_folds_equal_sklearn_on_random_tables(
+    monkeypatch, n_clusters, largest, classes, n_splits, seed, paired
+):
     monkeypatch.setattr(greedy, "COMPILE_FROM", 0)  # the compiled loop even for small tables
     rng = np.random.default_rng(n_clusters + seed)
     groups = np.repeat(rng.permutation(n_clusters) * 3 + 1, rng.integers(1, largest + 1, n_clusters))
@@ -68,4 +69,6 @@ def test_compiled_and_python_replay_agree_with_three_classes():
     per_group = rng.integers(0, 4, (greedy.COMPILE_FROM, 3)).astype(float)
     per_group[per_group.sum(1) == 0, 0] = 1
     y_cnt = per_group.sum(0).astype(int)
-    assert np.array_equal(greedy.assign(per_group, y_cnt, 5), aggregate._stratified_group_assignment(per_group, y_cnt, 5))
+    assert np.array_equal(
+        greedy.assign(per_group, y_cnt, 5), aggregate._stratified_group_assignment(per_group, y_cnt, 5)
+    )

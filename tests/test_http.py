@@ -21,10 +21,18 @@ from src.judges.frames import load_frame
 from src.judges.http import RETRYABLE, RetryPolicy, retry_after
 from src.judges.runner import verdict_table
 
-ITEMS = pd.DataFrame({
-    "item_id": ["pos"], "cluster_id": ["c"], "dataset": ["t"], "gold": [0], "frame": ["claim"], "question": [""],
-    "evidence": ["Paris is the capital and largest city of France."], "candidate": ["The capital of France is Paris."],
-})
+ITEMS = pd.DataFrame(
+    {
+        "item_id": ["pos"],
+        "cluster_id": ["c"],
+        "dataset": ["t"],
+        "gold": [0],
+        "frame": ["claim"],
+        "question": [""],
+        "evidence": ["Paris is the capital and largest city of France."],
+        "candidate": ["The capital of France is Paris."],
+    }
+)
 
 
 # ------------------------------------------------------------------------------------------------ the policy
@@ -92,9 +100,16 @@ class Scripted(BaseHTTPRequestHandler):
         status, headers = type(self).script.pop(0) if type(self).script else (200, {})
         if status == 200:
             top = [{"token": "Yes", "logprob": -0.1}, {"token": "No", "logprob": -3.0}]
-            doc = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Yes"},
-                                "logprobs": {"content": [{**top[0], "top_logprobs": top}]}}],
-                   "usage": {"prompt_tokens": 42}}
+            doc = {
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "Yes"},
+                        "logprobs": {"content": [{**top[0], "top_logprobs": top}]},
+                    }
+                ],
+                "usage": {"prompt_tokens": 42},
+            }
         else:
             doc = {"error": {"message": "scripted", "code": status}}
         payload = json.dumps(doc).encode()
@@ -136,8 +151,9 @@ def scripted_server(script: list[tuple[int, dict]]):
 
 
 def _backend(url: str, **kw) -> tuple[OpenAICompatBackend, list[float]]:
-    be = OpenAICompatBackend(base_url=url, model="m", endpoint="chat", api_key="k", timeout=10, mass_floor=0.05,
-                             backoff_base=0.05, **kw)
+    be = OpenAICompatBackend(
+        base_url=url, model="m", endpoint="chat", api_key="k", timeout=10, mass_floor=0.05, backoff_base=0.05, **kw
+    )
     waits: list[float] = []
     real = be.retry.sleep
     be.retry.sleep = lambda s: (waits.append(s), real(s))[1]  # recorded, and really waited
@@ -152,8 +168,13 @@ def test_openai_backend_waits_what_retry_after_asks_and_counts_it():
     assert 1.0 <= waits[0] <= 1.1  # the server's Retry-After, plus at most 10 % jitter
     assert 0.05 <= waits[1] < 0.1  # no header: base·2¹ × [½, 1)
     assert Scripted.seen[1] - Scripted.seen[0] >= 1.0  # the second request really came a second later
-    assert be.retry.counts == {"requests": 3, "retries": 2, "retry_after": 1, "gave_up": 0,
-                               "waited_s": pytest.approx(sum(waits))}
+    assert be.retry.counts == {
+        "requests": 3,
+        "retries": 2,
+        "retry_after": 1,
+        "gave_up": 0,
+        "waited_s": pytest.approx(sum(waits)),
+    }
 
 
 def test_openai_backend_gives_up_when_the_server_asks_for_too_long():
@@ -178,17 +199,40 @@ def test_a_rejected_request_is_an_abstention_and_a_transient_one_is_not():
 
 def test_the_verdict_run_reports_each_http_judge_s_retries(tmp_path):
     with scripted_server([(429, {"retry-after": "0"}), (200, {})]) as url:
-        roster = {"name": "t", "members": [{"name": "served", "backend": {
-            "_target_": "src.judges.backends.openai_compat.OpenAICompatBackend", "base_url": url, "model": "m",
-            "endpoint": "chat", "api_key": "k", "backoff_base": 0.01, "timeout": 10}}]}
+        roster = {
+            "name": "t",
+            "members": [
+                {
+                    "name": "served",
+                    "backend": {
+                        "_target_": "src.judges.backends.openai_compat.OpenAICompatBackend",
+                        "base_url": url,
+                        "model": "m",
+                        "endpoint": "chat",
+                        "api_key": "k",
+                        "backoff_base": 0.01,
+                        "timeout": 10,
+                    },
+                }
+            ],
+        }
         t = verdict_table(roster, ITEMS, None, tmp_path, compute=True, progress=False)
     rep = t.attrs["report"]["served"]
     assert rep["computed"] == 1 and rep["http"]["requests"] == 2 and rep["http"]["retries"] == 1
     assert rep["http"]["retry_after"] == 1
-    lexical = {"name": "t", "members": [{"name": "lexical", "backend": {
-        "_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "threshold": 0.6}}]}
-    assert "http" not in verdict_table(lexical, ITEMS, None, tmp_path, compute=True, progress=False).attrs[
-        "report"]["lexical"]  # a local judge's report is as before
+    lexical = {
+        "name": "t",
+        "members": [
+            {
+                "name": "lexical",
+                "backend": {"_target_": "src.judges.backends.nonllm.LexicalSupportBackend", "threshold": 0.6},
+            }
+        ],
+    }
+    assert (
+        "http"
+        not in verdict_table(lexical, ITEMS, None, tmp_path, compute=True, progress=False).attrs["report"]["lexical"]
+    )  # a local judge's report is as before
 
 
 def test_anthropic_backend_uses_the_same_policy():
@@ -201,8 +245,9 @@ def test_anthropic_backend_uses_the_same_policy():
 
     OnceOverloaded.script, OnceOverloaded.seen = [529], []
     with bounded_server(OnceOverloaded) as port:
-        be = AnthropicBackend(base_url=f"http://127.0.0.1:{port}", api_key="k", requests_per_minute=0,
-                              backoff_base=0.01)
+        be = AnthropicBackend(
+            base_url=f"http://127.0.0.1:{port}", api_key="k", requests_per_minute=0, backoff_base=0.01
+        )
         assert isinstance(be.retry, RetryPolicy) and be.retry.counts is be.usage
         waits: list[float] = []
         be.retry.sleep = waits.append

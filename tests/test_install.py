@@ -19,8 +19,14 @@ pytestmark = pytest.mark.slow
 
 
 def _sh(cmd, cwd, timeout=600, env=None):
-    r = subprocess.run([str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, **(env or {})})
+    r = subprocess.run(
+        [str(c) for c in cmd],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
     assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return r
 
@@ -30,7 +36,9 @@ def installed(tmp_path_factory):
     """A wheel of this checkout installed into a new venv whose dependencies are this venv's (a .pth line:
     no editable finder comes with it, so `src` can only be the installed copy)."""
     tmp = tmp_path_factory.mktemp("install")
-    _sh([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".", "-w", tmp / "dist"], ROOT)
+    _sh(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".", "-w", tmp / "dist"], ROOT
+    )
     wheel = next((tmp / "dist").glob("raim-*.whl"))
     _sh([sys.executable, "-m", "venv", tmp / "venv"], tmp)
     py = tmp / "venv" / "bin" / "python"
@@ -53,22 +61,50 @@ def test_the_wheel_ships_the_configuration_and_the_commands(installed):
 
 def test_installed_main_job_and_predict_run_outside_the_checkout(installed):
     tmp, bin_, elsewhere, _ = installed
-    where = _sh([bin_ / "python", "-c", "import src, src.io.paths as p; print(src.__file__, p.CONF_DIR, p.CHECKOUT)"],
-                elsewhere).stdout.split()
+    where = _sh(
+        [bin_ / "python", "-c", "import src, src.io.paths as p; print(src.__file__, p.CONF_DIR, p.CHECKOUT)"], elsewhere
+    ).stdout.split()
     assert str(ROOT) not in where[0] and where[1].endswith("site-packages/src/conf") and where[2] == "None"
     store = f"sqlite:///{tmp / 'mlflow.db'}"
-    run = _sh([bin_ / "raim-run", f"paths.datasets_dir={ROOT / 'datasets'}", f"paths.cache_dir={ROOT / 'verdicts/cache'}",
-               f"tracking.uri={store}", f"hydra.run.dir={tmp / 'run'}"], elsewhere)
+    run = _sh(
+        [
+            bin_ / "raim-run",
+            f"paths.datasets_dir={ROOT / 'datasets'}",
+            f"paths.cache_dir={ROOT / 'verdicts/cache'}",
+            f"tracking.uri={store}",
+            f"hydra.run.dir={tmp / 'run'}",
+        ],
+        elsewhere,
+    )
     assert "RAIM summary" in run.stdout and "medhallu: stacked κ" in run.stdout
     run_id = (tmp / "run" / "mlflow_run_id").read_text().strip()
     assert json.loads((tmp / "run" / "results.json").read_text())["datasets"]
     ids = set(pd.read_csv(ROOT / "verdicts/tables/cpu/medhallu.csv")["item_id"].astype(str).head(3))
-    items = [ln for ln in (ROOT / "datasets/medhallu.jsonl").read_text().split("\n")
-             if ln and str(json.loads(ln)["item_id"]) in ids]
+    items = [
+        ln
+        for ln in (ROOT / "datasets/medhallu.jsonl").read_text().split("\n")
+        if ln and str(json.loads(ln)["item_id"]) in ids
+    ]
     (elsewhere / "items.jsonl").write_text("\n".join(items) + "\n")
-    pred = _sh([bin_ / "raim-predict", "items.jsonl", "--run-id", run_id, "--dataset", "medhallu", "--tracking-uri",
-                store, "--cache-dir", ROOT / "verdicts/cache", "--no-compute", "--no-progress",
-                "--out", "out.jsonl"], elsewhere)
+    pred = _sh(
+        [
+            bin_ / "raim-predict",
+            "items.jsonl",
+            "--run-id",
+            run_id,
+            "--dataset",
+            "medhallu",
+            "--tracking-uri",
+            store,
+            "--cache-dir",
+            ROOT / "verdicts/cache",
+            "--no-compute",
+            "--no-progress",
+            "--out",
+            "out.jsonl",
+        ],
+        elsewhere,
+    )
     assert "3 items:" in pred.stdout and "read from the cache: 18" in pred.stdout
     out = [json.loads(ln) for ln in (elsewhere / "out.jsonl").read_text().split("\n") if ln]
     assert len(out) == 3 and all(0 <= r["p_hallucinated"] <= 1 for r in out)

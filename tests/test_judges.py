@@ -83,8 +83,16 @@ def test_verdict_from_token_logprobs_sums_variants():
 
 @pytest.mark.parametrize(
     "text,vote",
-    [("Yes", 0), (" no.", 1), ("Answer: No, it is not supported", 1), ("YES", 0), ("Nope", None),
-     ("I cannot tell", None), ("", None), ("Not sure", None)],
+    [
+        ("Yes", 0),
+        (" no.", 1),
+        ("Answer: No, it is not supported", 1),
+        ("YES", 0),
+        ("Nope", None),
+        ("I cannot tell", None),
+        ("", None),
+        ("Not sure", None),
+    ],
 )
 def test_parse_free_text(text, vote):
     r = parse_free_text(text, ["Yes"], ["No"])
@@ -126,20 +134,23 @@ def test_cache_torn_last_line_is_repaired(tmp_path):
     assert [json.loads(x)["key"] for x in lines] == ["a", "b", "c"]
 
 
-@pytest.mark.parametrize("line,why", [
-    (b"42", "not a JSON object (int '42')"),
-    (b"[1, 2]", "not a JSON object (list '[1, 2]')"),
-    (b"null", "not a JSON object (NoneType 'None')"),
-    (b"{garbage", "not JSON"),
-    (b"\xff\xfe", "not JSON"),
-    (b'{"vote": 1}', "no 'key' string"),
-    (b'{"key": "z"}', "no 'vote' field"),
-    (b'{"key": "z", "vote": 2}', "field 'vote': 2 not in {0, 1, null}"),
-    (b'{"key": "z", "vote": 0.5}', "field 'vote': 0.5 not in {0, 1, null}"),
-    (b'{"key": "z", "vote": true}', "field 'vote': True not in {0, 1, null}"),
-    (b'{"key": "z", "vote": "1"}', "field 'vote': '1' not in {0, 1, null}"),
-    (b'{"key": "z", "vote": 1, "logodds": "high"}', "field 'logodds': 'high' is not a number or null"),
-])
+@pytest.mark.parametrize(
+    "line,why",
+    [
+        (b"42", "not a JSON object (int '42')"),
+        (b"[1, 2]", "not a JSON object (list '[1, 2]')"),
+        (b"null", "not a JSON object (NoneType 'None')"),
+        (b"{garbage", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b'{"vote": 1}', "no 'key' string"),
+        (b'{"key": "z"}', "no 'vote' field"),
+        (b'{"key": "z", "vote": 2}', "field 'vote': 2 not in {0, 1, null}"),
+        (b'{"key": "z", "vote": 0.5}', "field 'vote': 0.5 not in {0, 1, null}"),
+        (b'{"key": "z", "vote": true}', "field 'vote': True not in {0, 1, null}"),
+        (b'{"key": "z", "vote": "1"}', "field 'vote': '1' not in {0, 1, null}"),
+        (b'{"key": "z", "vote": 1, "logodds": "high"}', "field 'logodds': 'high' is not a number or null"),
+    ],
+)
 def test_cache_bad_line_is_reported_by_line_and_never_read_as_a_verdict(tmp_path, line, why):
     """Stop-9 defects: `42` crashed every reader (TypeError); other bad lines vanished into a count."""
     c = VerdictCache(tmp_path, "m", {"backend": "x"})
@@ -164,8 +175,10 @@ def test_cache_torn_last_line_is_reported_before_it_is_repaired(tmp_path):
         f.write(b'{"key": "c", "vo')
     c2 = VerdictCache(tmp_path, "m", {"backend": "x"})
     assert c2.stats()["torn_tail_bytes"] == 16
-    assert c2.problems() == [f"{c2.path}: line 2: torn last record (16 bytes without a newline: an interrupted "
-                             f"write); not read as a verdict, recomputed by the next --compute run"]
+    assert c2.problems() == [
+        f"{c2.path}: line 2: torn last record (16 bytes without a newline: an interrupted "
+        f"write); not read as a verdict, recomputed by the next --compute run"
+    ]
     c2.open_for_append()
     assert c2.problems() == [] and c2.repaired_bytes == 16
 
@@ -229,12 +242,23 @@ def test_verdict_table_compute_then_cache_only(tmp_path):
     assert t2.attrs["report"]["lexical"]["cache"]["hits"] == len(it)
     assert t2.attrs["report"]["lexical"]["computed"] == 0
     # a member with nothing cached: empty cells, counted, no model built
-    r2 = roster(("lexical", LEXICAL), ("ghost", {"_target_": "src.judges.backends.llamacpp.LlamaCppBackend",
-                                                  "model_path": "/nonexistent.gguf", "sha256": "0" * 64}))
+    r2 = roster(
+        ("lexical", LEXICAL),
+        (
+            "ghost",
+            {
+                "_target_": "src.judges.backends.llamacpp.LlamaCppBackend",
+                "model_path": "/nonexistent.gguf",
+                "sha256": "0" * 64,
+            },
+        ),
+    )
     t3 = verdict_table(r2, it, None, tmp_path, compute=False)
     assert t3["ghost"].isna().all() and t3.attrs["report"]["ghost"]["uncached"] == len(it)
     # the frontier column is named by the roster's frontier name
-    r3 = dict(r2, frontier={"name": "sonnet", "backend": {"_target_": "src.judges.backends.anthropic_api.AnthropicBackend"}})
+    r3 = dict(
+        r2, frontier={"name": "sonnet", "backend": {"_target_": "src.judges.backends.anthropic_api.AnthropicBackend"}}
+    )
     t4 = verdict_table(r3, it, None, tmp_path, compute=False)
     assert "sonnet" in t4.columns and "sonnet@logodds" not in t4.columns
 
@@ -275,13 +299,19 @@ def test_cluster_subsample_keeps_the_clusters_of_the_per_cluster_reference(seed)
     committed verdict caches hold those items: a different choice would orphan them)."""
     rng = np.random.default_rng(seed)
     sizes = rng.integers(1, 4, 300)
-    df = pd.DataFrame({"cluster_id": np.repeat([f"c{c:03d}" for c in range(300)], sizes),
-                       "gold": rng.integers(0, 2, int(sizes.sum()))})
+    df = pd.DataFrame(
+        {
+            "cluster_id": np.repeat([f"c{c:03d}" for c in range(300)], sizes),
+            "gold": rng.integers(0, 2, int(sizes.sum())),
+        }
+    )
     df["item_id"] = [f"i{i}" for i in range(len(df))]
     df = df.sample(frac=1, random_state=seed)  # clusters not contiguous
 
     def reference(items, n, seed):
-        clusters = items.groupby("cluster_id", sort=True)["gold"].agg(lambda g: (int((g == 0).sum()), int((g == 1).sum())))
+        clusters = items.groupby("cluster_id", sort=True)["gold"].agg(
+            lambda g: (int((g == 0).sum()), int((g == 1).sum()))
+        )
         ids = clusters.index.to_numpy()
         np.random.default_rng(seed).shuffle(ids)
         c0 = c1 = 0
@@ -300,8 +330,15 @@ def test_cluster_subsample_keeps_the_clusters_of_the_per_cluster_reference(seed)
 
 
 def test_coverage_audit_and_kappa():
-    t = pd.DataFrame({"item_id": list("abcd"), "cluster_id": list("abcd"), "dataset": "d", "gold": [0, 1, 0, 1],
-                      "m": pd.array([0, 1, None, 0], dtype="Int64")})
+    t = pd.DataFrame(
+        {
+            "item_id": list("abcd"),
+            "cluster_id": list("abcd"),
+            "dataset": "d",
+            "gold": [0, 1, 0, 1],
+            "m": pd.array([0, 1, None, 0], dtype="Int64"),
+        }
+    )
     t.attrs["report"] = {"m": {"cached": 4, "abstained": 1, "truncated": 0, "seconds_per_item": 0.5}}
     a = coverage_audit({"d": t}, ["m"])
     assert a.loc[0, "coverage"] == 0.75 and a.loc[0, "bacc"] == 0.5  # abstention counts as an error in bacc
@@ -327,8 +364,15 @@ def test_score_judge_leaves_a_handed_in_backend_open(tmp_path, monkeypatch):
 
 
 def _audit_table(ds: str, votes: list) -> pd.DataFrame:
-    t = pd.DataFrame({"item_id": [f"{ds}{i}" for i in range(4)], "cluster_id": list("abcd"), "dataset": ds,
-                      "gold": [0, 1, 0, 1], "m": pd.array(votes, dtype="Int64")})
+    t = pd.DataFrame(
+        {
+            "item_id": [f"{ds}{i}" for i in range(4)],
+            "cluster_id": list("abcd"),
+            "dataset": ds,
+            "gold": [0, 1, 0, 1],
+            "m": pd.array(votes, dtype="Int64"),
+        }
+    )
     cached = sum(v is not None for v in votes)
     t.attrs["report"] = {"m": {"cached": cached, "abstained": 0, "truncated": 0, "seconds_per_item": 0.5}}
     return t
@@ -360,9 +404,27 @@ def test_a_dataset_not_judged_yet_gets_an_empty_table_and_the_command(tmp_path, 
 
     it = items()
     with caplog.at_level("WARNING"):
-        assert main(["--roster", "tiny", "--datasets", "mini", "--items-dir", str(FIX), "--cache-dir",
-                     str(tmp_path / "cache"), "--tables-dir", str(tmp_path / "tab"), "--compute", "false",
-                     "--no-progress", "--no-merge"]) == 0
+        assert (
+            main(
+                [
+                    "--roster",
+                    "tiny",
+                    "--datasets",
+                    "mini",
+                    "--items-dir",
+                    str(FIX),
+                    "--cache-dir",
+                    str(tmp_path / "cache"),
+                    "--tables-dir",
+                    str(tmp_path / "tab"),
+                    "--compute",
+                    "false",
+                    "--no-progress",
+                    "--no-merge",
+                ]
+            )
+            == 0
+        )
     table = pd.read_csv(tmp_path / "tab" / "tiny" / "mini.csv")
     assert len(table) == len(it) and table["lexical"].isna().all() and table["smollm135m"].isna().all()
     assert (tmp_path / "tab" / "tiny" / "coverage" / "mini.json").exists()

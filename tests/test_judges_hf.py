@@ -35,12 +35,24 @@ def test_transformers_backend_gguf_matches_llama_cpp():
 
     f = load_frame("claim")
     its = [x for x in items() if x["frame"] == "claim"]
-    hf = TransformersBackend(model="smollm2-135m", weights_key="smollm2-135m", template="chatml", dtype="float32",
-                             max_length=1024, mass_floor=0.05)
+    hf = TransformersBackend(
+        model="smollm2-135m",
+        weights_key="smollm2-135m",
+        template="chatml",
+        dtype="float32",
+        max_length=1024,
+        mass_floor=0.05,
+    )
     a = hf.score(f, its)
     b = hf.score(f, its)
-    full = TransformersBackend(model="smollm2-135m", weights_key="smollm2-135m", template="chatml",
-                               dtype="float32", max_length=1024, prefix_reuse=False)
+    full = TransformersBackend(
+        model="smollm2-135m",
+        weights_key="smollm2-135m",
+        template="chatml",
+        dtype="float32",
+        max_length=1024,
+        prefix_reuse=False,
+    )
     full.model, full.tok, full._dev = hf.model, hf.tok, hf._dev  # same weights, loaded once
     c = full.score(f, its)
     for x, y, z in zip(a, b, c):
@@ -134,8 +146,16 @@ def test_vllm_backend_identity_without_vllm():
 
     be = VLLMBackend(model="Qwen/Qwen2.5-7B-Instruct", revision="main", max_model_len=8192)
     ident = be.identity()
-    assert ident == {"backend": "vllm", "mode": "constrained", "mass_floor": 0.1, "model": "Qwen/Qwen2.5-7B-Instruct",
-                     "revision": "main", "max_model_len": 8192, "dtype": "auto", "top_logprobs": 20,
-                     "template": "checkpoint"}
+    assert ident == {
+        "backend": "vllm",
+        "mode": "constrained",
+        "mass_floor": 0.1,
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "revision": "main",
+        "max_model_len": 8192,
+        "dtype": "auto",
+        "top_logprobs": 20,
+        "template": "checkpoint",
+    }
     if "vllm" not in sys.modules:
         assert be.llm is None

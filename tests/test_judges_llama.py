@@ -98,8 +98,9 @@ def test_context_cap_truncates_document_and_flags(smol):
 
 def test_free_generation_parses_answer_or_abstains(smol):
     f = load_frame("def_on")
-    gen = LlamaCppBackend(model="smollm2-135m", template="chatml", n_ctx=1024, n_threads=2, mode="generate",
-                          max_new_tokens=4)
+    gen = LlamaCppBackend(
+        model="smollm2-135m", template="chatml", n_ctx=1024, n_threads=2, mode="generate", max_new_tokens=4
+    )
     try:
         recs = gen.score(f, items()[:4])
         for r in recs:
@@ -115,8 +116,25 @@ def test_free_generation_parses_answer_or_abstains(smol):
 
 
 def _cli(cache: Path, tables: Path) -> list[str]:
-    return [sys.executable, "-m", "src.judges", "--roster", "tiny", "--datasets", "mini", "--items-dir", str(FIX),
-            "--cache-dir", str(cache), "--tables-dir", str(tables), "--compute", "--no-progress", "--threads", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "src.judges",
+        "--roster",
+        "tiny",
+        "--datasets",
+        "mini",
+        "--items-dir",
+        str(FIX),
+        "--cache-dir",
+        str(cache),
+        "--tables-dir",
+        str(tables),
+        "--compute",
+        "--no-progress",
+        "--threads",
+        "1",
+    ]
 
 
 def _records(cache: Path) -> dict[str, dict]:
@@ -154,16 +172,14 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
     assert 3 <= n_before < 12, "the run was not interrupted mid-way"
     with open(f, "ab") as fh:  # and a record torn by the kill
         fh.write(b'{"key": "torn", "vote": 1, "p_h')
-    out = subprocess.run(_cli(cache, tab), cwd=REPO, check=True, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(_cli(cache, tab), cwd=REPO, check=True, env=env, capture_output=True, text=True, timeout=300)
     assert f"computed {12 - n_before}" in out.stderr  # only the missing items were scored
     got = _records(cache)
     assert got.keys() == ref.keys()
     for k in ref:
         _same(got[k], ref[k])
     # a third run recomputes nothing and reports hits
-    out = subprocess.run(_cli(cache, tab), cwd=REPO, check=True, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(_cli(cache, tab), cwd=REPO, check=True, env=env, capture_output=True, text=True, timeout=300)
     assert "computed 0" in out.stderr and "computed 1" not in out.stderr
     t = (tab / "tiny" / "mini.csv").read_text().splitlines()
     assert t[0].startswith("item_id,cluster_id,dataset,gold,smollm135m") and len(t) == 13

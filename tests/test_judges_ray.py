@@ -155,7 +155,7 @@ def _our_actor_pids() -> list[int]:
     def stat(pid: str) -> tuple[int, str]:
         with open(f"/proc/{pid}/stat") as f:
             s = f.read()
-        return int(s[s.rindex(")") + 2:].split()[1]), open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="ignore")
+        return int(s[s.rindex(")") + 2 :].split()[1]), open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="ignore")
 
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
@@ -169,8 +169,7 @@ def _our_actor_pids() -> list[int]:
 
 
 @pytest.mark.slow
-def test_a_worker_killed_mid_run_is_restarted_and_nothing_is_lost_or_duplicated(cluster, setup, reference,
-                                                                                 tmp_path):
+def test_a_worker_killed_mid_run_is_restarted_and_nothing_is_lost_or_duplicated(cluster, setup, reference, tmp_path):
     roster, items, frames = setup
     killed: dict = {}
 
@@ -192,18 +191,42 @@ def test_a_worker_killed_mid_run_is_restarted_and_nothing_is_lost_or_duplicated(
 
 
 def _cli(cache: Path, tables: Path, address: str) -> list[str]:
-    return [sys.executable, "-m", "src.judges", "--roster", "tiny", "--datasets", "truthfulqa", "--items-dir",
-            str(ROOT / "datasets"), "--per-dataset", str(N_ITEMS), "--cache-dir", str(cache), "--tables-dir",
-            str(tables), "--compute", "--no-progress", "--engine", "ray", "--ray-address", address,
-            "--ray-batch-size", "4", "--ray-actors", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "src.judges",
+        "--roster",
+        "tiny",
+        "--datasets",
+        "truthfulqa",
+        "--items-dir",
+        str(ROOT / "datasets"),
+        "--per-dataset",
+        str(N_ITEMS),
+        "--cache-dir",
+        str(cache),
+        "--tables-dir",
+        str(tables),
+        "--compute",
+        "--no-progress",
+        "--engine",
+        "ray",
+        "--ray-address",
+        address,
+        "--ray-batch-size",
+        "4",
+        "--ray-actors",
+        "1",
+    ]
 
 
 @pytest.mark.slow
 def test_a_driver_killed_mid_run_resumes_from_the_cache(cluster, reference, tmp_path):
     env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
     cache, tables = tmp_path / "c", tmp_path / "t"
-    p = subprocess.Popen(_cli(cache, tables, cluster), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        _cli(cache, tables, cluster), cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         wait_for(lambda: smol_lines(cache) >= 4 or p.poll() is not None, timeout=150)
     finally:
@@ -214,8 +237,7 @@ def test_a_driver_killed_mid_run_resumes_from_the_cache(cluster, reference, tmp_
     f = next((cache / "smollm135m").glob("*.jsonl"))
     with open(f, "ab") as fh:  # and a record torn by the kill
         fh.write(b'{"key": "torn", "vote": 1, "p_h')
-    out = subprocess.run(_cli(cache, tables, cluster), cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=240)
+    out = subprocess.run(_cli(cache, tables, cluster), cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"smollm135m   cached {N_ITEMS}/{N_ITEMS} abstained" in out.stderr
     assert f"computed {N_ITEMS - n_before} " in out.stderr  # only the missing items were scored
@@ -252,9 +274,17 @@ def test_src_run_judges_on_ray_with_judge_engine_ray(cluster, compose_cfg, tmp_p
         raise AssertionError("scored in the driver, not on Ray")
 
     monkeypatch.setattr(runner, "local_scores", refuse)  # the driver's in-process engine must not run
-    cfg = compose_cfg("roster=tiny", "dataset=truthfulqa", f"paths.cache_dir={tmp_path}", "judge.compute=true",
-                      "judge.engine=ray", "judge.per_dataset=8", "judge.ray.batch_size=4", "analysis=fast",
-                      "tracking.enabled=false")
+    cfg = compose_cfg(
+        "roster=tiny",
+        "dataset=truthfulqa",
+        f"paths.cache_dir={tmp_path}",
+        "judge.compute=true",
+        "judge.engine=ray",
+        "judge.per_dataset=8",
+        "judge.ray.batch_size=4",
+        "analysis=fast",
+        "tracking.enabled=false",
+    )
     table = tables.load_table(cfg)
     assert len(table.items) == 8 and table.members == ["smollm135m", "lexical"]
     cache = table.provenance["cache"]["truthfulqa"]
@@ -265,10 +295,29 @@ def test_src_run_judges_on_ray_with_judge_engine_ray(cluster, compose_cfg, tmp_p
 @pytest.mark.slow
 def test_a_member_failing_on_the_workers_is_one_error_naming_it_and_its_cause(cluster, setup, tmp_path):
     _, items, frames = setup
-    roster = {"name": "bad", "members": [{"name": "ghost", "backend": {
-        "_target_": "src.judges.backends.llamacpp.LlamaCppBackend", "model_path": str(tmp_path / "no.gguf"),
-        "sha256": "0" * 64}}]}
-    with pytest.raises(RayEngineError, match=r"^member ghost on Ray: src\.judges\.weights\.WeightsMissing: .*no\.gguf not found"):
-        verdict_table(roster, items.iloc[:4], frames, tmp_path / "c", compute=True, progress=False,
-                      engine=RayEngine(RaySettings()))
+    roster = {
+        "name": "bad",
+        "members": [
+            {
+                "name": "ghost",
+                "backend": {
+                    "_target_": "src.judges.backends.llamacpp.LlamaCppBackend",
+                    "model_path": str(tmp_path / "no.gguf"),
+                    "sha256": "0" * 64,
+                },
+            }
+        ],
+    }
+    with pytest.raises(
+        RayEngineError, match=r"^member ghost on Ray: src\.judges\.weights\.WeightsMissing: .*no\.gguf not found"
+    ):
+        verdict_table(
+            roster,
+            items.iloc[:4],
+            frames,
+            tmp_path / "c",
+            compute=True,
+            progress=False,
+            engine=RayEngine(RaySettings()),
+        )
     assert records(tmp_path / "c") == {}

@@ -40,7 +40,9 @@ class MessagesAPI(BaseHTTPRequestHandler):
 
     def do_POST(self):  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-        type(self).seen.append({"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body})
+        type(self).seen.append(
+            {"path": self.path, "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+        )
         if type(self).script:
             code = type(self).script.pop(0)
             err = {429: "rate_limit_error", 529: "overloaded_error", 500: "api_error", 400: "invalid_request_error"}
@@ -59,11 +61,19 @@ class MessagesAPI(BaseHTTPRequestHandler):
             text = "I would rather not say."
         else:
             text = "Yes."
-        reply_json(self, {
-            "id": "msg_test", "type": "message", "role": "assistant", "model": body["model"],
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 120, "output_tokens": 2},
-        })
+        reply_json(
+            self,
+            {
+                "id": "msg_test",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 120, "output_tokens": 2},
+            },
+        )
 
 
 def reply_json(handler: BaseHTTPRequestHandler, doc: dict, status: int = 200) -> None:
@@ -116,9 +126,20 @@ def test_anthropic_unparseable_and_rejected_are_counted_abstentions(messages_api
     from src.judges.runner import verdict_table
 
     it = [x for x in items() if x["cluster_id"] in ("mini-c1", "mini-c6")]  # c6 is "Hamlet": unparseable
-    roster = {"name": "f", "members": [], "frontier": {"name": "sonnet", "backend": {
-        "_target_": "src.judges.backends.anthropic_api.AnthropicBackend", "base_url": messages_api,
-        "api_key": "k", "requests_per_minute": 0, "backoff_base": 0.01}}}
+    roster = {
+        "name": "f",
+        "members": [],
+        "frontier": {
+            "name": "sonnet",
+            "backend": {
+                "_target_": "src.judges.backends.anthropic_api.AnthropicBackend",
+                "base_url": messages_api,
+                "api_key": "k",
+                "requests_per_minute": 0,
+                "backoff_base": 0.01,
+            },
+        },
+    }
     import pandas as pd
 
     t = verdict_table(roster, pd.DataFrame(it), None, tmp_path, compute=True, frontier=True, progress=False)
@@ -163,9 +184,28 @@ def llama_server(tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("srv") / "server.log", "w+b")  # a pipe would fill up and block it
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias", "smollm2",
-         "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "1024", "--n_threads", "2", "--logits_all", "true"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(path),
+            "--model_alias",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "1024",
+            "--n_threads",
+            "2",
+            "--logits_all",
+            "true",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
     )
     import urllib.request
 
@@ -200,8 +240,9 @@ def test_openai_compat_against_llama_cpp_server(llama_server):
 
     f = load_frame("claim")
     its = [x for x in items() if x["frame"] == "claim"]
-    api = OpenAICompatBackend(base_url=llama_server, model="smollm2", template="chatml", top_logprobs=20,
-                              mass_floor=0.05)
+    api = OpenAICompatBackend(
+        base_url=llama_server, model="smollm2", template="chatml", top_logprobs=20, mass_floor=0.05
+    )
     local = LlamaCppBackend(model="smollm2-135m", template="chatml", n_ctx=1024, n_threads=2, mass_floor=0.05)
     try:
         a = api.score(f, its)
@@ -224,8 +265,9 @@ def test_openai_compat_generate_mode_and_errors(llama_server):
     from src.judges.backends.openai_compat import OpenAICompatBackend
 
     f = load_frame("def_on")
-    gen = OpenAICompatBackend(base_url=llama_server, model="smollm2", template="chatml", mode="generate",
-                              max_new_tokens=4)
+    gen = OpenAICompatBackend(
+        base_url=llama_server, model="smollm2", template="chatml", mode="generate", max_new_tokens=4
+    )
     recs = gen.score(f, items()[:2])
     for r in recs:
         assert "answer" in r and (r["vote"] in (0, 1) or r["abstain"] == "unparseable")

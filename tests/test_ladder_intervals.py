@@ -14,8 +14,12 @@ from src.studies import simulate
 
 
 def _table(seed=3, n_clusters=80, datasets=("sim",)):
-    parts = [simulate.panel(n_clusters, 2, [0.8, 0.72, 0.68, 0.64, 0.6, 0.56], 0.3, abstain_rate=0.05,
-                            dataset=d, seed=seed + i) for i, d in enumerate(datasets)]
+    parts = [
+        simulate.panel(
+            n_clusters, 2, [0.8, 0.72, 0.68, 0.64, 0.6, 0.56], 0.3, abstain_rate=0.05, dataset=d, seed=seed + i
+        )
+        for i, d in enumerate(datasets)
+    ]
     return verdicts.validate(pd.concat(parts, ignore_index=True))
 
 
@@ -71,13 +75,19 @@ def test_the_correction_lies_between_the_fixed_and_the_refit_variance(result):
     assert np.std(fixed[:, 0] - fixed[:, 1]) < se < np.std(k_st)
 
 
-@pytest.mark.parametrize("mode, families", [
-    ("core", [["a"], None, None]), ("separate", [["a"], ["b", "c"], ["b", "c"]]), ("all", [["a", "b", "c"]] * 3),
-])
+@pytest.mark.parametrize(
+    "mode, families",
+    [
+        ("core", [["a"], None, None]),
+        ("separate", [["a"], ["b", "c"], ["b", "c"]]),
+        ("all", [["a", "b", "c"]] * 3),
+    ],
+)
 def test_holm_families_are_a_setting(mode, families):
     t = _table(n_clusters=40, datasets=("a", "b", "c"))
-    res = ladder.analyze(t, StackedLogit(), ladder.LadderSettings(n_boot=60, core=["a"], holm=mode,
-                                                                  abstention_contrast=False))
+    res = ladder.analyze(
+        t, StackedLogit(), ladder.LadderSettings(n_boot=60, core=["a"], holm=mode, abstention_contrast=False)
+    )
     for name, fam in zip("abc", families):
         s = res[name].summary
         assert s["holm_family"] == fam
@@ -104,8 +114,12 @@ def test_admissibility_is_read_with_its_uncertainty():
     kd = boot.metrics(y, votes)["kappa"]
     share = admissibility.admitted_share(boot, y, votes, kd, 0.30, 0.5, 0.40)
     w = boot.item_weights().astype(int)
-    loop = [admissibility.test(y[np.repeat(np.arange(len(y)), w[b])], votes[np.repeat(np.arange(len(y)), w[b])],
-                               0.30, 0.5, 0.40).admissible for b in range(len(w))]
+    loop = [
+        admissibility.test(
+            y[np.repeat(np.arange(len(y)), w[b])], votes[np.repeat(np.arange(len(y)), w[b])], 0.30, 0.5, 0.40
+        ).admissible
+        for b in range(len(w))
+    ]
     assert share == pytest.approx(np.mean(loop))
     s = ladder.analyze(t, StackedLogit(), ladder.LadderSettings(n_boot=200))["sim"].summary
     a = s["admissibility"]

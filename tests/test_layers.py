@@ -19,8 +19,14 @@ LINT = Path(sys.executable).absolute().with_name("lint-imports")
 
 def _lint(cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(cwd)}
-    return subprocess.run([str(LINT), "--config", str(cwd / "pyproject.toml")], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(LINT), "--config", str(cwd / "pyproject.toml")],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.skipif(not LINT.exists(), reason="import-linter is a dev extra")
@@ -31,9 +37,14 @@ def test_the_layers_contract_holds():
 
 
 @pytest.mark.skipif(not LINT.exists(), reason="import-linter is a dev extra")
-@pytest.mark.parametrize("module, upward", [("src/core/names.py", "import src.mlops.tracking"),
-                                            ("src/io/files.py", "from src.studies import simulate"),
-                                            ("src/studies/simulate.py", "import mlflow")])
+@pytest.mark.parametrize(
+    "module, upward",
+    [
+        ("src/core/names.py", "import src.mlops.tracking"),
+        ("src/io/files.py", "from src.studies import simulate"),
+        ("src/studies/simulate.py", "import mlflow"),
+    ],
+)
 def test_the_contract_fails_on_an_upward_import(tmp_path, module, upward):
     shutil.copytree(ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
@@ -50,7 +61,7 @@ def _function_imports(path: Path):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(fn):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
-                    yield node, " ".join(lines[node.lineno - 1: node.end_lineno])
+                    yield node, " ".join(lines[node.lineno - 1 : node.end_lineno])
 
 
 def test_no_import_hides_in_a_function_without_its_reason():
@@ -71,7 +82,11 @@ def test_no_import_hides_in_a_function_without_its_reason():
 def _in_try(path: Path, target: ast.AST) -> bool:
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and any(target.lineno == n.lineno for b in node.body for n in ast.walk(b)
-                                             if isinstance(n, (ast.Import, ast.ImportFrom))):
+        if isinstance(node, ast.Try) and any(
+            target.lineno == n.lineno
+            for b in node.body
+            for n in ast.walk(b)
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+        ):
             return True
     return False

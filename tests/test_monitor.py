@@ -63,8 +63,11 @@ def test_served_stacker_records_each_items_votes_and_p_to_the_store(stacker_mode
     rows = pd.DataFrame([[1, 1, 0], [0, None, 0], [None, None, None]], columns=MEMBERS, dtype=float)
     out = stacker_model.predict(rows)
     got = _rows(store)
-    assert [json.loads(r[2]) for r in got] == [{"m00": 1, "m01": 1, "m02": 0}, {"m00": 0, "m01": None, "m02": 0},
-                                               {"m00": None, "m01": None, "m02": None}]
+    assert [json.loads(r[2]) for r in got] == [
+        {"m00": 1, "m01": 1, "m02": 0},
+        {"m00": 0, "m01": None, "m02": 0},
+        {"m00": None, "m01": None, "m02": None},
+    ]
     assert [r[0] for r in got] == ["stacker"] * 3 and all(r[1] is None for r in got)
     assert [r[3] for r in got[:2]] == pytest.approx(out["p_hallucinated"][:2].astype(float).tolist())
     assert got[2][3] is None  # every member abstained: no p
@@ -79,8 +82,7 @@ def test_served_stacker_records_each_items_votes_and_p_to_the_store(stacker_mode
     con.close()
 
 
-def test_recording_is_off_without_a_store_and_never_fails_a_prediction(stacker_model, tmp_path, monkeypatch,
-                                                                       caplog):
+def test_recording_is_off_without_a_store_and_never_fails_a_prediction(stacker_model, tmp_path, monkeypatch, caplog):
     monkeypatch.delenv(votestore.STORE_ENV, raising=False)
     assert votestore.store_path({}) is None and votestore.store_path({"monitor_store": " "}) is None
     rows = pd.DataFrame([[1, 0, 1]], columns=MEMBERS, dtype=float)
@@ -108,8 +110,9 @@ def test_served_panel_records_votes_and_item_ids_never_the_text(tmp_path, compos
         with mlflow.start_run():
             uri = serve.log_panel(roster, stacker, names, default_frame="claim").model_uri
         store = tmp_path / "votes.sqlite"
-        model = mlflow.pyfunc.load_model(uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": False,
-                                                            "monitor_store": str(store)})
+        model = mlflow.pyfunc.load_model(
+            uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": False, "monitor_store": str(store)}
+        )
     secret = "The unmistakable sentence that must never reach the monitoring store."
     items = pd.DataFrame({"evidence": ["Some evidence."], "candidate": [secret], "item_id": ["q-17"]})
     _prefill(roster, model.unwrap_python_model(), items, tmp_path / "cache", [1])  # the LLM's verdict is cached
@@ -124,8 +127,14 @@ def test_served_panel_records_votes_and_item_ids_never_the_text(tmp_path, compos
 def _writer(args):
     path, w = args
     for r in range(20):
-        votestore.record(path, "stacker", MEMBERS, np.array([[w % 2, 1, 0], [1, ABSTAIN, 0]], dtype=float),
-                       [0.3, 0.6], [f"w{w}-r{r}-a", f"w{w}-r{r}-b"])
+        votestore.record(
+            path,
+            "stacker",
+            MEMBERS,
+            np.array([[w % 2, 1, 0], [1, ABSTAIN, 0]], dtype=float),
+            [0.3, 0.6],
+            [f"w{w}-r{r}-a", f"w{w}-r{r}-b"],
+        )
 
 
 def test_concurrent_requests_lose_no_record(tmp_path):
@@ -144,7 +153,7 @@ def test_a_bad_store_row_is_named(tmp_path):
     votestore.record(store, "panel", MEMBERS, np.array([[1, 0, 1]], dtype=float))
     con = votestore.connect(store)
     with con:
-        con.execute("INSERT INTO votes (ts, model, votes) VALUES (1, 'panel', '{\"m00\": 2, \"m01\": 0, \"m02\": 1}')")
+        con.execute('INSERT INTO votes (ts, model, votes) VALUES (1, \'panel\', \'{"m00": 2, "m01": 0, "m02": 1}\')')
     con.close()
     with pytest.raises(errors.MonitorError, match=r"row seq=2: field 'votes.m00': 2 is not a vote"):
         votestore.read_store(store, MEMBERS)
@@ -166,7 +175,7 @@ def test_runs_rule_and_prevalence_standard_error():
 
     h = 1e-4
     curvature = -(ll(pi + h) - 2 * ll(pi) + ll(pi - h)) / h**2
-    assert drift.prevalence_se(p, 0.5, pi) == pytest.approx(curvature ** -0.5, rel=1e-4)
+    assert drift.prevalence_se(p, 0.5, pi) == pytest.approx(curvature**-0.5, rel=1e-4)
 
 
 def test_drift_test_reads_a_prior_shift_as_such_and_a_flipped_member_as_drift():
@@ -194,8 +203,9 @@ def test_drift_test_reads_a_prior_shift_as_such_and_a_flipped_member_as_drift():
 
 
 def _cfg(compose_cfg, *extra):
-    return compose_cfg("monitor.evaluation.seeds=1", "monitor.evaluation.first_seed=100",
-                       "monitor.evaluation.stable_streams=2", *extra)
+    return compose_cfg(
+        "monitor.evaluation.seeds=1", "monitor.evaluation.first_seed=100", "monitor.evaluation.stable_streams=2", *extra
+    )
 
 
 @pytest.mark.parametrize("scenario", ["accuracy", "abstain", "prevalence"])
@@ -248,7 +258,8 @@ def test_bad_settings_are_named(compose_cfg):
         monitor.compute(_cfg(compose_cfg, "monitor.alpha=1.5"))
     with pytest.raises(errors.MonitorError, match=r"stream: 100 items, fewer than one window"):
         drift.DriftMonitor(window=200).fit(np.array([[0.0], [1.0]]), np.array([0, 1])).windows(
-            np.zeros((100, 1)), np.full(100, 0.5))
+            np.zeros((100, 1)), np.full(100, 0.5)
+        )
 
 
 # ------------------------------------------------------------------------------------------------- the job
@@ -262,15 +273,29 @@ def test_main_writes_json_and_figure_and_logs_windows_as_step_metrics(tmp_path):
     env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp_path / "hydra")}
     with tracking_store(tmp_path) as uri:
         env["MLFLOW_TRACKING_URI"] = uri
-        proc = subprocess.run([sys.executable, "-m", "src.monitor", f"monitor.output={out}", f"monitor.figure={fig}",
-                               "monitor.evaluation.seeds=2", "monitor.evaluation.scenarios=[none,abstain]",
-                               "monitor.evaluation.stable_streams=3"],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "src.monitor",
+                f"monitor.output={out}",
+                f"monitor.figure={fig}",
+                "monitor.evaluation.seeds=2",
+                "monitor.evaluation.scenarios=[none,abstain]",
+                "monitor.evaluation.stable_streams=3",
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         doc = json.loads(out.read_text())
         assert fig.stat().st_size > 10_000
-        run = mlflow.search_runs(search_all_experiments=True, filter_string="tags.kind = 'monitor'",
-                                 output_format="list")[0]
+        run = mlflow.search_runs(
+            search_all_experiments=True, filter_string="tags.kind = 'monitor'", output_format="list"
+        )[0]
         client = mlflow.MlflowClient()
         hist = sorted(client.get_metric_history(run.info.run_id, "monitor/agreement_proxy"), key=lambda m: m.step)
         assert [m.step for m in hist] == list(range(len(doc["windows"])))
@@ -293,7 +318,9 @@ def test_alpha_auto_is_set_by_the_false_alarm_target(compose_cfg):
     mon = monitor.make_monitor(cfg.monitor, MEMBERS)
     assert cfg.monitor.alpha == "auto" and mon.alpha == pytest.approx(2.5e-4)
     assert monitor.make_monitor(compose_cfg("monitor.alpha=0.01").monitor, MEMBERS).alpha == 0.01
-    with pytest.raises(monitor.MonitorError, match=r"monitor.false_alarm_target: 0 must be a rate per item in \(0, 1\)"):
+    with pytest.raises(
+        monitor.MonitorError, match=r"monitor.false_alarm_target: 0 must be a rate per item in \(0, 1\)"
+    ):
         monitor.make_monitor(compose_cfg("monitor.false_alarm_target=0").monitor, MEMBERS)
     with pytest.raises(monitor.MonitorError, match=r"monitor.alpha: 'often' must be in \(0, 1\) or 'auto'"):
         monitor.make_monitor(compose_cfg("monitor.alpha=often").monitor, MEMBERS)
@@ -308,8 +335,9 @@ def test_false_alarms_on_fresh_stable_streams_with_exact_intervals(compose_cfg):
     assert n == 4 and fa["items"] == 4 * fa["items_per_stream"] and total >= 1
     assert total == fa["alarms"]["panel"] + fa["alarms"]["prevalence"]
     assert fa["rate"] == pytest.approx(total / fa["items"] * 1e5)
-    assert fa["rate_ci"] == pytest.approx([chi2.ppf(0.025, 2 * total) / 2 / fa["items"] * 1e5,
-                                           chi2.ppf(0.975, 2 * total + 2) / 2 / fa["items"] * 1e5])
+    assert fa["rate_ci"] == pytest.approx(
+        [chi2.ppf(0.025, 2 * total) / 2 / fa["items"] * 1e5, chi2.ppf(0.975, 2 * total + 2) / 2 / fa["items"] * 1e5]
+    )
     lo = beta.ppf(0.025, k, n - k + 1) if k else 0.0
     hi = beta.ppf(0.975, k + 1, n - k) if k < n else 1.0
     assert fa["streams_with_alarm_ci"] == pytest.approx([lo, hi])

@@ -29,14 +29,61 @@ def added(tmp_path_factory):
     (tmp / "shipped").mkdir()
     env = child_env(RAIM_HYDRA_DIR=str(tmp / "hydra"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp}/mlflow.db")
     py = [sys.executable, "-m"]
-    built = sh([*py, "src.data", "--raw-dir", str(tmp / "shipped"), "--own-dir", str(tmp / "own"),
-                "--out-dir", str(tmp / "datasets"), "--datasets", "newbench", "--spec-dir", str(specs)], ROOT, env)
-    judged = sh([*py, "src.judges", "--roster", "tiny", "--datasets", "newbench", "--items-dir", str(tmp / "datasets"),
-                 "--cache-dir", str(tmp / "cache"), "--tables-dir", str(tmp / "tables"), "--compute", "--no-progress"],
-                ROOT, env, timeout=900)
-    ran = sh([*py, "src.run", "dataset=newbench", "roster=tiny", f"hydra.searchpath=[file://{tmp / 'conf'}]",
-              f"paths.datasets_dir={tmp / 'datasets'}", f"paths.cache_dir={tmp / 'cache'}", "judge.per_dataset=null",
-              "analysis=fast", f"output={tmp / 'results.json'}"], ROOT, env)
+    built = sh(
+        [
+            *py,
+            "src.data",
+            "--raw-dir",
+            str(tmp / "shipped"),
+            "--own-dir",
+            str(tmp / "own"),
+            "--out-dir",
+            str(tmp / "datasets"),
+            "--datasets",
+            "newbench",
+            "--spec-dir",
+            str(specs),
+        ],
+        ROOT,
+        env,
+    )
+    judged = sh(
+        [
+            *py,
+            "src.judges",
+            "--roster",
+            "tiny",
+            "--datasets",
+            "newbench",
+            "--items-dir",
+            str(tmp / "datasets"),
+            "--cache-dir",
+            str(tmp / "cache"),
+            "--tables-dir",
+            str(tmp / "tables"),
+            "--compute",
+            "--no-progress",
+        ],
+        ROOT,
+        env,
+        timeout=900,
+    )
+    ran = sh(
+        [
+            *py,
+            "src.run",
+            "dataset=newbench",
+            "roster=tiny",
+            f"hydra.searchpath=[file://{tmp / 'conf'}]",
+            f"paths.datasets_dir={tmp / 'datasets'}",
+            f"paths.cache_dir={tmp / 'cache'}",
+            "judge.per_dataset=null",
+            "analysis=fast",
+            f"output={tmp / 'results.json'}",
+        ],
+        ROOT,
+        env,
+    )
     return {"tmp": tmp, "built": built, "judged": judged, "ran": ran}
 
 
@@ -71,9 +118,24 @@ def test_run_with_judge_compute_scores_the_misses_with_a_progress_bar(added, tmp
     shutil.copytree(tmp / "cache", tmp_path / "cache")
     shutil.rmtree(tmp_path / "cache" / "lexical")  # one member's verdicts to compute again
     env = child_env(RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
-    ran = sh([sys.executable, "-m", "src.run", "dataset=newbench", "roster=tiny", f"hydra.searchpath=[file://{tmp / 'conf'}]",
-              f"paths.datasets_dir={tmp / 'datasets'}", f"paths.cache_dir={tmp_path / 'cache'}", "judge.per_dataset=null",
-              "judge.compute=true", "analysis=fast", "tracking.enabled=false"], ROOT, env)
+    ran = sh(
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            "dataset=newbench",
+            "roster=tiny",
+            f"hydra.searchpath=[file://{tmp / 'conf'}]",
+            f"paths.datasets_dir={tmp / 'datasets'}",
+            f"paths.cache_dir={tmp_path / 'cache'}",
+            "judge.per_dataset=null",
+            "judge.compute=true",
+            "analysis=fast",
+            "tracking.enabled=false",
+        ],
+        ROOT,
+        env,
+    )
     assert "lexical: 100%" in ran.stderr and "40/40" in ran.stderr  # the tqdm bar of the one member computed
     assert "smollm135m:" not in ran.stderr  # fully cached: nothing to compute, no bar
     assert len((tmp_path / "cache" / "lexical").glob("*.jsonl").__next__().read_text().splitlines()) == 40

@@ -26,8 +26,10 @@ ACC = [0.78, 0.76, 0.74, 0.72, 0.70, 0.70]
 
 
 def _sim(n_clusters=300, seed=0, frontier=0.8, acc=ACC, rho=0.15):
-    return verdicts.validate(simulate.panel(n_clusters, 2, acc, rho=rho, abstain_rate=0.02, seed=seed,
-                                            frontier_accuracy=frontier), frontier="frontier")
+    return verdicts.validate(
+        simulate.panel(n_clusters, 2, acc, rho=rho, abstain_rate=0.02, seed=seed, frontier_accuracy=frontier),
+        frontier="frontier",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +49,9 @@ def test_every_injector_flips_exactly_its_rate_and_is_seeded(sim, rate):
         assert np.array_equal(a, b) and set(np.unique(a)) <= {0, 1}
         cap = np.sum(sim.frontier != y) if kind == "ws" else len(y)  # WS: at most the judge's own errors (~19 %)
         assert np.sum(a != y) == min(round(rate * len(y)), cap), kind
-    assert not np.array_equal(noise.random_flip(y, 0.15, np.random.default_rng(1)),
-                              noise.random_flip(y, 0.15, np.random.default_rng(2)))
+    assert not np.array_equal(
+        noise.random_flip(y, 0.15, np.random.default_rng(1)), noise.random_flip(y, 0.15, np.random.default_rng(2))
+    )
 
 
 def test_ws_flips_only_where_the_judge_is_wrong_and_is_capped_at_its_error_rate(sim):
@@ -115,9 +118,19 @@ def _trivia_fixture(tmp_path: Path, bad: bool = False) -> tuple[verdicts.Verdict
     df = simulate.panel(30, 2, ACC, rho=0.15, dataset="triviaplus", seed=5)
     rng = np.random.default_rng(0)
     cols = {f"noisy_{k}": np.where(rng.random(len(df)) < 0.15, 1 - df.gold, df.gold) for k in noise.TYPES}
-    items = pd.DataFrame({"item_id": df.item_id, "cluster_id": df.cluster_id, "dataset": "triviaplus",
-                          "frame": "def_on", "question": "q", "evidence": "e", "candidate": "c", "gold": df.gold,
-                          **cols})
+    items = pd.DataFrame(
+        {
+            "item_id": df.item_id,
+            "cluster_id": df.cluster_id,
+            "dataset": "triviaplus",
+            "frame": "def_on",
+            "question": "q",
+            "evidence": "e",
+            "candidate": "c",
+            "gold": df.gold,
+            **cols,
+        }
+    )
     if bad:
         items.loc[7, "noisy_dw"] = None
     path = tmp_path / "datasets"
@@ -137,10 +150,12 @@ def test_native_trivia_columns_replace_injection(tmp_path):
     byo, native2 = noise.native_labels(verdicts.validate(frame), None)
     assert byo.members == table.members and np.array_equal(native2["triviaplus"]["rf"], native["triviaplus"]["rf"])
     # the study uses them at their own rate, once, instead of injected draws
-    s = noise.settings_from({"types": ["rf", "dw"], "rates": [0, 0.1], "draws": 2, "n_boot": 50, "seed": 0,
-                             "dw": {}, "dl": {}})
-    doc = noise.study_dataset("triviaplus", table, {"logreg": StackedLogit()}, s, LadderSettings(),
-                              {"rf": native["triviaplus"]["rf"]})
+    s = noise.settings_from(
+        {"types": ["rf", "dw"], "rates": [0, 0.1], "draws": 2, "n_boot": 50, "seed": 0, "dw": {}, "dl": {}}
+    )
+    doc = noise.study_dataset(
+        "triviaplus", table, {"logreg": StackedLogit()}, s, LadderSettings(), {"rf": native["triviaplus"]["rf"]}
+    )
     assert doc["source"] == {"rf": "native", "dw": "injected"}
     rf = [p for p in doc["points"] if p["type"] == "rf"]
     assert len(rf) == 1 and rf[0]["rate"] == "native" and rf[0]["draws"] == 1
@@ -224,9 +239,20 @@ def test_logreg_robust_is_a_stacker_option(compose_cfg):
 
 @pytest.fixture(scope="module")
 def sim_doc():
-    s = noise.settings_from({"types": list(noise.TYPES), "rates": [0, 0.15, 0.25], "draws": 2, "n_boot": 200,
-                             "seed": 0, "default_rate": 0.15, "dw": {"bias": 1.0}, "dl": {}, "native": True,
-                             "simulation": {"enabled": False}})
+    s = noise.settings_from(
+        {
+            "types": list(noise.TYPES),
+            "rates": [0, 0.15, 0.25],
+            "draws": 2,
+            "n_boot": 200,
+            "seed": 0,
+            "default_rate": 0.15,
+            "dw": {"bias": 1.0},
+            "dl": {},
+            "native": True,
+            "simulation": {"enabled": False},
+        }
+    )
     stackers = {"logreg": StackedLogit(), "logreg_robust": NoiseRobustStackedLogit()}
     return noise.study_dataset("sim", _sim(200, seed=0), stackers, s, LadderSettings()), s
 
@@ -289,9 +315,19 @@ def test_noisy_fits_are_cross_fitted_on_folds_stratified_on_the_noisy_labels():
 def test_entry_point_writes_json_figure_and_mlflow_run(tmp_path):
     out, fig = tmp_path / "noise.json", tmp_path / "noise.png"
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/m.db")
-    cmd = [sys.executable, "-m", "src.noise", "dataset=wice", "judge.missing=skip", f"noise.output={out}",
-           f"noise.figure={fig}", "noise.draws=1", "noise.n_boot=50", "noise.rates=[0,0.15]",
-           "noise.simulation.n_clusters=80"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "src.noise",
+        "dataset=wice",
+        "judge.missing=skip",
+        f"noise.output={out}",
+        f"noise.figure={fig}",
+        "noise.draws=1",
+        "noise.n_boot=50",
+        "noise.rates=[0,0.15]",
+        "noise.simulation.n_clusters=80",
+    ]
     r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
@@ -304,8 +340,9 @@ def test_entry_point_writes_json_figure_and_mlflow_run(tmp_path):
     runs = mlflow.search_runs(experiment_names=["raim"], filter_string="tags.kind = 'noise'")
     assert len(runs) == 1 and "metrics.noise/wice/rf/15pct/kappa_logreg" in runs.columns
     assert "metrics.noise/wice/dw/15pct/call_same_logreg_robust" in runs.columns
-    bad = subprocess.run(cmd[:4] + ["noise.rates=[0,0.7]"], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+    bad = subprocess.run(
+        cmd[:4] + ["noise.rates=[0,0.7]"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert bad.returncode == 2 and "noise.rates" in bad.stderr + bad.stdout
 
 

@@ -33,6 +33,7 @@ SIBLING_RAW = (ROOT.parent / "shared" / "data" / "raw").resolve()  # data.dvc's 
 # the beyond-the-paper studies' stages, in dvc.yaml's order (each: python -m src.<name>, conf/<name>/)
 BEYOND = ("prevalence", "monitor", "noise", "rate", "injection")
 
+
 def sh(args, cwd, env, timeout=600) -> subprocess.CompletedProcess:
     p = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, f"{args}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
@@ -47,6 +48,7 @@ def child_env(**extra) -> dict:
 
 # ---------------------------------------------------------------------------------------------- Hydra + MLflow
 
+
 @pytest.fixture(scope="module")
 def cli_runs(tmp_path_factory):
     """`python -m src.run roster=ablation_no_gemma` and a `-m` sweep, from the repo root, into a tmp store."""
@@ -55,8 +57,12 @@ def cli_runs(tmp_path_factory):
     before = {p.name for p in ROOT.iterdir()}
     with tracking_store(tmp) as uri:
         env = child_env(MLFLOW_TRACKING_URI=uri, RAIM_HYDRA_DIR=str(tmp / "hydra"))
-        common = ["analysis=fast", "analysis.abstention_contrast=false", f"verdicts={verdicts}",
-                  f"output={tmp}/results.json"]
+        common = [
+            "analysis=fast",
+            "analysis.abstention_contrast=false",
+            f"verdicts={verdicts}",
+            f"output={tmp}/results.json",
+        ]
         single = sh([sys.executable, "-m", "src.run", "roster=ablation_no_gemma", *common], ROOT, env)
         sweep = sh([sys.executable, "-m", "src.run", "-m", "stacker.C=0.1,10", "roster=cpu", *common], ROOT, env)
         yield {"uri": uri, "tmp": tmp, "before": before, "single": single, "sweep": sweep}
@@ -111,14 +117,25 @@ def test_a_sweep_ends_with_a_table_of_its_jobs(cli_runs):
     import pandas as pd
 
     out = cli_runs["sweep"].stdout
-    table = out[out.index("RAIM sweep summary"):].splitlines()
-    assert table[1].split() == ["job", "dataset", "stacked_kappa", "call_vs_cv_best", "admissible", "decision",
-                                "run_id"]
+    table = out[out.index("RAIM sweep summary") :].splitlines()
+    assert table[1].split() == [
+        "job",
+        "dataset",
+        "stacked_kappa",
+        "call_vs_cv_best",
+        "admissible",
+        "decision",
+        "run_id",
+    ]
     csv = list((cli_runs["tmp"] / "hydra" / "multirun").glob("*/sweep_summary.csv"))
     assert len(csv) == 1
     df = pd.read_csv(csv[0])
-    assert sorted(zip(df["job"], df["dataset"])) == [("stacker.C=0.1", "bad"), ("stacker.C=0.1", "good"),
-                                                     ("stacker.C=10", "bad"), ("stacker.C=10", "good")]
+    assert sorted(zip(df["job"], df["dataset"])) == [
+        ("stacker.C=0.1", "bad"),
+        ("stacker.C=0.1", "good"),
+        ("stacker.C=10", "bad"),
+        ("stacker.C=10", "good"),
+    ]
     assert df["run_id"].str.len().eq(32).all()  # each job's MLflow run
     assert df["decision"].str.startswith(("deploy the panel", "deploy the single judge", "nothing here")).all()
     assert all(r in out for r in df["run_id"])
@@ -138,27 +155,52 @@ def test_hydra_outputs_stay_out_of_the_repo(cli_runs):
 @pytest.mark.slow
 def test_mlflow_server_finds_the_runs_over_rest(cli_runs):
     port = free_port()
-    args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", cli_runs["uri"],
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        cli_runs["uri"],
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     with server(args, port, "/health") as url:
         with urllib.request.urlopen(url + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=raim") as r:
             exp = json.loads(r.read())["experiment"]
-        status, body = post_json(url + "/api/2.0/mlflow/runs/search",
-                                 {"experiment_ids": [exp["experiment_id"]], "filter": "tags.kind = 'sweep'"})
+        status, body = post_json(
+            url + "/api/2.0/mlflow/runs/search",
+            {"experiment_ids": [exp["experiment_id"]], "filter": "tags.kind = 'sweep'"},
+        )
         assert status == 200 and len(body["runs"]) == 1
         sweep_id = body["runs"][0]["info"]["run_id"]
-        status, body = post_json(url + "/api/2.0/mlflow/runs/search", {
-            "experiment_ids": [exp["experiment_id"]], "filter": f"tags.mlflow.parentRunId = '{sweep_id}'",
-            "order_by": ["params.`stacker.C` ASC"]})
+        status, body = post_json(
+            url + "/api/2.0/mlflow/runs/search",
+            {
+                "experiment_ids": [exp["experiment_id"]],
+                "filter": f"tags.mlflow.parentRunId = '{sweep_id}'",
+                "order_by": ["params.`stacker.C` ASC"],
+            },
+        )
         assert status == 200 and len(body["runs"]) == 2
-        status, body = post_json(url + "/api/2.0/mlflow/runs/search", {
-            "experiment_ids": [exp["experiment_id"]], "filter": "tags.dataset = 'good' and metrics.`stacked/kappa` > 0"})
+        status, body = post_json(
+            url + "/api/2.0/mlflow/runs/search",
+            {
+                "experiment_ids": [exp["experiment_id"]],
+                "filter": "tags.dataset = 'good' and metrics.`stacked/kappa` > 0",
+            },
+        )
         assert status == 200 and len(body["runs"]) == 3  # one per analysis (single run + two sweep jobs)
         with urllib.request.urlopen(url + "/") as r:
             assert r.status == 200 and b"<html" in r.read(2000).lower()
 
 
 # ---------------------------------------------------------------------------------------------- DVC
+
 
 def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
     """params.yaml is generated from conf/ (as `dvc exp run` does): edit conf/, never params.yaml by hand."""
@@ -168,7 +210,8 @@ def test_params_yaml_is_the_composition_of_conf(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     compose_and_dump(tmp_path / "params.yaml", str(ROOT / "conf"), None, "config", "", [])
     assert yaml.safe_load((tmp_path / "params.yaml").read_text()) == yaml.safe_load(
-        (ROOT / "params.yaml").read_text()), "regenerate: python -m src.track params (see README)"
+        (ROOT / "params.yaml").read_text()
+    ), "regenerate: python -m src.track params (see README)"
 
 
 def _dvc_deps():
@@ -188,7 +231,8 @@ def test_dvc_yaml_src_deps_are_the_import_graph_of_each_stage():
     want = dd.derived(spec, yaml.safe_load((ROOT / "params.yaml").read_text()))
     for name, st in spec["stages"].items():
         assert dd.declared(st.get("do", st)) == want[name], (
-            f"dvc.yaml stage {name}: src/ deps differ from its import graph; run python scripts/dvc_deps.py --write")
+            f"dvc.yaml stage {name}: src/ deps differ from its import graph; run python scripts/dvc_deps.py --write"
+        )
 
 
 def test_the_derived_deps_follow_an_import(tmp_path):
@@ -209,8 +253,10 @@ def test_dvc_yaml_declares_an_honest_pipeline():
     assert spec["balance"]["foreach"] == spec["verdicts"]["foreach"] == "${dataset.datasets}"
     bal, ver = spec["balance"]["do"], spec["verdicts"]["do"]
     assert {"${item}", "conf/dataset/${key}.yaml"} <= set(bal["deps"]) and "${paths.raw_dir}" not in bal["deps"]
-    assert [list(o)[0] for o in bal["outs"]] == ["${paths.datasets_dir}/${key}.jsonl",
-                                                 "${paths.datasets_dir}/summary/${key}.json"]
+    assert [list(o)[0] for o in bal["outs"]] == [
+        "${paths.datasets_dir}/${key}.jsonl",
+        "${paths.datasets_dir}/summary/${key}.json",
+    ]
     assert all(list(o.values())[0] == {"cache": False} for o in bal["outs"] + ver["outs"])  # committed to git
     # the verdict cache is shared by every dataset: a dependency, never an output a stage could delete
     assert "${paths.cache_dir}" in ver["deps"] and "${paths.datasets_dir}/${key}.jsonl" in ver["deps"]
@@ -231,7 +277,12 @@ def test_dvc_yaml_declares_an_honest_pipeline():
     lock = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
     names = list(yaml.safe_load((ROOT / "params.yaml").read_text())["dataset"]["datasets"])
     assert set(lock) == {f"{st}@{n}" for st in ("balance", "verdicts") for n in names} | {
-        "coverage", "stacking", "suite", *BEYOND, "report"}
+        "coverage",
+        "stacking",
+        "suite",
+        *BEYOND,
+        "report",
+    }
 
 
 def _dvc(*args, cwd, env, timeout=900):
@@ -296,8 +347,19 @@ def test_bare_pytest_behaves_like_ci(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ci and not k.startswith("PYTEST_")}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != VENV_BIN)
     env["RAIM_ENV_PROBE"] = str(tmp_path / "env.json")
-    sh([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-        "tests/test_pipeline.py::test_ci_environment_is_set_before_test_modules_import"], ROOT, env)
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_pipeline.py::test_ci_environment_is_set_before_test_modules_import",
+        ],
+        ROOT,
+        env,
+    )
     seen = json.loads((tmp_path / "env.json").read_text())
     assert {k: seen.get(k) for k in ci} == ci
 
@@ -310,9 +372,15 @@ def clone(tmp_path_factory):
     repo = base / "repo"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(ROOT), str(repo)], check=True, timeout=300)
     assert not (base / "shared").exists() and not (repo / ".dvc" / "cache").exists()
-    env = child_env(MLFLOW_TRACKING_URI=f"sqlite:///{base / 'mlflow.db'}", RAIM_HYDRA_DIR=str(base / "hydra"),
-                    RAIM_MODELS_DIR=str(base / "no-models"), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
-                    GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env = child_env(
+        MLFLOW_TRACKING_URI=f"sqlite:///{base / 'mlflow.db'}",
+        RAIM_HYDRA_DIR=str(base / "hydra"),
+        RAIM_MODELS_DIR=str(base / "no-models"),
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+    )
     env.pop("RAIM_RAW_DIR", None)
     yield repo, env
     shutil.rmtree(base, ignore_errors=True)
@@ -372,8 +440,9 @@ def test_clean_clone_exp_run_reruns_only_the_analysis(clone, reproduced):
     repo, env = clone
     # `dvc exp run -S` recomposes params.yaml from conf/ with the overrides, then reproduces in the workspace:
     # a stacker parameter reruns the stacking stage and what follows it, never the sets or the judges
-    out = _dvc("exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast",
-               cwd=repo, env=env).stdout
+    out = _dvc(
+        "exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast", cwd=repo, env=env
+    ).stdout
     assert all(f"Running stage '{s}'" in out for s in ("stacking", "suite", *BEYOND, "report")), out
     assert "Running stage 'balance@" not in out and "Running stage 'verdicts@" not in out
     params = yaml.safe_load((repo / "params.yaml").read_text())
@@ -381,8 +450,12 @@ def test_clean_clone_exp_run_reruns_only_the_analysis(clone, reproduced):
     assert json.loads((repo / "results" / "results.json").read_text())["settings"]["n_boot"] == 200
     assert (repo / "results" / "metrics.json").exists() and (repo / "results" / "report.md").exists()
     report = (repo / "results" / "report.md").read_text()
-    for heading, figure in (("## Prevalence shift", "prevalence.png"), ("## Live monitoring", "monitor.png"),
-                            ("## Noisy calibration labels", "noise.png"), ("## Escalation cascade", "cascade.png")):
+    for heading, figure in (
+        ("## Prevalence shift", "prevalence.png"),
+        ("## Live monitoring", "monitor.png"),
+        ("## Noisy calibration labels", "noise.png"),
+        ("## Escalation cascade", "cascade.png"),
+    ):
         assert heading in report and f"{figure})" in report, heading
         assert list((repo / "results").rglob(figure)), figure
     again = _dvc("repro", cwd=repo, env=env).stdout
@@ -410,14 +483,26 @@ def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_f
     # (the monitor reads no dataset: recomposing params.yaml from conf/ undoes the previous test's `dvc exp run -S
     # stacker.C=0.5 -S analysis.n_boot=200`, settings its replay uses, back to those of the first `dvc repro`,
     # so DVC's run cache restores its outputs instead of running it)
-    assert {"balance@newbench", "verdicts@newbench", "coverage", "stacking", "suite", "prevalence", "noise",
-            "rate", "injection", "report"} == ran, out
+    assert {
+        "balance@newbench",
+        "verdicts@newbench",
+        "coverage",
+        "stacking",
+        "suite",
+        "prevalence",
+        "noise",
+        "rate",
+        "injection",
+        "report",
+    } == ran, out
     assert "Stage 'monitor' is cached - skipping run, checking out outputs" in out, out
     assert raw.exists() and (repo / "datasets" / "newbench.jsonl").exists()
     doc = json.loads((repo / "results" / "results.json").read_text())
     assert sorted(doc["datasets"]) == ["expertqa", "medhallu", "truthfulqa", "wice"]
-    assert doc["skipped"]["newbench"]["command"] == \
-        "python -m src.judges --roster cpu --datasets newbench --per-dataset 200 --compute"
+    assert (
+        doc["skipped"]["newbench"]["command"]
+        == "python -m src.judges --roster cpu --datasets newbench --per-dataset 200 --compute"
+    )
     assert "newbench" in (repo / "results" / "report.md").read_text()
     again = _dvc("repro", cwd=repo, env=env).stdout
     assert "Running stage" not in again and raw.exists()

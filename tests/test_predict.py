@@ -26,13 +26,26 @@ from src.mlops import serving as serve
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = ["smollm135m", "lexical"]  # the tiny roster's members
 ITEMS = [
-    {"item_id": "eiffel", "evidence": "The Eiffel Tower is in Paris and was completed in 1889.",
-     "candidate": "The Eiffel Tower was completed in 1889 in Paris.", "gold": 0},
-    {"item_id": "aspirin", "evidence": "Aspirin reduces fever and mild pain in adults.",
-     "candidate": "Quantum tunnelling cures diabetes in cats overnight.", "gold": 1},
-    {"item_id": "capital", "question": "What is the capital of France?",
-     "evidence": "Paris is the capital and largest city of France.", "candidate": "The capital is Lyon.",
-     "frame": "def_on", "gold": 1},
+    {
+        "item_id": "eiffel",
+        "evidence": "The Eiffel Tower is in Paris and was completed in 1889.",
+        "candidate": "The Eiffel Tower was completed in 1889 in Paris.",
+        "gold": 0,
+    },
+    {
+        "item_id": "aspirin",
+        "evidence": "Aspirin reduces fever and mild pain in adults.",
+        "candidate": "Quantum tunnelling cures diabetes in cats overnight.",
+        "gold": 1,
+    },
+    {
+        "item_id": "capital",
+        "question": "What is the capital of France?",
+        "evidence": "Paris is the capital and largest city of France.",
+        "candidate": "The capital is Lyon.",
+        "frame": "def_on",
+        "gold": 1,
+    },
 ]
 
 
@@ -71,8 +84,16 @@ def store(tmp_path_factory):
         roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
         with mlflow.start_run():
             panel = serve.log_panel(roster, stacker, NAMES, default_frame="claim", cache_dir=tmp / "cache").model_uri
-        yield {"uri": uri, "tmp": tmp, "stacker": stacker, "run_id": run.info.run_id, "runs_uri": info.model_uri,
-               "other": other, "panel": panel, "registered": "models:/raim-stacker-test@champion"}
+        yield {
+            "uri": uri,
+            "tmp": tmp,
+            "stacker": stacker,
+            "run_id": run.info.run_id,
+            "runs_uri": info.model_uri,
+            "other": other,
+            "panel": panel,
+            "registered": "models:/raim-stacker-test@champion",
+        }
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +124,18 @@ def test_predictions_are_the_stacker_applied_to_the_cached_votes(store, judged):
     from src.judges.runner import verdict_table
 
     out = judged["out"]
-    assert list(out.columns) == ["item_id", "frame", "gold", *NAMES, "p_hallucinated", "verdict", "label",
-                                 "uncached", "injection_flag", "injection_reasons"]
+    assert list(out.columns) == [
+        "item_id",
+        "frame",
+        "gold",
+        *NAMES,
+        "p_hallucinated",
+        "verdict",
+        "label",
+        "uncached",
+        "injection_flag",
+        "injection_reasons",
+    ]
     assert out["item_id"].tolist() == ["eiffel", "aspirin", "capital"]
     # wice's stacker was calibrated under the claim frame; an item's own frame wins
     assert out["frame"].tolist() == ["claim", "claim", "def_on"]
@@ -112,15 +143,22 @@ def test_predictions_are_the_stacker_applied_to_the_cached_votes(store, judged):
     assert out["uncached"].tolist() == ["", "", ""]
     # the votes, read back from the cache on their own, through the logged stacker (as `mlflow models serve`)
     panel = predict.load_panel(store["registered"]).model
-    cached = verdict_table(panel.roster, panel.items(pd.DataFrame(ITEMS).drop(columns="gold")), panel.frames,
-                           judged["cache"], compute=False, progress=False)
+    cached = verdict_table(
+        panel.roster,
+        panel.items(pd.DataFrame(ITEMS).drop(columns="gold")),
+        panel.frames,
+        judged["cache"],
+        compute=False,
+        progress=False,
+    )
     votes = cached[NAMES].astype("Float64").astype(float).reset_index(drop=True)
     assert out[NAMES].astype("Float64").astype(float).equals(votes)
     served = mlflow.pyfunc.load_model(store["registered"]).predict(votes)
     assert out["p_hallucinated"].to_numpy(dtype=float) == pytest.approx(served["p_hallucinated"].to_numpy(float))
     assert out["label"].tolist() == served["label"].tolist()
     assert out["p_hallucinated"].to_numpy(dtype=float) == pytest.approx(
-        store["stacker"].predict_proba(votes.fillna(0.5).to_numpy())[:, 1])
+        store["stacker"].predict_proba(votes.fillna(0.5).to_numpy())[:, 1]
+    )
     assert out["lexical"].tolist()[:2] == [0, 1]  # the claim that overlaps its evidence, and the cat cure
     assert "smollm135m" in judged["stderr"] and "lexical" in judged["stderr"]  # src.judges' progress bars
 
@@ -131,8 +169,16 @@ def test_a_second_call_reads_every_vote_from_the_cache(store, judged, capsys, mo
     monkeypatch.setattr(llamacpp.LlamaCppBackend, "load", lambda self: pytest.fail("a cached verdict loaded a model"))
     files = {p: p.read_bytes() for p in judged["cache"].rglob("*.jsonl")}
     out_file = tmp_path / "pred.jsonl"
-    code, out, err = cli(capsys, str(judged["items"]), "--model-uri", store["registered"], "--cache-dir",
-                         str(judged["cache"]), "--out", str(out_file))
+    code, out, err = cli(
+        capsys,
+        str(judged["items"]),
+        "--model-uri",
+        store["registered"],
+        "--cache-dir",
+        str(judged["cache"]),
+        "--out",
+        str(out_file),
+    )
     assert code == 0, err
     assert "verdicts judged now: 0, read from the cache: 6" in out and "3 items:" in out
     assert {p: p.read_bytes() for p in judged["cache"].rglob("*.jsonl")} == files
@@ -145,8 +191,7 @@ def test_a_second_call_reads_every_vote_from_the_cache(store, judged, capsys, mo
 def test_every_way_of_naming_the_model_gives_the_same_predictions(store, judged, capsys, tmp_path):
     base = ["--cache-dir", str(judged["cache"]), "--no-compute", "--no-progress"]
     want = judged["out"]["p_hallucinated"].tolist()
-    for how in (["--model-uri", store["runs_uri"]], ["--run-id", store["run_id"]],
-                ["--model-uri", store["panel"]]):
+    for how in (["--model-uri", store["runs_uri"]], ["--run-id", store["run_id"]], ["--model-uri", store["panel"]]):
         out_file = tmp_path / "p.csv"
         code, _, err = cli(capsys, str(judged["items"]), *how, *base, "--out", str(out_file))
         assert code == 0, (how, err)
@@ -155,8 +200,19 @@ def test_every_way_of_naming_the_model_gives_the_same_predictions(store, judged,
 
 def test_one_item_on_the_command_line(store, judged, capsys):
     it = ITEMS[1]
-    code, out, err = cli(capsys, "--model-uri", store["registered"], "--cache-dir", str(judged["cache"]),
-                         "--item-id", "aspirin", "--evidence", it["evidence"], "--candidate", it["candidate"])
+    code, out, err = cli(
+        capsys,
+        "--model-uri",
+        store["registered"],
+        "--cache-dir",
+        str(judged["cache"]),
+        "--item-id",
+        "aspirin",
+        "--evidence",
+        it["evidence"],
+        "--candidate",
+        it["candidate"],
+    )
     assert code == 0, err
     p = judged["out"]["p_hallucinated"][1]
     assert f"{p:.3f}" in out and "hallucinated" in out and "verdicts judged now: 0" in out
@@ -167,10 +223,29 @@ def test_the_module_runs_as_a_command(store, judged, tmp_path):
     """`python -m src.predict`, one item, in a fresh process pointed at the store."""
     env = {**os.environ, **QUIET, "MLFLOW_TRACKING_URI": store["uri"]}
     it = ITEMS[0]
-    r = subprocess.run([sys.executable, "-m", "src.predict", "--model-uri", store["registered"], "--cache-dir",
-                        str(judged["cache"]), "--no-compute", "--item-id", "eiffel", "--evidence", it["evidence"],
-                        "--candidate", it["candidate"]], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.predict",
+            "--model-uri",
+            store["registered"],
+            "--cache-dir",
+            str(judged["cache"]),
+            "--no-compute",
+            "--item-id",
+            "eiffel",
+            "--evidence",
+            it["evidence"],
+            "--candidate",
+            it["candidate"],
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "eiffel" in r.stdout and "1 items:" in r.stdout
 
@@ -178,22 +253,47 @@ def test_the_module_runs_as_a_command(store, judged, tmp_path):
 def test_without_compute_a_miss_abstains_and_nothing_cached_is_one_line(store, judged, capsys, tmp_path):
     new = {"item_id": "new", "evidence": "Water boils at 100 C at sea level.", "candidate": "Water boils at 100 C."}
     items = write_jsonl(tmp_path / "mixed.jsonl", [ITEMS[0], new])
-    code, out, err = cli(capsys, str(items), "--model-uri", store["registered"], "--cache-dir",
-                         str(judged["cache"]), "--no-compute", "--out", str(tmp_path / "o.jsonl"))
+    code, out, err = cli(
+        capsys,
+        str(items),
+        "--model-uri",
+        store["registered"],
+        "--cache-dir",
+        str(judged["cache"]),
+        "--no-compute",
+        "--out",
+        str(tmp_path / "o.jsonl"),
+    )
     assert code == 0, err
     rows = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert rows[1]["label"] == "abstained" and rows[1]["p_hallucinated"] is None
     assert rows[1]["uncached"] == "smollm135m,lexical" and rows[1]["smollm135m"] is None
     assert "not cached (abstained): 2" in out
-    code, _, err = cli(capsys, str(write_jsonl(tmp_path / "new.jsonl", [new])), "--model-uri",
-                       store["registered"], "--cache-dir", str(judged["cache"]), "--no-compute")
+    code, _, err = cli(
+        capsys,
+        str(write_jsonl(tmp_path / "new.jsonl", [new])),
+        "--model-uri",
+        store["registered"],
+        "--cache-dir",
+        str(judged["cache"]),
+        "--no-compute",
+    )
     assert code == 2 and err.strip().startswith("error: none of the 1 items has a cached verdict")
 
 
 def test_frames_forced_own_calibrated_or_by_shape():
-    items = predict.Items(pd.DataFrame({"candidate": ["c", "c", "c"], "question": ["q?", "", ""],
-                                        "evidence": ["e", "e", "e"], "item_id": [None] * 3,
-                                        "frame": [None, None, "def_on"]}), ["l1", "l2", "l3"])
+    items = predict.Items(
+        pd.DataFrame(
+            {
+                "candidate": ["c", "c", "c"],
+                "question": ["q?", "", ""],
+                "evidence": ["e", "e", "e"],
+                "item_id": [None] * 3,
+                "frame": [None, None, "def_on"],
+            }
+        ),
+        ["l1", "l2", "l3"],
+    )
     frames = serve.frame_configs()
     by = lambda forced, calibrated: predict.assign_frames(items, frames, forced, calibrated).frame["frame"].tolist()
     assert by(None, None) == ["def_on", "claim", "def_on"]
@@ -206,21 +306,38 @@ def test_frames_forced_own_calibrated_or_by_shape():
 
 BAD_FILES = {
     "empty input": ("items.jsonl", "", "items.jsonl: no records (empty file)"),
-    "missing candidate": ("items.jsonl", '{"candidate": "a"}\n\n{"question": "q", "evidence": "e"}\n',
-                          "items.jsonl line 3: field 'candidate': missing"),
+    "missing candidate": (
+        "items.jsonl",
+        '{"candidate": "a"}\n\n{"question": "q", "evidence": "e"}\n',
+        "items.jsonl line 3: field 'candidate': missing",
+    ),
     "empty candidate": ("items.jsonl", '{"candidate": "  "}\n', "items.jsonl line 1: field 'candidate': empty"),
-    "misspelt field": ("items.jsonl", '{"candidate": "a", "evidnce": "e"}\n',
-                       "items.jsonl line 1: field 'evidnce': unknown field; did you mean 'evidence'?"),
-    "not a string": ("items.jsonl", '{"candidate": "a", "question": 3}\n',
-                     "items.jsonl line 1: field 'question': expected a string, got int"),
-    "repeated id": ("items.jsonl", '{"candidate": "a", "item_id": 7}\n{"candidate": "b", "item_id": "7"}\n',
-                    "items.jsonl line 2: field 'item_id': '7' repeats items.jsonl line 1"),
-    "unknown frame": ("items.jsonl", '{"candidate": "a", "frame": "qa"}\n',
-                      "items.jsonl line 1: field 'frame': 'qa' not among ['claim', 'claim_guarded', 'def_on', "
-                      "'def_on_guarded']"),
+    "misspelt field": (
+        "items.jsonl",
+        '{"candidate": "a", "evidnce": "e"}\n',
+        "items.jsonl line 1: field 'evidnce': unknown field; did you mean 'evidence'?",
+    ),
+    "not a string": (
+        "items.jsonl",
+        '{"candidate": "a", "question": 3}\n',
+        "items.jsonl line 1: field 'question': expected a string, got int",
+    ),
+    "repeated id": (
+        "items.jsonl",
+        '{"candidate": "a", "item_id": 7}\n{"candidate": "b", "item_id": "7"}\n',
+        "items.jsonl line 2: field 'item_id': '7' repeats items.jsonl line 1",
+    ),
+    "unknown frame": (
+        "items.jsonl",
+        '{"candidate": "a", "frame": "qa"}\n',
+        "items.jsonl line 1: field 'frame': 'qa' not among ['claim', 'claim_guarded', 'def_on', 'def_on_guarded']",
+    ),
     "not JSON": ("items.jsonl", '{"candidate": "a"}\n{candidate\n', "items.jsonl line 2: unreadable JSON"),
-    "csv without candidate": ("items.csv", "question,evidence\nq,e\n",
-                              "items.csv header: field 'candidate': missing column"),
+    "csv without candidate": (
+        "items.csv",
+        "question,evidence\nq,e\n",
+        "items.csv header: field 'candidate': missing column",
+    ),
     "csv empty": ("items.csv", "candidate,evidence\n", "items.csv: no records (empty file)"),
     "other format": ("items.txt", "a\n", "items.txt: an items file is JSON Lines, CSV or Parquet"),
 }
@@ -239,20 +356,30 @@ def test_a_bad_items_file_is_one_line_naming_file_line_and_field(store, capsys, 
 def test_model_and_command_line_errors_are_one_line(store, capsys, tmp_path):
     cache = ["--cache-dir", str(tmp_path / "c"), "--candidate", "x"]
     cases = {
-        "unknown model": (["--model-uri", "models:/nope@champion"],
-                          "cannot load model 'models:/nope@champion': Registered Model with name=nope not found"),
+        "unknown model": (
+            ["--model-uri", "models:/nope@champion"],
+            "cannot load model 'models:/nope@champion': Registered Model with name=nope not found",
+        ),
         "unknown run": (["--model-uri", "runs:/0123456789abcdef/stacker"], "cannot load model 'runs:/0123456789"),
         "missing folder": (["--model-uri", str(tmp_path / "none")], "cannot load model"),
-        "columns not in roster": (["--model-uri", store["other"]],
-                                  "the stacker votes with member(s) ['a', 'b'] that roster 'tiny' does not have "
-                                  "(its members: ['smollm135m', 'lexical'])"),
+        "columns not in roster": (
+            ["--model-uri", store["other"]],
+            "the stacker votes with member(s) ['a', 'b'] that roster 'tiny' does not have "
+            "(its members: ['smollm135m', 'lexical'])",
+        ),
         "unknown roster": (["--model-uri", store["registered"], "--roster", "nope"], "no roster 'nope'"),
-        "roster for a panel": (["--model-uri", store["panel"], "--roster", "tiny"],
-                               f"{store['panel']} is a panel model: it carries its roster"),
-        "unknown frame": (["--model-uri", store["registered"], "--frame", "qa"],
-                          "the command line: field 'frame': 'qa' not among"),
-        "bad --out": (["--model-uri", store["registered"], "--out", str(tmp_path / "o.txt")],
-                      f"--out {tmp_path / 'o.txt'}: write .jsonl or .csv"),
+        "roster for a panel": (
+            ["--model-uri", store["panel"], "--roster", "tiny"],
+            f"{store['panel']} is a panel model: it carries its roster",
+        ),
+        "unknown frame": (
+            ["--model-uri", store["registered"], "--frame", "qa"],
+            "the command line: field 'frame': 'qa' not among",
+        ),
+        "bad --out": (
+            ["--model-uri", store["registered"], "--out", str(tmp_path / "o.txt")],
+            f"--out {tmp_path / 'o.txt'}: write .jsonl or .csv",
+        ),
         "empty candidate": (["--model-uri", store["registered"], "--candidate", " "], "--candidate: empty"),
     }
     for case, (args, message) in cases.items():

@@ -49,14 +49,17 @@ def test_adjust_recovers_the_posterior_at_the_new_prior():
     assert np.allclose(adjust(expit(2 * s), 0.5, 0.1), expit(logit(0.1) + 2 * s))
 
 
-@pytest.mark.parametrize("args, msg", [
-    (([0.2, 1.5], 0.5, 0.1), r"p\[1\]: 1.5 is not a probability"),
-    (([0.2, np.nan], 0.5, 0.1), r"p\[1\]: nan"),
-    (([0.2], 0.0, 0.1), r"train_prevalence: 0.0 is not a prevalence in \(0, 1\)"),
-    (([0.2], 0.5, 1.0), r"prevalence: 1.0 is not a prevalence"),
-    (([0.2], 0.5, "a"), r"prevalence: 'a' is not a number"),
-    (([0.2], 0.5, True), r"prevalence: True"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (([0.2, 1.5], 0.5, 0.1), r"p\[1\]: 1.5 is not a probability"),
+        (([0.2, np.nan], 0.5, 0.1), r"p\[1\]: nan"),
+        (([0.2], 0.0, 0.1), r"train_prevalence: 0.0 is not a prevalence in \(0, 1\)"),
+        (([0.2], 0.5, 1.0), r"prevalence: 1.0 is not a prevalence"),
+        (([0.2], 0.5, "a"), r"prevalence: 'a' is not a number"),
+        (([0.2], 0.5, True), r"prevalence: True"),
+    ],
+)
 def test_adjust_refuses_bad_input(args, msg):
     with pytest.raises(PrevalenceError, match=msg):
         adjust(*args)
@@ -77,8 +80,9 @@ def test_estimate_is_the_maximum_likelihood_prior():
     """EM's fixed point maximises Σ log(π·r_i + 1 − π) (Saerens et al. 2002, §2.2), r_i the likelihood ratio."""
     y, p = calibrated_posteriors(0.2, 500, train=0.4, mu=0.8, seed=3)
     r = p / (1 - p) * 0.6 / 0.4
-    ml = minimize_scalar(lambda q: -np.sum(np.log(q * r + 1 - q)), bounds=(1e-9, 1 - 1e-9), method="bounded",
-                         options={"xatol": 1e-10}).x
+    ml = minimize_scalar(
+        lambda q: -np.sum(np.log(q * r + 1 - q)), bounds=(1e-9, 1 - 1e-9), method="bounded", options={"xatol": 1e-10}
+    ).x
     assert np.isclose(estimate(p, 0.4, tol=1e-12), ml, atol=1e-6)
 
 
@@ -99,10 +103,16 @@ def test_estimate_boundary_and_vectorised_rows_agree():
     assert np.allclose(rows, [estimate(r, 0.5) for r in P], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("args, msg", [
-    (([], 0.5), "empty"), (([0.3, -0.1], 0.5), r"p\[1\]"), (([0.3], 1.2), "train_prevalence"),
-    (([0.3], 0.5, 0.0), "tol"), (([0.3], 0.5, 1e-6, 0), "max_iter"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (([], 0.5), "empty"),
+        (([0.3, -0.1], 0.5), r"p\[1\]"),
+        (([0.3], 1.2), "train_prevalence"),
+        (([0.3], 0.5, 0.0), "tol"),
+        (([0.3], 0.5, 1e-6, 0), "max_iter"),
+    ],
+)
 def test_estimate_refuses_bad_input(args, msg):
     with pytest.raises(PrevalenceError, match=msg):
         estimate(*args)
@@ -175,10 +185,27 @@ def sim_doc():
     """The study on a simulated admissible panel only (no real table), small settings."""
     from src.core.ladder import LadderSettings
 
-    s = {"prevalences": [0.05, 0.2], "window": 200, "n_boot": 40, "n_draws": 5, "seed": 0, "level": 0.95,
-         "ece_bins": 10, "tol": 1e-6, "max_iter": 1000,
-         "simulations": [{"name": "sim", "n_clusters": 600, "accuracies": [0.8, 0.78, 0.76, 0.74, 0.72, 0.7],
-                          "rho": 0.2, "abstain_rate": 0.02, "seed": 11}]}
+    s = {
+        "prevalences": [0.05, 0.2],
+        "window": 200,
+        "n_boot": 40,
+        "n_draws": 5,
+        "seed": 0,
+        "level": 0.95,
+        "ece_bins": 10,
+        "tol": 1e-6,
+        "max_iter": 1000,
+        "simulations": [
+            {
+                "name": "sim",
+                "n_clusters": 600,
+                "accuracies": [0.8, 0.78, 0.76, 0.74, 0.72, 0.7],
+                "rho": 0.2,
+                "abstain_rate": 0.02,
+                "seed": 11,
+            }
+        ],
+    }
     return prevalence.study(None, StackedLogit(), LadderSettings(), s)
 
 
@@ -202,8 +229,19 @@ def test_study_on_a_simulated_admissible_panel(sim_doc):
 
 def test_study_settings_are_checked():
     with pytest.raises(PrevalenceError, match=r"prevalence.n_boot=0"):
-        prevalence.check_study({"prevalences": [0.1], "window": 200, "n_boot": 0, "n_draws": 5, "seed": 0,
-                                "level": 0.95, "ece_bins": 10, "tol": 1e-6, "max_iter": 10})
+        prevalence.check_study(
+            {
+                "prevalences": [0.1],
+                "window": 200,
+                "n_boot": 0,
+                "n_draws": 5,
+                "seed": 0,
+                "level": 0.95,
+                "ece_bins": 10,
+                "tol": 1e-6,
+                "max_iter": 10,
+            }
+        )
     with pytest.raises(PrevalenceError, match=r"missing setting\(s\) \['window'"):
         prevalence.check_study({"prevalences": [0.1]})
 
@@ -214,10 +252,22 @@ def test_entry_point_on_the_committed_caches(tmp_path, compose_cfg):
     prevalence, on the committed cpu caches with shrunk settings."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db", "RAIM_HYDRA_DIR": str(tmp_path / "h")}
     out, fig = tmp_path / "prevalence.json", tmp_path / "prevalence.png"
-    cmd = [sys.executable, "-m", "src.prevalence", "judge.compute=false", "judge.missing=skip",
-           f"hydra.run.dir={tmp_path}/h", "hydra.output_subdir=null", f"prevalence.output={out}",
-           f"prevalence.figure={fig}", "prevalence.n_boot=10", "prevalence.n_draws=4", "prevalence.prevalences=[0.1]",
-           "prevalence.simulations=[]", "dataset=medhallu"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "src.prevalence",
+        "judge.compute=false",
+        "judge.missing=skip",
+        f"hydra.run.dir={tmp_path}/h",
+        "hydra.output_subdir=null",
+        f"prevalence.output={out}",
+        f"prevalence.figure={fig}",
+        "prevalence.n_boot=10",
+        "prevalence.n_draws=4",
+        "prevalence.prevalences=[0.1]",
+        "prevalence.simulations=[]",
+        "dataset=medhallu",
+    ]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -232,10 +282,18 @@ def test_entry_point_on_the_committed_caches(tmp_path, compose_cfg):
     assert len(runs) == 1 and "medhallu/p0.1/brier/true" in runs[0].data.metrics
     arts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs[0].info.run_id)}
     assert "prevalence.json" in arts and "figures" in arts
-    bad = subprocess.run(cmd[:3] + ["prevalence.window=1", f"hydra.run.dir={tmp_path}/h2", "tracking.enabled=false"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
-        "error: prevalence.window=1: must be an integer ≥ 2"
+    bad = subprocess.run(
+        cmd[:3] + ["prevalence.window=1", f"hydra.run.dir={tmp_path}/h2", "tracking.enabled=false"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip().splitlines()[-1] == "error: prevalence.window=1: must be an integer ≥ 2"
+    )
 
 
 # ------------------------------------------------------------------------------------------ served models
@@ -262,10 +320,16 @@ def logged(tmp_path_factory):
     with tracking_store(tmp_path_factory.mktemp("prev-serve")):
         with mlflow.start_run():
             new_uri = serve.log_stacker(st, cols).model_uri
-            old_uri = serve._log_pyfunc("old", serve.StackerModel(old, cols), sig,
-                                        pd.DataFrame([[1.0] * 3, [0.0] * 3], columns=cols)).model_uri
-        yield {"stacker": st, "X": X, "cols": cols, "new": mlflow.pyfunc.load_model(new_uri),
-               "old": mlflow.pyfunc.load_model(old_uri)}
+            old_uri = serve._log_pyfunc(
+                "old", serve.StackerModel(old, cols), sig, pd.DataFrame([[1.0] * 3, [0.0] * 3], columns=cols)
+            ).model_uri
+        yield {
+            "stacker": st,
+            "X": X,
+            "cols": cols,
+            "new": mlflow.pyfunc.load_model(new_uri),
+            "old": mlflow.pyfunc.load_model(old_uri),
+        }
 
 
 def test_served_stacker_takes_a_prevalence(logged):
@@ -292,8 +356,9 @@ def test_served_stacker_takes_a_prevalence(logged):
     # a handful of rows cannot estimate a prevalence (one row at p = 0.7 gives π̂ ≈ 1): refused, not pushed to 0/1
     with pytest.raises(MlflowException, match=r"'estimate' needs at least 50 answered rows in the request, got 9"):
         model.predict(df.head(10), params={"prevalence": "estimate"})
-    assert model.predict(df.head(10), params={"prevalence": "0.1"})["p_hallucinated"][1:].to_numpy(float) == \
-        pytest.approx(adjust(p[1:10], 0.5, 0.1))
+    assert model.predict(df.head(10), params={"prevalence": "0.1"})["p_hallucinated"][1:].to_numpy(
+        float
+    ) == pytest.approx(adjust(p[1:10], 0.5, 0.1))
 
 
 def test_an_old_logged_model_still_loads_and_predicts(logged):
@@ -332,12 +397,27 @@ def test_study_entries_refuse_a_directory_output_before_any_work(tmp_path, modul
     """Like `python -m src.noise`: the output is checked before the study runs (src.mlops.tracking.run_study), so a bad
     path costs nothing and leaves no figure behind."""
     fig = tmp_path / "study.png"
-    p = subprocess.run([sys.executable, "-m", module, f"{key}.output={tmp_path}", f"{key}.figure={fig}",
-                        "tracking.enabled=false", f"hydra.run.dir={tmp_path}/h", "hydra.output_subdir=null"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            module,
+            f"{key}.output={tmp_path}",
+            f"{key}.figure={fig}",
+            "tracking.enabled=false",
+            f"hydra.run.dir={tmp_path}/h",
+            "hydra.output_subdir=null",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode != 0
-    assert p.stderr.strip().splitlines()[-1] == \
-        f"error: output={tmp_path}: is a directory (give a file path, e.g. {tmp_path / 'results.json'})"
+    assert (
+        p.stderr.strip().splitlines()[-1]
+        == f"error: output={tmp_path}: is a directory (give a file path, e.g. {tmp_path / 'results.json'})"
+    )
     assert not fig.exists()
 
 

@@ -190,13 +190,22 @@ def test_sampling_probabilities():
 
 @pytest.fixture(scope="module")
 def sources():
-    spec = {"accuracies": [0.82, 0.8, 0.78, 0.76, 0.74, 0.72], "rho": 0.2, "abstain_rate": 0.02,
-            "n_clusters": 300, "seed": 3}
-    return {"admissible": study.simulated_source({"name": "admissible", **spec}, StackedLogit()),
-            "clustered": study.simulated_source({"name": "clustered", **spec, "cluster_size": 10, "icc_gold": 0.5,
-                                                 "icc_difficulty": 0.5}, StackedLogit()),
-            "anticorrelated": study.simulated_source({"name": "anticorrelated", **spec, "traffic_accuracies":
-                                                      [0.3] * 6}, StackedLogit())}
+    spec = {
+        "accuracies": [0.82, 0.8, 0.78, 0.76, 0.74, 0.72],
+        "rho": 0.2,
+        "abstain_rate": 0.02,
+        "n_clusters": 300,
+        "seed": 3,
+    }
+    return {
+        "admissible": study.simulated_source({"name": "admissible", **spec}, StackedLogit()),
+        "clustered": study.simulated_source(
+            {"name": "clustered", **spec, "cluster_size": 10, "icc_gold": 0.5, "icc_difficulty": 0.5}, StackedLogit()
+        ),
+        "anticorrelated": study.simulated_source(
+            {"name": "anticorrelated", **spec, "traffic_accuracies": [0.3] * 6}, StackedLogit()
+        ),
+    }
 
 
 def _coverage(r, truth):
@@ -262,8 +271,9 @@ def test_the_plan_reaches_its_half_width(sources):
     lab = study.uniform_labels(400, 4000, n, rng)
     half = np.median(rates.ppi(np.tile(y, (400, 1)), np.tile(f, (400, 1)), lab).width) / 2
     assert half == pytest.approx(0.03, rel=0.15)
-    model = study.plan_labels(study.Pool("sim", pool.item_ids, f, train_prevalence=0.5), np.zeros(4000, bool),
-                              np.full(4000, np.nan), 0.03)
+    model = study.plan_labels(
+        study.Pool("sim", pool.item_ids, f, train_prevalence=0.5), np.zeros(4000, bool), np.full(4000, np.nan), 0.03
+    )
     assert model["basis"].startswith("the stacker's posteriors") and model["labels"]["classical"] > 0
 
 
@@ -275,12 +285,19 @@ def pool_files(tmp_path, sources):
     rng = np.random.default_rng(12)
     f, y, t, codes = sources["admissible"].draw(1, 600, 0.15, rng)
     ids = [f"item-{i:04d}" for i in range(600)]
-    pd.DataFrame({"item_id": ids, "cluster_id": [f"c{i // 2}" for i in range(600)],
-                  "dataset": np.where(np.arange(600) < 300, "a", "b"), "p_hallucinated": f[0],
-                  "train_prevalence": 0.5}).to_csv(tmp_path / "pool.csv", index=False)
+    pd.DataFrame(
+        {
+            "item_id": ids,
+            "cluster_id": [f"c{i // 2}" for i in range(600)],
+            "dataset": np.where(np.arange(600) < 300, "a", "b"),
+            "p_hallucinated": f[0],
+            "train_prevalence": 0.5,
+        }
+    ).to_csv(tmp_path / "pool.csv", index=False)
     pick = rng.choice(600, 120, replace=False)
-    pd.DataFrame({"item_id": [ids[i] for i in pick], "gold": y[0, pick].astype(int)}).to_csv(tmp_path / "gold.csv",
-                                                                                              index=False)
+    pd.DataFrame({"item_id": [ids[i] for i in pick], "gold": y[0, pick].astype(int)}).to_csv(
+        tmp_path / "gold.csv", index=False
+    )
     return tmp_path, ids, y[0]
 
 
@@ -295,8 +312,19 @@ def run_cli(*args):
 
 def test_estimate_by_segment(pool_files, capsys):
     tmp, ids, y = pool_files
-    assert run_cli("estimate", str(tmp / "pool.csv"), "--labels", str(tmp / "gold.csv"), "--segment", "dataset",
-                   "--out", str(tmp / "out.json")) == 0
+    assert (
+        run_cli(
+            "estimate",
+            str(tmp / "pool.csv"),
+            "--labels",
+            str(tmp / "gold.csv"),
+            "--segment",
+            "dataset",
+            "--out",
+            str(tmp / "out.json"),
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert "ppi" in text and "no valid interval" in text and "estimand:" in text
     doc = json.loads((tmp / "out.json").read_text())
@@ -311,8 +339,20 @@ def test_estimate_by_segment(pool_files, capsys):
 def test_propose_then_estimate_with_the_proposal(pool_files, capsys):
     tmp, ids, y = pool_files
     prop = tmp / "next.json"
-    assert run_cli("propose", str(tmp / "pool.csv"), "80", "--proposal", str(prop), "--seed", "4",
-                   "--labels", str(tmp / "gold.csv")) == 0
+    assert (
+        run_cli(
+            "propose",
+            str(tmp / "pool.csv"),
+            "80",
+            "--proposal",
+            str(prop),
+            "--seed",
+            "4",
+            "--labels",
+            str(tmp / "gold.csv"),
+        )
+        == 0
+    )
     doc = json.loads(prop.read_text())
     assert doc["already_labelled"] == 120 and 50 < len(doc["proposed"]) < 110
     status = dict(zip(doc["items"]["item_id"], doc["items"]["status"]))
@@ -321,33 +361,79 @@ def test_propose_then_estimate_with_the_proposal(pool_files, capsys):
     template = pd.read_csv(tmp / "next.labels.csv")
     assert list(template["item_id"]) == doc["proposed"] and template["gold"].isna().all()
     again = tmp / "again.json"
-    run_cli("propose", str(tmp / "pool.csv"), "80", "--proposal", str(again), "--seed", "4",
-            "--labels", str(tmp / "gold.csv"))
+    run_cli(
+        "propose",
+        str(tmp / "pool.csv"),
+        "80",
+        "--proposal",
+        str(again),
+        "--seed",
+        "4",
+        "--labels",
+        str(tmp / "gold.csv"),
+    )
     assert json.loads(again.read_text())["proposed"] == doc["proposed"]  # seeded
     index = {i: k for k, i in enumerate(ids)}
-    answers = pd.concat([gold, pd.DataFrame({"item_id": doc["proposed"],
-                                             "gold": [int(y[index[i]]) for i in doc["proposed"]]})])
+    answers = pd.concat(
+        [gold, pd.DataFrame({"item_id": doc["proposed"], "gold": [int(y[index[i]]) for i in doc["proposed"]]})]
+    )
     answers.to_csv(tmp / "answers.csv", index=False)
     capsys.readouterr()
-    assert run_cli("estimate", str(tmp / "pool.csv"), "--labels", str(tmp / "answers.csv"), "--proposal", str(prop),
-                   "--labeller", "sonnet", "--out", str(tmp / "active.json")) == 0
+    assert (
+        run_cli(
+            "estimate",
+            str(tmp / "pool.csv"),
+            "--labels",
+            str(tmp / "answers.csv"),
+            "--proposal",
+            str(prop),
+            "--labeller",
+            "sonnet",
+            "--out",
+            str(tmp / "active.json"),
+        )
+        == 0
+    )
     out = json.loads((tmp / "active.json").read_text())
     assert set(out["segments"]["all"]["methods"]) == {"naive", "em", "classical", "active"}
     assert "what sonnet would say" in capsys.readouterr().out and "sonnet calls hallucinated" in out["estimand"]
-    assert run_cli("plan", str(tmp / "pool.csv"), "--halfwidth", "0.04", "--labels", str(tmp / "answers.csv"),
-                   "--proposal", str(prop)) == 0
+    assert (
+        run_cli(
+            "plan",
+            str(tmp / "pool.csv"),
+            "--halfwidth",
+            "0.04",
+            "--labels",
+            str(tmp / "answers.csv"),
+            "--proposal",
+            str(prop),
+        )
+        == 0
+    )
     assert "ppi" in capsys.readouterr().out
 
 
 BAD = {
-    "unknown item": (lambda t: t / "gold.csv", "item_id,gold\nitem-0001,1\nnope,0\n",
-                     "field 'item_id': 'nope' is not an item of the pool"),
-    "gold not 0/1": (lambda t: t / "gold.csv", "item_id,gold\nitem-0001,1\nitem-0002,yes\n",
-                     "row 2: field 'gold': 'yes' is not 0 (supported) or 1 (hallucinated)"),
-    "two golds": (lambda t: t / "gold.csv", "item_id,gold\nitem-0001,1\nitem-0001,0\n",
-                  "'item-0001' was labelled 1 before, now 0"),
-    "too few labels": (lambda t: t / "gold.csv", "item_id,gold\nitem-0001,1\nitem-0002,0\n",
-                       "the pool: 2 labelled item(s), fewer than --min-labels 10 for an interval"),
+    "unknown item": (
+        lambda t: t / "gold.csv",
+        "item_id,gold\nitem-0001,1\nnope,0\n",
+        "field 'item_id': 'nope' is not an item of the pool",
+    ),
+    "gold not 0/1": (
+        lambda t: t / "gold.csv",
+        "item_id,gold\nitem-0001,1\nitem-0002,yes\n",
+        "row 2: field 'gold': 'yes' is not 0 (supported) or 1 (hallucinated)",
+    ),
+    "two golds": (
+        lambda t: t / "gold.csv",
+        "item_id,gold\nitem-0001,1\nitem-0001,0\n",
+        "'item-0001' was labelled 1 before, now 0",
+    ),
+    "too few labels": (
+        lambda t: t / "gold.csv",
+        "item_id,gold\nitem-0001,1\nitem-0002,0\n",
+        "the pool: 2 labelled item(s), fewer than --min-labels 10 for an interval",
+    ),
 }
 
 
@@ -377,14 +463,20 @@ def test_a_proposal_is_read_against_its_own_pool_only(pool_files, capsys):
     assert run_cli("estimate", str(tmp / "pool.csv"), "--labels", str(tmp / "part.csv"), "--proposal", str(prop)) == 2
     assert "1 item(s) drawn by" in capsys.readouterr().err
     pd.DataFrame({"item_id": drawn + ["item-0599"] * ("item-0599" not in drawn), "gold": 0}).to_csv(
-        tmp / "extra.csv", index=False)
+        tmp / "extra.csv", index=False
+    )
     if "item-0599" not in drawn:
-        assert run_cli("estimate", str(tmp / "pool.csv"), "--labels", str(tmp / "extra.csv"), "--proposal",
-                       str(prop)) == 2
+        assert (
+            run_cli("estimate", str(tmp / "pool.csv"), "--labels", str(tmp / "extra.csv"), "--proposal", str(prop)) == 2
+        )
         assert "did not draw it" in capsys.readouterr().err
     (tmp / "junk.json").write_text('{"kind": "something else"}')
-    assert run_cli("estimate", str(tmp / "pool.csv"), "--labels", str(tmp / "gold.csv"), "--proposal",
-                   str(tmp / "junk.json")) == 2
+    assert (
+        run_cli(
+            "estimate", str(tmp / "pool.csv"), "--labels", str(tmp / "gold.csv"), "--proposal", str(tmp / "junk.json")
+        )
+        == 2
+    )
     assert "not a proposal of src.rate" in capsys.readouterr().err
 
 
@@ -395,9 +487,21 @@ def test_a_monitoring_store_is_a_pool(tmp_path, capsys):
     p = rng.random(300)
     votestore.record(tmp_path / "s.db", "m", ["a", "b", "c"], votes, p, [f"x{i}" for i in range(300)], ts=1.7e9)
     pd.DataFrame({"item_id": [f"x{i}" for i in range(0, 300, 10)], "gold": (p[::10] > 0.5).astype(int)}).to_csv(
-        tmp_path / "g.csv", index=False)
-    assert run_cli("estimate", str(tmp_path / "s.db"), "--labels", str(tmp_path / "g.csv"), "--window", "86400",
-                   "--train-prevalence", "0.5") == 0
+        tmp_path / "g.csv", index=False
+    )
+    assert (
+        run_cli(
+            "estimate",
+            str(tmp_path / "s.db"),
+            "--labels",
+            str(tmp_path / "g.csv"),
+            "--window",
+            "86400",
+            "--train-prevalence",
+            "0.5",
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "2023-11-14T22:13:20Z" in out and "em" in out
 
@@ -410,12 +514,26 @@ def test_study_entry_writes_json_figure_and_run(tmp_path):
     JSON with per regime and method coverage / width / effective labels, the figure, an MLflow run of kind rate."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db", "RAIM_HYDRA_DIR": str(tmp_path / "h")}
     out, fig = tmp_path / "rate.json", tmp_path / "rate.png"
-    cmd = [sys.executable, "-m", "src.rate", "judge.compute=false", "judge.missing=skip", "dataset=medhallu",
-           f"hydra.run.dir={tmp_path}/h", "hydra.output_subdir=null", f"rate.output={out}", f"rate.figure={fig}",
-           "rate.replicates=40", "rate.pool=300", "rate.labels=[30,60]", "rate.prevalences=[0.1,0.3]",
-           "rate.crosscheck.ppi_py=5", "rate.crosscheck.cje.replicates=0",
-           "rate.simulations=[{name:admissible,description:competent,accuracies:[0.82,0.8,0.78,0.76],rho:0.2,"
-           "abstain_rate:0.02,n_clusters:200,seed:21}]"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "src.rate",
+        "judge.compute=false",
+        "judge.missing=skip",
+        "dataset=medhallu",
+        f"hydra.run.dir={tmp_path}/h",
+        "hydra.output_subdir=null",
+        f"rate.output={out}",
+        f"rate.figure={fig}",
+        "rate.replicates=40",
+        "rate.pool=300",
+        "rate.labels=[30,60]",
+        "rate.prevalences=[0.1,0.3]",
+        "rate.crosscheck.ppi_py=5",
+        "rate.crosscheck.cje.replicates=0",
+        "rate.simulations=[{name:admissible,description:competent,accuracies:[0.82,0.8,0.78,0.76],rho:0.2,"
+        "abstain_rate:0.02,n_clusters:200,seed:21}]",
+    ]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -432,36 +550,70 @@ def test_study_entry_writes_json_figure_and_run(tmp_path):
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
     runs = mlflow.search_runs(experiment_names=["raim"], filter_string="tags.kind = 'rate'", output_format="list")
     assert len(runs) == 1 and "admissible/ppi/coverage" in runs[0].data.metrics
-    bad = subprocess.run(cmd[:3] + ["rate.labels=[1]", f"hydra.run.dir={tmp_path}/h2", "tracking.enabled=false",
-                                    f"rate.output={tmp_path}/x.json"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == \
-        "error: rate.labels: 1 must be an integer in [2, rate.pool)"
+    bad = subprocess.run(
+        cmd[:3]
+        + [
+            "rate.labels=[1]",
+            f"hydra.run.dir={tmp_path}/h2",
+            "tracking.enabled=false",
+            f"rate.output={tmp_path}/x.json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip().splitlines()[-1] == "error: rate.labels: 1 must be an integer in [2, rate.pool)"
+    )
 
 
 def test_study_entry_refuses_a_directory_output_before_any_work(tmp_path):
     fig = tmp_path / "study.png"
-    p = subprocess.run([sys.executable, "-m", "src.rate", f"rate.output={tmp_path}", f"rate.figure={fig}",
-                        "tracking.enabled=false", f"hydra.run.dir={tmp_path}/h", "hydra.output_subdir=null"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.rate",
+            f"rate.output={tmp_path}",
+            f"rate.figure={fig}",
+            "tracking.enabled=false",
+            f"hydra.run.dir={tmp_path}/h",
+            "hydra.output_subdir=null",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2
-    assert p.stderr.strip().splitlines()[-1] == \
-        f"error: output={tmp_path}: is a directory (give a file path, e.g. {tmp_path / 'results.json'})"
+    assert (
+        p.stderr.strip().splitlines()[-1]
+        == f"error: output={tmp_path}: is a directory (give a file path, e.g. {tmp_path / 'results.json'})"
+    )
     assert not fig.exists()
 
 
 def test_the_report_section_reads_the_document():
     from src.present import rate as present
 
-    doc = {"settings": {"pool": 100, "prevalences": [0.1], "labels": [50], "replicates": 10, "level": 0.95},
-           "estimand": study.ESTIMAND, "regimes": {}, "summary": {}, "crosscheck": {"ppi_py": {"max_abs_diff": None,
-                                                                                               "clustered_coverage": {}},
-                                                                                    "cje": {}}}
-    cell = {m: {"coverage": 0.95, "width": 0.1, "width_rel": 1.0, "multiplier": 1.0, "effective_labels": 50.0}
-            for m in study.STUDY_METHODS}
+    doc = {
+        "settings": {"pool": 100, "prevalences": [0.1], "labels": [50], "replicates": 10, "level": 0.95},
+        "estimand": study.ESTIMAND,
+        "regimes": {},
+        "summary": {},
+        "crosscheck": {"ppi_py": {"max_abs_diff": None, "clustered_coverage": {}}, "cje": {}},
+    }
+    cell = {
+        m: {"coverage": 0.95, "width": 0.1, "width_rel": 1.0, "multiplier": 1.0, "effective_labels": 50.0}
+        for m in study.STUDY_METHODS
+    }
     doc["regimes"]["sim"] = {"kind": "simulated", "cells": {"0.1": {"labels": {"50": {"methods": cell}}}}}
-    doc["summary"] = study.summary({"sim": {"cells": {"0.1": {"labels": {"50": {"methods": {
-        **cell, **{m: cell["ppi"] for m in study.WALD}}}}}}}})
+    doc["summary"] = study.summary(
+        {"sim": {"cells": {"0.1": {"labels": {"50": {"methods": {**cell, **{m: cell["ppi"] for m in study.WALD}}}}}}}}
+    )
     lines = present.rate_section(doc)
     assert lines[0].startswith("## How much of the traffic hallucinates?")
     assert any("| sim | PPI++ | 0.950–0.950 (1/1) |" in ln for ln in lines)

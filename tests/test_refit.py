@@ -62,17 +62,20 @@ def test_every_refit_equals_the_loop_of_fits(seed):
     boot = ClusterBootstrap(clusters, 40, seed)
     rb = RefitBootstrap(gold, folds, boot)
     n = 6
-    assert np.array_equal(rb.stacked(votes, 1.0, 0.5)[:n],
-                          loop_counts(gold, votes, clusters, folds, boot, StackedLogit, n))
-    assert np.array_equal(rb.best_cv(votes, 0.5)[0][:n],
-                          loop_counts(gold, votes, clusters, folds, boot, BestSingle, n))
+    assert np.array_equal(
+        rb.stacked(votes, 1.0, 0.5)[:n], loop_counts(gold, votes, clusters, folds, boot, StackedLogit, n)
+    )
+    assert np.array_equal(rb.best_cv(votes, 0.5)[0][:n], loop_counts(gold, votes, clusters, folds, boot, BestSingle, n))
     for weighting in ("accuracy", "logodds"):
-        assert np.array_equal(rb.weighted(votes, weighting)[:n],
-                              loop_counts(gold, votes, clusters, folds, boot, lambda: WeightedVote(weighting), n))
+        assert np.array_equal(
+            rb.weighted(votes, weighting)[:n],
+            loop_counts(gold, votes, clusters, folds, boot, lambda: WeightedVote(weighting), n),
+        )
     categorical = StackedLogit(abstention="category", n_votes=votes.shape[1])
-    assert np.array_equal(rb.stacked(categorical.features(votes), 1.0, 0.5)[:n],
-                          loop_counts(gold, votes, clusters, folds, boot,
-                                      lambda: StackedLogit(abstention="category"), n))
+    assert np.array_equal(
+        rb.stacked(categorical.features(votes), 1.0, 0.5)[:n],
+        loop_counts(gold, votes, clusters, folds, boot, lambda: StackedLogit(abstention="category"), n),
+    )
 
 
 def test_any_other_stacker_is_refitted_by_its_own_fit():
@@ -107,8 +110,9 @@ def test_refit_draws_read_side_by_side_and_the_own_term_by_hand():
     folds = cluster_folds(gold, clusters, 5, 0)
     rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 50, 2))
     full = {"stacked": indicators(gold, votes[:, 0]).sum(0), "best_cv": indicators(gold, votes[:, 1]).sum(0)}
-    rd = RefitDraws.collect({"stacked": rb.stacked_clusters(votes, 1.0, 0.5),
-                             "best_cv": rb.best_cv_clusters(votes, 0.5)}, full)
+    rd = RefitDraws.collect(
+        {"stacked": rb.stacked_clusters(votes, 1.0, 0.5), "best_cv": rb.best_cv_clusters(votes, 0.5)}, full
+    )
     assert np.array_equal(rd.counts["stacked"], rb.stacked(votes, 1.0, 0.5))
     assert np.array_equal(rd.counts["best_cv"], rb.best_cv(votes, 0.5)[0])
     gs, gc = gradients(full["stacked"])["kappa"], gradients(full["best_cv"])["kappa"]

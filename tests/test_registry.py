@@ -45,8 +45,9 @@ def test_refuses_an_ambiguous_parent_run(store):
         registry.promote(store["run_id"], dataset="nope")
 
 
-def _variant(s: dict, kappas: float | None = None, ci: tuple | None = None, oracle_lo: float | None = None,
-             record: bool = True) -> dict:
+def _variant(
+    s: dict, kappas: float | None = None, ci: tuple | None = None, oracle_lo: float | None = None, record: bool = True
+) -> dict:
     """A copy of a results.json entry with its members' κ, its Δκ interval vs the CV-best single or the oracle's
     lower bound changed; ``record``: its recorded verdict, call and decision follow (as RAIM would write them)."""
     s = copy.deepcopy(s)
@@ -68,9 +69,17 @@ def _variant(s: dict, kappas: float | None = None, ci: tuple | None = None, orac
 SETTINGS = {"kappa0": 0.30, "c": 0.5, "phi0": 0.40, "kappa_floor": 0.40}
 
 
-@pytest.mark.parametrize("change,ok", [
-    ({}, True), ({"oracle_lo": 0.01}, True), ({"ci": (-0.01, 0.2)}, False), ({"kappas": 0.1}, False),
-    ({"ci": (-0.3, -0.1)}, False), ({"kappas": 0.1, "ci": (0.05, 0.2)}, False)])
+@pytest.mark.parametrize(
+    "change,ok",
+    [
+        ({}, True),
+        ({"oracle_lo": 0.01}, True),
+        ({"ci": (-0.01, 0.2)}, False),
+        ({"kappas": 0.1}, False),
+        ({"ci": (-0.3, -0.1)}, False),
+        ({"kappas": 0.1, "ci": (0.05, 0.2)}, False),
+    ],
+)
 def test_rule_needs_both_admissibility_and_a_win(store, change, ok):
     s = _variant(store["doc"]["datasets"]["good"], **change)
     assert (registry.reasons_to_refuse(s, SETTINGS) == []) is ok
@@ -112,14 +121,48 @@ def test_promotes_a_winning_admissible_stacker_and_loads_it_by_alias(store):
 @pytest.mark.slow
 def test_cli_exit_status_and_message(store, capsys):
     env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
-    refused = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
-                              "--dataset", "bad", "--alias", "champion"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.registry",
+            "promote",
+            "--run-id",
+            store["run_id"],
+            "--dataset",
+            "bad",
+            "--alias",
+            "champion",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == registry.REFUSED and refused.stderr.startswith("error: refusing to promote")
     assert "not admissible" in refused.stderr and len(refused.stderr.splitlines()) == 1
-    ok = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", store["run_id"],
-                         "--dataset", "good", "--name", "cli-stacker", "--alias", "staging"], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.registry",
+            "promote",
+            "--run-id",
+            store["run_id"],
+            "--dataset",
+            "good",
+            "--name",
+            "cli-stacker",
+            "--alias",
+            "staging",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert "models:/cli-stacker@staging" in ok.stdout
     assert registry.main(["show", "--name", "cli-stacker"]) == 0
@@ -129,6 +172,7 @@ def test_cli_exit_status_and_message(store, capsys):
 
 
 # ------------------------------------------------------------------------- models that cannot predict
+
 
 @pytest.mark.slow
 def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_example(tmp_path):
@@ -172,8 +216,9 @@ def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
         cols = [f"m{j:02d}" for j in range(8)] + ["ghost"]  # one column more than the stacker was fitted on
         example = pd.DataFrame([[1.0] * 9, [0.0] * 9], columns=cols)
         with mlflow.start_run(run_id=kid):
-            info = serve._log_pyfunc("broken", serve.StackerModel(results["good"].stacker, cols),
-                                     serve.stacker_signature(cols), example)
+            info = serve._log_pyfunc(
+                "broken", serve.StackerModel(results["good"].stacker, cols), serve.stacker_signature(cols), example
+            )
             mlflow.set_tag("stacker_model_uri", info.model_uri)
         with pytest.raises(registry.PromotionRefused) as e:
             registry.promote(kid)
@@ -184,23 +229,33 @@ def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
                 serve.log_stacker(results["good"].stacker, cols, example)
 
 
-@pytest.mark.parametrize("args,expect", [
-    (["promote", "--run-id", "0123456789abcdef"], "promote: Run with id=0123456789abcdef not found"),
-    (["show", "--name", "no-such-model"], "show: Registered Model with name=no-such-model not found"),
-    (["log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"], "no roster 'nope' under conf/roster"),
-])
+@pytest.mark.parametrize(
+    "args,expect",
+    [
+        (["promote", "--run-id", "0123456789abcdef"], "promote: Run with id=0123456789abcdef not found"),
+        (["show", "--name", "no-such-model"], "show: Registered Model with name=no-such-model not found"),
+        (["log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"], "no roster 'nope' under conf/roster"),
+    ],
+)
 def test_cli_errors_are_one_line(store, args, expect):
     env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, "-m", "src.registry", *args], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "src.registry", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 2 and p.stderr.startswith(f"error: {expect}") and len(p.stderr.splitlines()) == 1
 
 
 # ------------------------------------------------------------------------------ forged runs and tampered tags
 
-WIN_TAGS = {"kind": "stacking", "admissible": "true", "admissibility_reason": "8/8 members at κ≥0.3",
-            "call.best_cv.kappa": "clean win", "best_cv_call": "clean win", "decision": "panel",
-            "decision_reason": "the panel pays"}
+WIN_TAGS = {
+    "kind": "stacking",
+    "admissible": "true",
+    "admissibility_reason": "8/8 members at κ≥0.3",
+    "call.best_cv.kappa": "clean win",
+    "best_cv_call": "clean win",
+    "decision": "panel",
+    "decision_reason": "the panel pays",
+}
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +264,14 @@ def forge(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("forge")
     with tracking_store(tmp) as uri:
         rid, cfg, table, results, doc = log_simulated(tmp)
-        yield {"uri": uri, "run_id": rid, "doc": doc, "kids": children(rid), "results": results,
-               "by": table.by_dataset()}
+        yield {
+            "uri": uri,
+            "run_id": rid,
+            "doc": doc,
+            "kids": children(rid),
+            "results": results,
+            "by": table.by_dataset(),
+        }
 
 
 def _claims_a_win(s: dict) -> dict:
@@ -221,16 +282,24 @@ def _claims_a_win(s: dict) -> dict:
     return s
 
 
-def _forged_run(forge, experiment: str | None = None, tags: dict | None = None, artifacts: dict | None = None,
-                stacker_of: str | None = None) -> str:
+def _forged_run(
+    forge,
+    experiment: str | None = None,
+    tags: dict | None = None,
+    artifacts: dict | None = None,
+    stacker_of: str | None = None,
+) -> str:
     """A hand-made run: ``tags``, JSON ``artifacts``, and (``stacker_of``) its own copy of that dataset's stacker."""
     import mlflow
 
     from src.mlops import serving as serve
     from src.mlops import tracking as track
 
-    exp = mlflow.set_experiment(experiment).experiment_id if experiment else \
-        mlflow.get_run(forge["run_id"]).info.experiment_id
+    exp = (
+        mlflow.set_experiment(experiment).experiment_id
+        if experiment
+        else mlflow.get_run(forge["run_id"]).info.experiment_id
+    )
     with mlflow.start_run(experiment_id=exp, tags=tags or {}) as run:
         for name, doc in (artifacts or {}).items():
             mlflow.log_text(json.dumps(doc), name)
@@ -248,20 +317,38 @@ def _forgery(forge, case: str) -> str:
     if case == "another experiment, tags claim a win, another run's stacker":
         return _forged_run(forge, "forged", {**WIN_TAGS, "dataset": "bad", "stacker_model_uri": uri["good"]})
     if case == "a child of the analysis pointing at another run's stacker":
-        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "good", "mlflow.parentRunId": parent,
-                                        "stacker_model_uri": uri["good"]}, artifacts={"summary.json": good})
+        return _forged_run(
+            forge,
+            tags={**WIN_TAGS, "dataset": "good", "mlflow.parentRunId": parent, "stacker_model_uri": uri["good"]},
+            artifacts={"summary.json": good},
+        )
     if case == "its own stacker, a summary.json claiming a win":
-        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "bad", "mlflow.parentRunId": parent},
-                           artifacts={"summary.json": _claims_a_win(bad)}, stacker_of="bad")
+        return _forged_run(
+            forge,
+            tags={**WIN_TAGS, "dataset": "bad", "mlflow.parentRunId": parent},
+            artifacts={"summary.json": _claims_a_win(bad)},
+            stacker_of="bad",
+        )
     if case == "a hand-made analysis whose results.json claims a win":
         entry = _claims_a_win(bad)
-        fake = _forged_run(forge, tags={"kind": "stacking"},
-                           artifacts={"results.json": {"settings": doc["settings"], "datasets": {"bad": entry}}})
-        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "bad", "mlflow.parentRunId": fake},
-                           artifacts={"summary.json": entry}, stacker_of="bad")
+        fake = _forged_run(
+            forge,
+            tags={"kind": "stacking"},
+            artifacts={"results.json": {"settings": doc["settings"], "datasets": {"bad": entry}}},
+        )
+        return _forged_run(
+            forge,
+            tags={**WIN_TAGS, "dataset": "bad", "mlflow.parentRunId": fake},
+            artifacts={"summary.json": entry},
+            stacker_of="bad",
+        )
     if case == "a genuine winning entry, another dataset's stacker":
-        return _forged_run(forge, tags={**WIN_TAGS, "dataset": "good", "mlflow.parentRunId": parent},
-                           artifacts={"summary.json": good}, stacker_of="bad")
+        return _forged_run(
+            forge,
+            tags={**WIN_TAGS, "dataset": "good", "mlflow.parentRunId": parent},
+            artifacts={"summary.json": good},
+            stacker_of="bad",
+        )
     if case == "tags edited on a genuine losing run":
         import mlflow
 
@@ -297,9 +384,19 @@ def test_the_cli_refuses_a_forged_run_in_one_line_and_the_genuine_candidate_stil
 
     rid = _forgery(forge, "another experiment, tags claim a win, another run's stacker")
     env = {"MLFLOW_TRACKING_URI": forge["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, "-m", "src.registry", "promote", "--run-id", rid], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == registry.REFUSED and p.stderr.startswith("error: refusing to promote ") and len(p.stderr.splitlines()) == 1
+    p = subprocess.run(
+        [sys.executable, "-m", "src.registry", "promote", "--run-id", rid],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (
+        p.returncode == registry.REFUSED
+        and p.stderr.startswith("error: refusing to promote ")
+        and len(p.stderr.splitlines()) == 1
+    )
     assert mlflow.MlflowClient().search_registered_models() == []  # nothing was registered
     mv = registry.promote(forge["kids"]["good"].info.run_id, name="genuine")
     assert mv.run_id == forge["kids"]["good"].info.run_id and mv.tags["call.best_cv.kappa"] in registry.WINS

@@ -22,20 +22,36 @@ from src.studies import simulate
 from src.studies.suite import run_suite
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = ("Table 1", "Table 4", "Table 5", "Table 6", "Table 7", "Table 15", "Table 16", "Table 17", "Table 22",
-          "Table 23")
+TABLES = (
+    "Table 1",
+    "Table 4",
+    "Table 5",
+    "Table 6",
+    "Table 7",
+    "Table 15",
+    "Table 16",
+    "Table 17",
+    "Table 22",
+    "Table 23",
+)
 
 
 def _frame() -> pd.DataFrame:
-    parts = [simulate.panel(100, 2, [0.82] * 6, rho=0.1, abstain_rate=0.03, dataset="spread", seed=1,
-                            frontier_accuracy=0.85),
-             simulate.panel(70, 2, [0.95] + [0.57] * 5, rho=0.6, abstain_rate=0.03, dataset="dominant", seed=2,
-                            frontier_accuracy=0.85)]
+    parts = [
+        simulate.panel(
+            100, 2, [0.82] * 6, rho=0.1, abstain_rate=0.03, dataset="spread", seed=1, frontier_accuracy=0.85
+        ),
+        simulate.panel(
+            70, 2, [0.95] + [0.57] * 5, rho=0.6, abstain_rate=0.03, dataset="dominant", seed=2, frontier_accuracy=0.85
+        ),
+    ]
     return pd.concat(parts, ignore_index=True)
 
 
 def _suite_cfg() -> dict:
-    cfg = OmegaConf.merge(OmegaConf.load(ROOT / "conf/suite/default.yaml"), OmegaConf.load(ROOT / "conf/suite/fast.yaml"))
+    cfg = OmegaConf.merge(
+        OmegaConf.load(ROOT / "conf/suite/default.yaml"), OmegaConf.load(ROOT / "conf/suite/fast.yaml")
+    )
     cfg = OmegaConf.to_container(cfg, resolve=True)
     cfg.pop("defaults", None)
     cfg["budget"].update(draws=20, curve_draws=4, curve_budgets=[10, 25, 50])
@@ -56,8 +72,12 @@ def _docs_for(frame) -> tuple[dict, dict | None]:
         t = verdicts.validate(frame, frontier="frontier")
     s = ladder.LadderSettings(n_boot=100, core=["spread", "dominant"])
     res = ladder.analyze(t, StackedLogit(), s)
-    results = json.loads(json.dumps(ladder.to_json(res, s, {"verdicts": "sim", "members": t.members,
-                                                            "frontier": t.frontier_name}), default=float))
+    results = json.loads(
+        json.dumps(
+            ladder.to_json(res, s, {"verdicts": "sim", "members": t.members, "frontier": t.frontier_name}),
+            default=float,
+        )
+    )
     return results, None if isinstance(frame, Path) else run_suite(t, StackedLogit(), s, _suite_cfg())
 
 
@@ -126,7 +146,9 @@ def test_an_older_results_json_is_decided_by_the_report(docs, tmp_path):
     results = json.loads(json.dumps(docs[0]))
     for s in results["datasets"].values():
         s.pop("decision")
-    results["skipped"] = {"newset": {"reason": "no verdict cached", "command": "python -m src.judges --datasets newset"}}
+    results["skipped"] = {
+        "newset": {"reason": "no verdict cached", "command": "python -m src.judges --datasets newset"}
+    }
     text = report.markdown(results, None, tmp_path, tmp_path / "r.md")
     for name, s in docs[0]["datasets"].items():
         assert s["decision"]["label"] in _rows(text, name)[0]
@@ -152,8 +174,11 @@ def test_dash_cells_say_why(docs):
     suite = json.loads(json.dumps(suite))
     panel = suite["cost"]["panel"]
     panel["panel_per_1k"], panel["frontier"]["per_1k"] = 14.02, 2.52
-    panel["calibration"]["all"] = {"price_per_label": 1.0, "labels_per_record": 2.0,
-                                   "records": {"50": {"cost": 100.0, "break_even_items": None}}}
+    panel["calibration"]["all"] = {
+        "price_per_label": 1.0,
+        "labels_per_record": 2.0,
+        "records": {"50": {"cost": 100.0, "break_even_items": None}},
+    }
     text = report.cost_section(suite)
     assert "| 50 | $100 | — |" in text
     assert "—: never: the panel costs $14.02 per 1k items, the frontier judge $2.52" in text
@@ -185,8 +210,7 @@ def test_report_without_frontier_or_suite(docs, drawn, tmp_path):
 
 
 def _run(*args: str, env: dict) -> subprocess.CompletedProcess:
-    p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)
+    p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
 
@@ -196,17 +220,35 @@ def test_entry_points_end_to_end(tmp_path):
     """results.json → src.analyses (MLflow on) → src.report, on a bring-your-own table."""
     csv = tmp_path / "v.csv"
     _frame().to_csv(csv, index=False)
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
-           "RAIM_HYDRA_DIR": str(tmp_path / "hydra")}
-    common = [f"verdicts={csv}", f"output={tmp_path}/results.json", "analysis.n_boot=100",
-              "analysis.abstention_contrast=false",
-              f"suite.output={tmp_path}/suite.json", f"suite.figures_dir={tmp_path}/figures",
-              f"suite.report={tmp_path}/report.md"]
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlflow.db",
+        "RAIM_HYDRA_DIR": str(tmp_path / "hydra"),
+    }
+    common = [
+        f"verdicts={csv}",
+        f"output={tmp_path}/results.json",
+        "analysis.n_boot=100",
+        "analysis.abstention_contrast=false",
+        f"suite.output={tmp_path}/suite.json",
+        f"suite.figures_dir={tmp_path}/figures",
+        f"suite.report={tmp_path}/report.md",
+    ]
     results, _ = _docs_for(csv)
     (tmp_path / "results.json").write_text(json.dumps(results))
-    _run("src.analyses", *common, "suite=fast", "suite.budget.draws=20", "suite.budget.curve_draws=4",
-         "suite.budget.curve_budgets=[10,25]", "suite.mechanism.subpanels=5", "suite.mechanism.subpanel_boot=50",
-         "suite.panel.n_boot=50", "tracking.enabled=true", env=env)
+    _run(
+        "src.analyses",
+        *common,
+        "suite=fast",
+        "suite.budget.draws=20",
+        "suite.budget.curve_draws=4",
+        "suite.budget.curve_budgets=[10,25]",
+        "suite.mechanism.subpanels=5",
+        "suite.mechanism.subpanel_boot=50",
+        "suite.panel.n_boot=50",
+        "tracking.enabled=true",
+        env=env,
+    )
     suite = json.loads((tmp_path / "suite.json").read_text())
     assert set(suite["datasets"]) == {"spread", "dominant"}
     assert len(list((tmp_path / "figures").glob("*.png"))) == len(figures.FIGURES)

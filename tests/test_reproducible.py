@@ -16,8 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run(tmp_path: Path, name: str, **env: str) -> bytes:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENBLAS_", "OMP_NUM", "MKL_"))}
     out = tmp_path / f"{name}.json"
-    subprocess.run([sys.executable, "-m", "src.run", "tracking.enabled=false", f"output={out}"], cwd=ROOT,
-                   env={**base, **env}, check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "src.run", "tracking.enabled=false", f"output={out}"],
+        cwd=ROOT,
+        env={**base, **env},
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return out.read_bytes()
 
 

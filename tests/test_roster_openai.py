@@ -21,12 +21,18 @@ from src.mlops import redact
 ROOT = Path(__file__).resolve().parents[1]
 ENV = ("RAIM_OPENAI_BASE_URL", "RAIM_OPENAI_MODEL", "RAIM_OPENAI_API_KEY", "RAIM_OPENAI_REVISION", "OPENAI_API_KEY")
 KEY = "tok-" + "q7Z" * 8  # a fake key: it goes to the server, never into a config file or a cache key
-ITEMS = pd.DataFrame({
-    "item_id": ["pos", "neg"], "cluster_id": ["c", "c"], "dataset": ["t", "t"], "gold": [0, 1],
-    "frame": ["claim", "claim"], "question": ["", ""],
-    "evidence": ["Paris is the capital and largest city of France."] * 2,
-    "candidate": ["The capital of France is Paris.", "Lyon hosts a yearly quantum tunnelling festival."],
-})
+ITEMS = pd.DataFrame(
+    {
+        "item_id": ["pos", "neg"],
+        "cluster_id": ["c", "c"],
+        "dataset": ["t", "t"],
+        "gold": [0, 1],
+        "frame": ["claim", "claim"],
+        "question": ["", ""],
+        "evidence": ["Paris is the capital and largest city of France."] * 2,
+        "candidate": ["The capital of France is Paris.", "Lyon hosts a yearly quantum tunnelling festival."],
+    }
+)
 
 
 @pytest.fixture(autouse=True)
@@ -54,12 +60,23 @@ class ChatAPI(BaseHTTPRequestHandler):
         type(self).seen.append({"path": self.path, "auth": self.headers.get("authorization"), "body": body})
         no = "Lyon" in body["messages"][-1]["content"]
         top = [{"token": "No", "logprob": -0.1 if no else -3.0}, {"token": "Yes", "logprob": -3.0 if no else -0.1}]
-        reply_json(self, {
-            "id": "chatcmpl-test", "object": "chat.completion", "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": top[0]["token"]},
-                         "logprobs": {"content": [{**top[0], "top_logprobs": top}]}, "finish_reason": "length"}],
-            "usage": {"prompt_tokens": 50, "completion_tokens": 1},
-        })
+        reply_json(
+            self,
+            {
+                "id": "chatcmpl-test",
+                "object": "chat.completion",
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": top[0]["token"]},
+                        "logprobs": {"content": [{**top[0], "top_logprobs": top}]},
+                        "finish_reason": "length",
+                    }
+                ],
+                "usage": {"prompt_tokens": 50, "completion_tokens": 1},
+            },
+        )
 
 
 @pytest.fixture()
@@ -79,9 +96,16 @@ def test_composes_with_defaults_and_builds_without_network(compose_cfg):
     served = build_backend(judges[0][1])  # no request: the port below is closed
     assert served.base_url == "http://localhost:8000/v1" and served.model == "default"
     assert served.endpoint == "chat" and served.api_key == "none"
-    assert served.identity() == {"backend": "openai_compat", "mode": "constrained", "mass_floor": 0.05,
-                                 "model": "default", "sha256": "", "revision": "", "endpoint": "chat",
-                                 "top_logprobs": 20}
+    assert served.identity() == {
+        "backend": "openai_compat",
+        "mode": "constrained",
+        "mass_floor": 0.05,
+        "model": "default",
+        "sha256": "",
+        "revision": "",
+        "endpoint": "chat",
+        "top_logprobs": 20,
+    }
     assert build_backend(judges[1][1]).identity()["backend"] == "lexical"
 
 
@@ -123,8 +147,7 @@ def test_a_judge_of_this_roster_gets_verdicts_from_the_server(compose_cfg, chat_
 
 
 @pytest.mark.slow
-def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, chat_api, monkeypatch, tmp_path,
-                                                                  capsys):
+def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, chat_api, monkeypatch, tmp_path, capsys):
     import mlflow
     from test_track import tracking_store
 
@@ -143,8 +166,18 @@ def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, c
     with tracking_store(tmp_path):
         with mlflow.start_run(tags={"roster": "openai_server", "frame": "claim"}):
             uri = serve.log_stacker(stacker, ["served", "lexical"]).model_uri
-        code = predict.main([str(items), "--model-uri", uri, "--cache-dir", str(tmp_path / "cache"),
-                             "--out", str(tmp_path / "out.jsonl"), "--no-progress"])
+        code = predict.main(
+            [
+                str(items),
+                "--model-uri",
+                uri,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--out",
+                str(tmp_path / "out.jsonl"),
+                "--no-progress",
+            ]
+        )
     assert code == 0, capsys.readouterr().err
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [(r["served"], r["lexical"], r["label"]) for r in rows] == [(0, 0, "supported"), (1, 1, "hallucinated")]
@@ -162,8 +195,9 @@ def test_the_served_judge_against_a_real_llama_cpp_server(compose_cfg, llama_ser
         assert r["abstain"] is None and r["vote"] in (0, 1) and 0 < r["mass"] <= 1 and r["n_prompt_tokens"] > 0
 
 
-def test_a_user_and_password_in_the_base_url_are_sent_as_basic_authorization(compose_cfg, chat_api, monkeypatch,
-                                                                             tmp_path):
+def test_a_user_and_password_in_the_base_url_are_sent_as_basic_authorization(
+    compose_cfg, chat_api, monkeypatch, tmp_path
+):
     """``RAIM_OPENAI_BASE_URL=http://user:pass@host/v1``: the request goes to ``host`` with HTTP Basic
     authorization (the standard library would take ``user:pass@host`` for the host name and resolve it)."""
     import base64

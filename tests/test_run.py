@@ -28,9 +28,22 @@ def table_csv(tmp_path_factory):
 def test_cli_writes_results_json(table_csv, tmp_path):
     out = tmp_path / "res" / "results.json"
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
-    proc = subprocess.run([sys.executable, "-m", "src.run", f"verdicts={table_csv}", "analysis=fast",
-                           "tracking.enabled=false", f"output={out}"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            f"verdicts={table_csv}",
+            "analysis=fast",
+            "tracking.enabled=false",
+            f"output={out}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert set(doc["datasets"]) == {"sim0", "sim1"}
@@ -41,14 +54,27 @@ def test_cli_writes_results_json(table_csv, tmp_path):
                 lo, hi = v[m]["ci"]
                 assert lo <= v[m]["estimate"] + 1e-9 and v[m]["estimate"] <= hi + 1e-9 or c == "oracle"
         for c, v in d["deltas"].items():
-            assert v["kappa"]["call"] in {"win", "clean win", "tie", "clear improvement", "clear worsening",
-                                          "unresolved"}
+            assert v["kappa"]["call"] in {
+                "win",
+                "clean win",
+                "tie",
+                "clear improvement",
+                "clear worsening",
+                "unresolved",
+            }
             assert set(v["bacc"]) >= {"estimate", "ci", "p_one_sided", "p_holm", "call"}
         assert set(d["stacker"]["beta_mean"]) == {"intercept", *[f"m{j:02d}" for j in range(6)]}
         assert len(d["stacker"]["beta_folds"]) == 5
         assert set(d["members"]["m00"]) >= {"kappa", "bacc", "coverage"}
-        assert set(d["admissibility"]) >= {"phi_bar", "agreement_proxy", "members_at_kappa0", "kappa0", "c",
-                                           "phi0", "admissible"}
+        assert set(d["admissibility"]) >= {
+            "phi_bar",
+            "agreement_proxy",
+            "members_at_kappa0",
+            "kappa0",
+            "c",
+            "phi0",
+            "admissible",
+        }
     assert "sim0" in proc.stderr + proc.stdout  # the per-dataset log lines
 
 
@@ -62,8 +88,9 @@ def test_dataset_filter_and_errors(compose_cfg, table_csv, tmp_path):
 
 
 def test_stacker_group_switches_abstention_encoding(compose_cfg, table_csv):
-    cfg = compose_cfg(f"verdicts={table_csv}", "analysis=fast", "stacker=logreg_categorical",
-                      "analysis.abstention_contrast=false")
+    cfg = compose_cfg(
+        f"verdicts={table_csv}", "analysis=fast", "stacker=logreg_categorical", "analysis.abstention_contrast=false"
+    )
     _, results, doc = stacking.analyse(cfg)
     names = doc["datasets"]["sim0"]["stacker"]["features"]
     assert names[:2] == ["m00=1", "m01=1"] and "m00=abstain" in names
@@ -96,8 +123,14 @@ def cache_copy(tmp_path):
 
 
 def _wice(compose_cfg, cache, *extra):
-    return compose_cfg("dataset=wice", f"paths.cache_dir={cache}", "analysis=fast", "tracking.enabled=false",
-                       "analysis.abstention_contrast=false", *extra)
+    return compose_cfg(
+        "dataset=wice",
+        f"paths.cache_dir={cache}",
+        "analysis=fast",
+        "tracking.enabled=false",
+        "analysis.abstention_contrast=false",
+        *extra,
+    )
 
 
 def _member_file(cache, member: str):
@@ -110,14 +143,21 @@ def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked
     lines = f.read_text().splitlines(keepends=True)
     gone = set([ln for ln in lines if '"dataset": "wice"' in ln][:170])
     f.write_text("".join(ln for ln in lines if ln not in gone))
-    with pytest.raises(tables.MissingVerdicts, match=r"wice: 170 of 200 items \(missing per judge: qwen05b 170\); "
-                                                  r"compute them with `python -m src\.judges --roster cpu --datasets "
-                                                  r"wice --per-dataset 200 --members qwen05b --compute`"):
+    with pytest.raises(
+        tables.MissingVerdicts,
+        match=r"wice: 170 of 200 items \(missing per judge: qwen05b 170\); "
+        r"compute them with `python -m src\.judges --roster cpu --datasets "
+        r"wice --per-dataset 200 --members qwen05b --compute`",
+    ):
         tables.load_table(_wice(compose_cfg, cache_copy))
     table = tables.load_table(_wice(compose_cfg, cache_copy, "judge.missing=judged_only"))
     assert len(table.gold) == 30 and not (table.votes == verdicts.ABSTAIN).all(axis=0).any()
-    assert table.provenance["judged_only"]["wice"] == {"items": 200, "judged": 30, "dropped": 170,
-                                                       "missing_per_judge": {"qwen05b": 170}}
+    assert table.provenance["judged_only"]["wice"] == {
+        "items": 200,
+        "judged": 30,
+        "dropped": 170,
+        "missing_per_judge": {"qwen05b": 170},
+    }
     with pytest.raises(verdicts.RaimError, match="judge.missing='maybe'"):
         tables.load_table(_wice(compose_cfg, cache_copy, "judge.missing=maybe"))
 
@@ -125,28 +165,35 @@ def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked
 def _drop_dataset(cache, dataset: str, members=None) -> None:
     for f in cache.glob("*/*.jsonl"):
         if members is None or f.parent.name in members:
-            f.write_text("".join(ln for ln in f.read_text().splitlines(keepends=True)
-                                 if f'"dataset": "{dataset}"' not in ln))
+            f.write_text(
+                "".join(ln for ln in f.read_text().splitlines(keepends=True) if f'"dataset": "{dataset}"' not in ln)
+            )
 
 
 def test_a_dataset_not_judged_at_all_names_the_command_instead_of_a_bare_error(compose_cfg, cache_copy):
     """A new dataset in `dataset=all` used to fail with "no member returned a single verdict" and no way out."""
     _drop_dataset(cache_copy, "wice")
-    with pytest.raises(tables.MissingVerdicts, match=r"wice: 200 of 200 items .*compute them with `python -m "
-                                                  r"src\.judges --roster cpu --datasets wice --per-dataset 200 --compute`"):
+    with pytest.raises(
+        tables.MissingVerdicts,
+        match=r"wice: 200 of 200 items .*compute them with `python -m "
+        r"src\.judges --roster cpu --datasets wice --per-dataset 200 --compute`",
+    ):
         tables.load_table(_wice(compose_cfg, cache_copy))
 
 
 def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cache_copy):
     """judge.missing=skip (the DVC stages): the judged datasets are analysed, the other is named with its command."""
     _drop_dataset(cache_copy, "wice", members={"smollm135m"})
-    cfg = compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false",
-                      "judge.missing=skip")
+    cfg = compose_cfg(
+        "dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false", "judge.missing=skip"
+    )
     table = tables.load_table(cfg)
     assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
     skipped = table.provenance["skipped"]
-    assert list(skipped) == ["wice"] and skipped["wice"]["reason"] == \
-        "wice: 200 of 200 items (missing per judge: smollm135m 200)"
+    assert (
+        list(skipped) == ["wice"]
+        and skipped["wice"]["reason"] == "wice: 200 of 200 items (missing per judge: smollm135m 200)"
+    )
     assert skipped["wice"]["command"].endswith("--datasets wice --per-dataset 200 --members smollm135m --compute")
     _drop_dataset(cache_copy, "medhallu")
     _drop_dataset(cache_copy, "truthfulqa")
@@ -159,8 +206,9 @@ def test_by_default_a_list_leaves_an_unjudged_set_out_and_a_set_asked_by_name_st
     """judge.missing=auto (the default): a set added to `dataset=all` but not judged by this roster yet no longer
     fails the headline `python -m src.run` (and every sweep) with exit 2; asking for that set alone still does."""
     _drop_dataset(cache_copy, "wice", members={"smollm135m"})
-    table = tables.load_table(compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast",
-                                          "tracking.enabled=false"))
+    table = tables.load_table(
+        compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
+    )
     assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
     assert table.provenance["skipped"]["wice"]["command"].endswith("--members smollm135m --compute")
     with pytest.raises(tables.MissingVerdicts, match="wice: 200 of 200 items"):
@@ -170,10 +218,25 @@ def test_by_default_a_list_leaves_an_unjudged_set_out_and_a_set_asked_by_name_st
 def test_skipped_datasets_reach_results_json_and_the_summary(compose_cfg, cache_copy, tmp_path):
     _drop_dataset(cache_copy, "wice")
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
-    proc = subprocess.run([sys.executable, "-m", "src.run", "dataset=all", f"paths.cache_dir={cache_copy}",
-                           "analysis=fast", "analysis.abstention_contrast=false", "tracking.enabled=false",
-                           "judge.missing=skip", f"output={tmp_path}/r.json"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            "dataset=all",
+            f"paths.cache_dir={cache_copy}",
+            "analysis=fast",
+            "analysis.abstention_contrast=false",
+            "tracking.enabled=false",
+            "judge.missing=skip",
+            f"output={tmp_path}/r.json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads((tmp_path / "r.json").read_text())
     assert "wice" not in doc["datasets"] and doc["skipped"]["wice"]["command"].endswith("--compute")
@@ -187,9 +250,22 @@ def test_ad_hoc_runs_write_their_own_folder_never_the_tracked_results(tmp_path):
     tracked = ROOT / "results" / "results.json"
     before = hashlib.sha256(tracked.read_bytes()).hexdigest() if tracked.exists() else None
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
-    proc = subprocess.run([sys.executable, "-m", "src.run", "dataset=wice", "analysis=fast", "tracking.enabled=false",
-                           "analysis.abstention_contrast=false"], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            "dataset=wice",
+            "analysis=fast",
+            "tracking.enabled=false",
+            "analysis.abstention_contrast=false",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     own = list((tmp_path / "hydra" / "runs").glob("*/results.json"))
     assert len(own) == 1 and list(json.loads(own[0].read_text())["datasets"]) == ["wice"]
@@ -245,9 +321,22 @@ def test_cli_missing_verdicts_is_one_line_and_leaves_results_alone(cache_copy, t
     out = tmp_path / "results.json"
     out.write_text("{}\n")
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
-    proc = subprocess.run([sys.executable, "-m", "src.run", "dataset=wice", f"paths.cache_dir={cache_copy}",
-                           "tracking.enabled=false", f"output={out}"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            "dataset=wice",
+            f"paths.cache_dir={cache_copy}",
+            "tracking.enabled=false",
+            f"output={out}",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     err = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(err) == 1 and "wice: 200 of 200 items (missing per judge: smollm135m 200)" in err[0]
@@ -258,8 +347,14 @@ def test_cli_missing_verdicts_is_one_line_and_leaves_results_alone(cache_copy, t
 @pytest.mark.slow
 def test_cli_run_on_the_committed_caches_ends_with_a_summary_and_no_mlflow_chatter(tmp_path):
     env = dict(os.environ, RAIM_HYDRA_DIR=str(tmp_path / "hydra"), MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path}/m.db")
-    proc = subprocess.run([sys.executable, "-m", "src.run", "analysis=fast", f"output={tmp_path}/r.json"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "src.run", "analysis=fast", f"output={tmp_path}/r.json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     tail = proc.stdout.strip().splitlines()
     assert tail[-7] == "RAIM summary"
@@ -267,12 +362,18 @@ def test_cli_run_on_the_committed_caches_ends_with_a_summary_and_no_mlflow_chatt
         assert line.startswith(f"{name}: stacked κ ") and ("; admissible" in line or "; not admissible" in line)
     assert tail[-1].startswith("MLflow run ") and f"mlflow ui --backend-store-uri sqlite:///{tmp_path}/m.db" in tail[-1]
     both = proc.stdout + proc.stderr
-    for chatter in ("CloudPickle", "Validating input example", "Failed to validate serving input",
-                    "Creating initial MLflow database tables", "X has 6 features"):
+    for chatter in (
+        "CloudPickle",
+        "Validating input example",
+        "Failed to validate serving input",
+        "Creating initial MLflow database tables",
+        "X has 6 features",
+    ):
         assert chatter not in both
 
 
 # ------------------------------------------------------------------------------- single-judge comparators
+
 
 def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
     """Stop-9 defect: a member that voted on 2 of 193 items (κ 1.0 there) became the oracle and the CV-best."""
@@ -298,8 +399,9 @@ def test_best_on_average_needs_coverage_on_every_dataset():
     a = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.95], rho=0.2, dataset="a", seed=1)
     b = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.55], rho=0.2, dataset="b", seed=2)
     b["m02"] = pd.array([pd.NA] * len(b), dtype="Int64")  # m02 judges only dataset a
-    res = ladder.analyze(verdicts.validate(pd.concat([a, b], ignore_index=True)), StackedLogit(),
-                         ladder.LadderSettings(n_boot=100))
+    res = ladder.analyze(
+        verdicts.validate(pd.concat([a, b], ignore_index=True)), StackedLogit(), ladder.LadderSettings(n_boot=100)
+    )
     for name in ("a", "b"):
         sel = res[name].summary["selected"]
         assert sel["best_avg"] == "m00"

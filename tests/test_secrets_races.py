@@ -57,8 +57,10 @@ SECRETS = {
     "gitlab": "glpat-" + rnd(20),
     "slack": "xoxb-" + rnd(12, string.digits) + "-" + rnd(24),
     "aws access key id": "AKIA" + rnd(16, string.ascii_uppercase + string.digits),
-    "jwt": "eyJhbGciOiJIUzI1NiJ9." + base64.urlsafe_b64encode(b'{"sub":"1234567890"}').decode().rstrip("=")
-           + "." + rnd(43, ALNUM + "-_"),
+    "jwt": "eyJhbGciOiJIUzI1NiJ9."
+    + base64.urlsafe_b64encode(b'{"sub":"1234567890"}').decode().rstrip("=")
+    + "."
+    + rnd(43, ALNUM + "-_"),
     "hex 40": HEX40,
     "hex 64": HEX64,
     "base64 32 bytes": base64.b64encode(bytes(R.randrange(256) for _ in range(32))).decode(),
@@ -117,13 +119,30 @@ NOT_SECRETS = [
 @pytest.mark.parametrize("value", NOT_SECRETS)
 def test_paths_model_ids_and_prose_survive(value):
     assert redact.scrub_text(value, secrets=[]) == value
-    assert redact.scrub({"judge": {"model": value, "list": [value]}}, secrets=[]) == \
-        {"judge": {"model": value, "list": [value]}}
+    assert redact.scrub({"judge": {"model": value, "list": [value]}}, secrets=[]) == {
+        "judge": {"model": value, "list": [value]}
+    }
 
 
-@pytest.mark.parametrize("key", ["git_commit", "mlflow.source.git.commit", "revision", "sha", "sha256", "commit",
-                                 "hash", "digest", "md5", "verdict_table_sha256", "balanced_set_sha256", "run_id",
-                                 "parentRunId", "stacker_uri"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "git_commit",
+        "mlflow.source.git.commit",
+        "revision",
+        "sha",
+        "sha256",
+        "commit",
+        "hash",
+        "digest",
+        "md5",
+        "verdict_table_sha256",
+        "balanced_set_sha256",
+        "run_id",
+        "parentRunId",
+        "stacker_uri",
+    ],
+)
 def test_values_under_hash_declaring_keys_keep_their_hashes(key):
     value = HEX32 if key == "md5" else HEX64 if "256" in key else HEX40
     value = f"/tmp/x/mlruns/raim/{HEX32}/artifacts/stacker" if key == "stacker_uri" else value
@@ -134,28 +153,60 @@ def test_values_under_hash_declaring_keys_keep_their_hashes(key):
 
 
 def test_secret_key_names_and_lookalikes():
-    secret = ["HF_TOKEN", "accessToken", "db_password", "PGPASSWORD", "client_secret", "x-api-key", "apiKey", "auth",
-              "ANTHROPIC_API_KEY", "AWS_SECRET_ACCESS_KEY", "private_key", "refresh_token", "passphrase"]
-    plain = ["max_tokens", "tokenizer", "tokens_per_item", "author", "SSH_AUTH_SOCK", "token_file", "XAUTHORITY",
-             "auth_type", "password_path", "key", "model", "usd_per_mtok_in"]
+    secret = [
+        "HF_TOKEN",
+        "accessToken",
+        "db_password",
+        "PGPASSWORD",
+        "client_secret",
+        "x-api-key",
+        "apiKey",
+        "auth",
+        "ANTHROPIC_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "private_key",
+        "refresh_token",
+        "passphrase",
+    ]
+    plain = [
+        "max_tokens",
+        "tokenizer",
+        "tokens_per_item",
+        "author",
+        "SSH_AUTH_SOCK",
+        "token_file",
+        "XAUTHORITY",
+        "auth_type",
+        "password_path",
+        "key",
+        "model",
+        "usd_per_mtok_in",
+    ]
     assert [k for k in secret if not redact.secret_key(k)] == []
     assert [k for k in plain if redact.secret_key(k)] == []
     out = redact.scrub({k: "plain-value-123" for k in secret + plain}, secrets=[])
     assert {k for k, v in out.items() if v == "***"} == set(secret)
-    assert redact.scrub({"credentials": {"user": "bob", "pass": "hunter2"}, "tokens": None, "max_tokens": 5},
-                       secrets=[]) == {"credentials": "***", "tokens": None, "max_tokens": 5}
+    assert redact.scrub(
+        {"credentials": {"user": "bob", "pass": "hunter2"}, "tokens": None, "max_tokens": 5}, secrets=[]
+    ) == {"credentials": "***", "tokens": None, "max_tokens": 5}
 
 
 def test_named_pairs_env_values_and_url_passwords_in_free_text(monkeypatch):
     monkeypatch.setenv("GROQ_API_KEY", "plain-no-shape-value")
     monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-agent-sock-path")
-    text = ("python -m src.run +judge.api_key=hunter2 +db.password='two words' max_tokens=5 "
-            "https://bob:s3cret@db.example.org/x?access_token=abc123&page=2 plain-no-shape-value /tmp/ssh-agent-sock-path")
+    text = (
+        "python -m src.run +judge.api_key=hunter2 +db.password='two words' max_tokens=5 "
+        "https://bob:s3cret@db.example.org/x?access_token=abc123&page=2 plain-no-shape-value /tmp/ssh-agent-sock-path"
+    )
     out = redact.scrub_text(text)
     for gone in ("hunter2", "two words", "s3cret", "abc123", "plain-no-shape-value"):
         assert gone not in out
-    for kept in ("+judge.api_key=***", "max_tokens=5", "https://***@db.example.org/x?access_token=***&page=2",
-                 "/tmp/ssh-agent-sock-path"):
+    for kept in (
+        "+judge.api_key=***",
+        "max_tokens=5",
+        "https://***@db.example.org/x?access_token=***&page=2",
+        "/tmp/ssh-agent-sock-path",
+    ):
         assert kept in out
 
 
@@ -164,9 +215,16 @@ def _compose(*overrides: str):
         return compose(config_name="config", overrides=list(overrides))
 
 
-@pytest.mark.parametrize("overrides", [("roster=paper",), ("roster=cpu",), ("roster=paper", "frame=claim"),
-                                       ("roster=cpu", "frame=def_on"),
-                                       ("roster=paper", f"roster.members.0.backend.revision={HEX40}")])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ("roster=paper",),
+        ("roster=cpu",),
+        ("roster=paper", "frame=claim"),
+        ("roster=cpu", "frame=def_on"),
+        ("roster=paper", f"roster.members.0.backend.revision={HEX40}"),
+    ],
+)
 def test_nothing_in_the_composed_default_config_is_redacted(overrides):
     data = track.to_container(_compose(*overrides))
     assert redact.scrub(data, secrets=[]) == data
@@ -180,8 +238,12 @@ def test_start_run_keeps_the_git_commit_and_redacts_user_tags(tmp_path, monkeypa
     for k, v in QUIET.items():
         monkeypatch.setenv(k, v)
     try:
-        with store.quiet_mlflow(), track.start_run(_compose("roster=cpu"), "test",
-                                                   tags={"note": SECRETS["groq"], "model_sha256": HEX64}) as run:
+        with (
+            store.quiet_mlflow(),
+            track.start_run(
+                _compose("roster=cpu"), "test", tags={"note": SECRETS["groq"], "model_sha256": HEX64}
+            ) as run,
+        ):
             rid = run.info.run_id
         tags = mlflow.get_run(rid).data.tags
     finally:
@@ -191,6 +253,7 @@ def test_start_run_keeps_the_git_commit_and_redacts_user_tags(tmp_path, monkeypa
 
 
 # ------------------------------------------------------------------------------------- Hydra's run folder
+
 
 @pytest.fixture(scope="module")
 def small_verdicts(tmp_path_factory) -> Path:
@@ -203,9 +266,18 @@ def small_verdicts(tmp_path_factory) -> Path:
 def test_hydra_run_folder_holds_no_secret(tmp_path, small_verdicts, mode):
     env = {**os.environ, **QUIET, "RAIM_HYDRA_DIR": str(tmp_path / "hydra")}
     env.pop("MLFLOW_TRACKING_URI", None)
-    args = [sys.executable, "-m", "src.run", *(["-m"] if mode == "multirun" else []), f"verdicts={small_verdicts}",
-            "analysis=fast", "analysis.n_boot=50", "tracking.enabled=false", f"output={tmp_path}/r.json",
-            f"+judge.api_key={FAKE_ANTHROPIC}"]
+    args = [
+        sys.executable,
+        "-m",
+        "src.run",
+        *(["-m"] if mode == "multirun" else []),
+        f"verdicts={small_verdicts}",
+        "analysis=fast",
+        "analysis.n_boot=50",
+        "tracking.enabled=false",
+        f"output={tmp_path}/r.json",
+        f"+judge.api_key={FAKE_ANTHROPIC}",
+    ]
     p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     files = [f for f in tmp_path.rglob("*") if f.is_file()]
@@ -253,11 +325,23 @@ def test_concurrent_first_runs_on_a_new_store_all_succeed(tmp_path):
     n = 3
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
     env.update(QUIET)
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), str(i)], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(tmp_path), str(i)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(n)
+    ]
     deadline = time.monotonic() + 300
-    while (sum((tmp_path / f"ready{i}").exists() for i in range(n)) < n and all(p.poll() is None for p in procs)
-           and time.monotonic() < deadline):
+    while (
+        sum((tmp_path / f"ready{i}").exists() for i in range(n)) < n
+        and all(p.poll() is None for p in procs)
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.02)
     (tmp_path / "go").touch()
     results = [(p.wait(timeout=300), p.communicate()[1]) for p in procs]
@@ -273,13 +357,19 @@ def test_concurrent_first_runs_on_a_new_store_all_succeed(tmp_path):
 
 # -------------------------------------------------------------------------------------- DVC stage files
 
+
 def _doc(kappa: float) -> dict:
     est = lambda v: {"estimate": v, "ci": [v - 0.1, v + 0.1]}  # noqa: E731
-    ds = {"n": 100, "comparators": {"stacked": {m: est(kappa) for m in ("kappa", "bacc", "f1")},
-                                    "best_cv": {"kappa": est(kappa - 0.05)}},
-          "deltas": {"best_cv": {"kappa": {**est(0.05), "call": "win"}}},
-          "admissibility": {"admissible": True, "phi_bar": 0.1, "members_at_kappa0": 0},
-          "stacker": {"beta_mean": {"a": 1.0, "b": kappa}, "beta_full": {"a": 1.1, "b": kappa}}}
+    ds = {
+        "n": 100,
+        "comparators": {
+            "stacked": {m: est(kappa) for m in ("kappa", "bacc", "f1")},
+            "best_cv": {"kappa": est(kappa - 0.05)},
+        },
+        "deltas": {"best_cv": {"kappa": {**est(0.05), "call": "win"}}},
+        "admissibility": {"admissible": True, "phi_bar": 0.1, "members_at_kappa0": 0},
+        "stacker": {"beta_mean": {"a": 1.0, "b": kappa}, "beta_full": {"a": 1.1, "b": kappa}},
+    }
     return {"datasets": {"sim": ds}}
 
 
@@ -300,7 +390,9 @@ def test_stage_files_are_written_atomically(tmp_path, monkeypatch):
     assert sorted(p.name for p in metrics.parent.iterdir()) == ["beta.csv", "metrics.json"]  # no temp file left
     monkeypatch.undo()
     stagefiles.write_stage_files(_doc(0.7), metrics, betas)
-    assert json.loads(metrics.read_text())["sim"]["stacked"]["kappa"] == 0.7 and (metrics.stat().st_mode & 0o777) == 0o644
+    assert (
+        json.loads(metrics.read_text())["sim"]["stacked"]["kappa"] == 0.7 and (metrics.stat().st_mode & 0o777) == 0o644
+    )
 
 
 def test_suite_json_holds_no_timings(tmp_path, monkeypatch):
@@ -322,14 +414,17 @@ def test_suite_json_holds_no_timings(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------- secrets never resolved into a written file
 
-PLANTED_ENV = {"RAIM_OPENAI_API_KEY": "raimkey-" + rnd(24), "RAIM_OPENAI_BASE_URL": "http://bob:urlpw" + rnd(12)
-               + "@127.0.0.1:9/v1", "RAIM_OPENAI_MODEL": "planted-model", "MY_SERVER_TOKEN": "mytok" + rnd(20)}
+PLANTED_ENV = {
+    "RAIM_OPENAI_API_KEY": "raimkey-" + rnd(24),
+    "RAIM_OPENAI_BASE_URL": "http://bob:urlpw" + rnd(12) + "@127.0.0.1:9/v1",
+    "RAIM_OPENAI_MODEL": "planted-model",
+    "MY_SERVER_TOKEN": "mytok" + rnd(20),
+}
 
 
 def _planted(env: dict) -> list[str]:
     """The secret parts of the planted values (the URL's password, not its host)."""
-    return [env["RAIM_OPENAI_API_KEY"], env["RAIM_OPENAI_BASE_URL"].split(":")[2].split("@")[0],
-            env["MY_SERVER_TOKEN"]]
+    return [env["RAIM_OPENAI_API_KEY"], env["RAIM_OPENAI_BASE_URL"].split(":")[2].split("@")[0], env["MY_SERVER_TOKEN"]]
 
 
 @pytest.mark.parametrize("writer", ["src.track params", "dvc exp run -S"])
@@ -368,15 +463,27 @@ def test_a_secret_named_pair_whose_value_is_a_scheme_and_a_credential(scheme, fo
     """``Authorization=Bearer <token>``: the value of a secret-named pair is the scheme word *and* the credential,
     however short, as one override, in Hydra's override list, in free text and as a header line."""
     override = f"+judge.headers.Authorization={scheme} {SHORT}"
-    text = {"override": override, "override list": str([override, "analysis=fast"]),
-            "free text": f"calling with Authorization={scheme} {SHORT} now",
-            "header line": f"Authorization: {scheme} {SHORT}", "launcher line": f"\t#0 : analysis=fast {override}"}
+    text = {
+        "override": override,
+        "override list": str([override, "analysis=fast"]),
+        "free text": f"calling with Authorization={scheme} {SHORT} now",
+        "header line": f"Authorization: {scheme} {SHORT}",
+        "launcher line": f"\t#0 : analysis=fast {override}",
+    }
     out = redact.scrub_text(text[form], secrets=[])
     assert SHORT not in out and "Authorization" in out and redact.REDACTED in out
 
 
-@pytest.mark.parametrize("override", ["+judge.api_key=[ab1,cd2]", "+judge.api_key=two words", "+db.password='a b c'",
-                                      "~judge.token=x1", "+judge.api_key="])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "+judge.api_key=[ab1,cd2]",
+        "+judge.api_key=two words",
+        "+db.password='a b c'",
+        "~judge.token=x1",
+        "+judge.api_key=",
+    ],
+)
 def test_a_whole_override_under_a_secret_name_loses_its_whole_value(override):
     key, value = override.split("=", 1)
     assert redact.scrub([override], secrets=[]) == [f"{key}=***" if value else override]
@@ -393,8 +500,9 @@ def test_the_shells_working_directory_is_not_taken_for_a_password(monkeypatch, t
 
 
 def test_override_secrets_are_redacted_wherever_they_appear_later():
-    vals = redact.override_secrets(["+judge.api_key=sekrit-one,sekrit-two", "analysis=fast",
-                                    f"+judge.headers.Authorization=Bearer {SHORT}"])
+    vals = redact.override_secrets(
+        ["+judge.api_key=sekrit-one,sekrit-two", "analysis=fast", f"+judge.headers.Authorization=Bearer {SHORT}"]
+    )
     assert {"sekrit-one", "sekrit-two", SHORT} <= set(vals) and "fast" not in vals
     redact.add_secrets(vals)
     assert redact.scrub_text(f"job 2 used sekrit-two and {SHORT}") == "job 2 used *** and ***"
@@ -425,13 +533,19 @@ def test_one_line_errors_and_debug_tracebacks_are_scrubbed(monkeypatch, capsys):
 
 HYDRA_CASES = {  # what goes wrong → the overrides (and env) of a src.run that prints it
     "composition error": (["judge.api_key=SECRET"], {}, "To append to your config use +judge.api_key=***"),
-    "job error": (["+judge.api_key=SECRET", "analysis.seed=abc"], {}, "error: conf/analysis/fast.yaml: seed='abc' is not int"),
-    "job error, HYDRA_FULL_ERROR": (["+judge.api_key=SECRET", "analysis.seed=abc"], {"HYDRA_FULL_ERROR": "1"},
-                                    "Traceback"),
+    "job error": (
+        ["+judge.api_key=SECRET", "analysis.seed=abc"],
+        {},
+        "error: conf/analysis/fast.yaml: seed='abc' is not int",
+    ),
+    "job error, HYDRA_FULL_ERROR": (
+        ["+judge.api_key=SECRET", "analysis.seed=abc"],
+        {"HYDRA_FULL_ERROR": "1"},
+        "Traceback",
+    ),
     "sweep job error": (["-m", "+judge.api_key=SECRET,SECRET2", "analysis.seed=abc"], {}, "Launching 2 jobs"),
     "bad command line": (["+judge.api_key=SECRET,SECRET2", "-m", "x=1"], {}, "unrecognized arguments"),
-    "RAIM error, RAIM_DEBUG": (["+judge.api_key=SECRET", "analysis.kappa_floor=2"], {"RAIM_DEBUG": "1"},
-                               "FloorError"),
+    "RAIM error, RAIM_DEBUG": (["+judge.api_key=SECRET", "analysis.kappa_floor=2"], {"RAIM_DEBUG": "1"}, "FloorError"),
     "--info": (["+judge.api_key=SECRET", "--info"], {}, "api_key: ***"),
     "--cfg job": (["+judge.api_key=SECRET", "--cfg", "job"], {}, "api_key: ***"),
 }
@@ -446,9 +560,24 @@ def test_nothing_hydra_prints_holds_an_override_secret(tmp_path, small_verdicts,
         env.setdefault(k, "") if k in extra else env.pop(k, None)
     args = [o.replace("SECRET", secret) for o in overrides]
     flags = ["-m"] if args[0] == "-m" else []
-    p = subprocess.run([sys.executable, "-m", "src.run", *flags, f"verdicts={small_verdicts}", "analysis=fast",
-                        "analysis.n_boot=20", "tracking.enabled=false", *args[len(flags):]], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            *flags,
+            f"verdicts={small_verdicts}",
+            "analysis=fast",
+            "analysis.n_boot=20",
+            "tracking.enabled=false",
+            *args[len(flags) :],
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = p.stdout + p.stderr
     assert expect in out, out[-2000:]
     assert secret not in out
@@ -456,6 +585,7 @@ def test_nothing_hydra_prints_holds_an_override_secret(tmp_path, small_verdicts,
 
 
 # ------------------------------------------------ every command that writes or logs, with keys planted everywhere
+
 
 class JudgeAPI(BaseHTTPRequestHandler):
     """A stand-in OpenAI-compatible chat server: a verdict per prompt (its CRC's parity); records each request's
@@ -471,9 +601,21 @@ class JudgeAPI(BaseHTTPRequestHandler):
         type(self).auth.append(self.headers.get("authorization"))
         no = zlib.crc32(body["messages"][-1]["content"].encode()) % 3 == 0
         top = [{"token": "No", "logprob": -0.1 if no else -3.0}, {"token": "Yes", "logprob": -3.0 if no else -0.1}]
-        reply_json(self, {"object": "chat.completion", "model": body["model"], "usage": {"prompt_tokens": 9},
-                          "choices": [{"index": 0, "message": {"role": "assistant", "content": top[0]["token"]},
-                                       "logprobs": {"content": [{**top[0], "top_logprobs": top}]}}]})
+        reply_json(
+            self,
+            {
+                "object": "chat.completion",
+                "model": body["model"],
+                "usage": {"prompt_tokens": 9},
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": top[0]["token"]},
+                        "logprobs": {"content": [{**top[0], "top_logprobs": top}]},
+                    }
+                ],
+            },
+        )
 
 
 def _dump(db: Path) -> bytes:
@@ -498,9 +640,19 @@ def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
     import mlflow
 
     tag = rnd(6)
-    keys = {name: f"{name.lower()[:6]}{tag}{rnd(14)}" for name in
-            ("RAIM_OPENAI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN", "OVERRIDE", "SWEPT",
-             "BEARER", "URLPW")}
+    keys = {
+        name: f"{name.lower()[:6]}{tag}{rnd(14)}"
+        for name in (
+            "RAIM_OPENAI_API_KEY",
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "HF_TOKEN",
+            "OVERRIDE",
+            "SWEPT",
+            "BEARER",
+            "URLPW",
+        )
+    }
     keys["BEARER"] = "b" + tag  # shorter than every shape rule
     srv = ThreadingHTTPServer(("127.0.0.1", 0), JudgeAPI)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -508,56 +660,131 @@ def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
     host = f"127.0.0.1:{srv.server_address[1]}"
     store = tmp_path / "store"
     store.mkdir()
-    env = {**{k: v for k, v in os.environ.items() if k not in ("RAIM_DEBUG", "HYDRA_FULL_ERROR")}, **QUIET,
-           "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}", "RAIM_HYDRA_DIR": str(tmp_path / "hydra"),
-           **{k: keys[k] for k in ("RAIM_OPENAI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN")},
-           "RAIM_OPENAI_BASE_URL": f"http://{host}/v1", "RAIM_OPENAI_MODEL": "planted-model"}
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("RAIM_DEBUG", "HYDRA_FULL_ERROR")},
+        **QUIET,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}",
+        "RAIM_HYDRA_DIR": str(tmp_path / "hydra"),
+        **{k: keys[k] for k in ("RAIM_OPENAI_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN")},
+        "RAIM_OPENAI_BASE_URL": f"http://{host}/v1",
+        "RAIM_OPENAI_MODEL": "planted-model",
+    }
     url_env = {**env, "RAIM_OPENAI_BASE_URL": f"http://bob:{keys['URLPW']}@{host}/v1"}
     url_env.pop("RAIM_OPENAI_API_KEY")  # a password in the URL, and no key beside it
     printed: list[str] = []
 
     def run(*args: str, environ: dict = env) -> subprocess.CompletedProcess:
-        p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=environ, capture_output=True, text=True,
-                           timeout=600)
+        p = subprocess.run(
+            [sys.executable, "-m", *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600
+        )
         printed.append(p.stdout + p.stderr)
         assert p.returncode == 0, (args, p.stderr[-3000:])
         return p
 
     secret_overrides = [f"+judge.api_key={keys['OVERRIDE']}", f"+judge.headers.Authorization=Bearer {keys['BEARER']}"]
-    judged = ["roster=openai_server", "dataset=wice", "judge.per_dataset=60", "judge.compute=true", "analysis=fast",
-              "analysis.n_boot=50", f"paths.tables_dir={tmp_path / 'tables'}"]
+    judged = [
+        "roster=openai_server",
+        "dataset=wice",
+        "judge.per_dataset=60",
+        "judge.compute=true",
+        "analysis=fast",
+        "analysis.n_boot=50",
+        f"paths.tables_dir={tmp_path / 'tables'}",
+    ]
     # a single run that judges through the served judge (HTTP Basic from the URL), then a sweep (Bearer key)
-    run("src.run", *judged, f"paths.cache_dir={tmp_path / 'cache1'}", f"output={tmp_path / 'results.json'}",
-        *secret_overrides, environ=url_env)
-    run("src.run", "-m", *judged, f"paths.cache_dir={tmp_path / 'cache2'}", "stacker.C=0.1,10",
-        f"+judge.api_key={keys['OVERRIDE']},{keys['SWEPT']}", secret_overrides[1])
+    run(
+        "src.run",
+        *judged,
+        f"paths.cache_dir={tmp_path / 'cache1'}",
+        f"output={tmp_path / 'results.json'}",
+        *secret_overrides,
+        environ=url_env,
+    )
+    run(
+        "src.run",
+        "-m",
+        *judged,
+        f"paths.cache_dir={tmp_path / 'cache2'}",
+        "stacker.C=0.1,10",
+        f"+judge.api_key={keys['OVERRIDE']},{keys['SWEPT']}",
+        secret_overrides[1],
+    )
     basic = "Basic " + base64.b64encode(f"bob:{keys['URLPW']}".encode()).decode()
     assert set(JudgeAPI.auth) == {basic, f"Bearer {keys['RAIM_OPENAI_API_KEY']}"}
-    run("src.track", "params", "roster=openai_server", *secret_overrides, "--out", str(tmp_path / "params.yaml"),
-        environ={**url_env, "RAIM_OPENAI_API_KEY": keys["RAIM_OPENAI_API_KEY"]})
+    run(
+        "src.track",
+        "params",
+        "roster=openai_server",
+        *secret_overrides,
+        "--out",
+        str(tmp_path / "params.yaml"),
+        environ={**url_env, "RAIM_OPENAI_API_KEY": keys["RAIM_OPENAI_API_KEY"]},
+    )
     mlflow.set_tracking_uri(env["MLFLOW_TRACKING_URI"])
     try:
-        runs = mlflow.search_runs(search_all_experiments=True, output_format="list", order_by=["start_time ASC"],
-                                  filter_string="tags.kind = 'stacking' and tags.dataset = 'wice'")
+        runs = mlflow.search_runs(
+            search_all_experiments=True,
+            output_format="list",
+            order_by=["start_time ASC"],
+            filter_string="tags.kind = 'stacking' and tags.dataset = 'wice'",
+        )
         stacker = next(r.data.tags["stacker_model_uri"] for r in runs if "stacker_model_uri" in r.data.tags)
     finally:
         mlflow.set_tracking_uri(None)
-    panel = run("src.registry", "log-panel", "--roster", "openai_server", "--stacker-uri", stacker,
-                "--cache-dir", str(tmp_path / "cache2")).stdout.split()[2]
+    panel = run(
+        "src.registry",
+        "log-panel",
+        "--roster",
+        "openai_server",
+        "--stacker-uri",
+        stacker,
+        "--cache-dir",
+        str(tmp_path / "cache2"),
+    ).stdout.split()[2]
     items = tmp_path / "items.csv"
-    pd.DataFrame({"evidence": ["Paris is the capital of France."] * 2,
-                  "candidate": ["The capital is Paris.", "The capital is Lyon."]}).to_csv(items, index=False)
-    run("src.predict", str(items), "--model-uri", panel, "--cache-dir", str(tmp_path / "pcache"),
-        "--out", str(tmp_path / "pred.jsonl"), "--no-progress")
+    pd.DataFrame(
+        {
+            "evidence": ["Paris is the capital of France."] * 2,
+            "candidate": ["The capital is Paris.", "The capital is Lyon."],
+        }
+    ).to_csv(items, index=False)
+    run(
+        "src.predict",
+        str(items),
+        "--model-uri",
+        panel,
+        "--cache-dir",
+        str(tmp_path / "pcache"),
+        "--out",
+        str(tmp_path / "pred.jsonl"),
+        "--no-progress",
+    )
     # the studies, on the committed caches, with the overrides' keys
-    study_out = {"prevalence": ["prevalence.n_boot=5", "prevalence.n_draws=2", "prevalence.simulations=[]"],
-                 "monitor": ["monitor.evaluation.seeds=1", "monitor.replay.stable_items=400",
-                             "monitor.replay.changed_items=400"],
-                 "noise": ["noise.types=[rf]", "noise.rates=[0,0.15]", "noise.draws=1", "noise.n_boot=20",
-                           "noise.simulation.enabled=false", "noise.stackers=[logreg]"]}
+    study_out = {
+        "prevalence": ["prevalence.n_boot=5", "prevalence.n_draws=2", "prevalence.simulations=[]"],
+        "monitor": [
+            "monitor.evaluation.seeds=1",
+            "monitor.replay.stable_items=400",
+            "monitor.replay.changed_items=400",
+        ],
+        "noise": [
+            "noise.types=[rf]",
+            "noise.rates=[0,0.15]",
+            "noise.draws=1",
+            "noise.n_boot=20",
+            "noise.simulation.enabled=false",
+            "noise.stackers=[logreg]",
+        ],
+    }
     for study, shrink in study_out.items():
-        run(f"src.{study}", "analysis=fast", *shrink, f"{study}.output={tmp_path / study}.json",
-            f"{study}.figure={tmp_path / study}.png", *secret_overrides)
+        run(
+            f"src.{study}",
+            "analysis=fast",
+            *shrink,
+            f"{study}.output={tmp_path / study}.json",
+            f"{study}.figure={tmp_path / study}.png",
+            *secret_overrides,
+        )
     assert (tmp_path / "pred.jsonl").is_file() and (store / "mlflow.db").is_file()
 
     planted = list(keys.values())

@@ -28,8 +28,9 @@ def champion(tmp_path_factory):
         log_simulated(tmp, which=("good",))
         import mlflow
 
-        run_id = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                                    filter_string="tags.dataset = 'good'")[0].info.run_id
+        run_id = mlflow.search_runs(
+            search_all_experiments=True, output_format="list", filter_string="tags.dataset = 'good'"
+        )[0].info.run_id
         registry.promote(run_id, alias="champion")
         yield {"uri": uri, "tmp": tmp, "local": mlflow.pyfunc.load_model("models:/raim-stacker-good@champion")}
 
@@ -37,8 +38,23 @@ def champion(tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(champion):
     port = free_port()
-    args = [sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/raim-stacker-good@champion",
-            "--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "models",
+        "serve",
+        "-m",
+        "models:/raim-stacker-good@champion",
+        "--env-manager",
+        "local",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-w",
+        "1",
+    ]
     with server(args, port, "/ping", env={"MLFLOW_TRACKING_URI": champion["uri"]}) as url:
         yield url
 
@@ -69,8 +85,9 @@ def test_served_stacker_takes_abstentions_as_null_and_rejects_bad_votes(served):
     assert status == 400 and "row 1: column 'm00': 2 is not a vote: 0, 1, or 0.5 / null" in body["message"]
     assert "stack_trace" not in body and "Traceback" not in str(body)
     # MLflow's own server rejects a missing (and so a misspelt) member column through the signature
-    status, body = post_json(served + "/invocations",
-                             {"dataframe_records": [{k: v for k, v in rec.items() if k != "m03"}]})
+    status, body = post_json(
+        served + "/invocations", {"dataframe_records": [{k: v for k, v in rec.items() if k != "m03"}]}
+    )
     assert status == 400 and "m03" in body["message"]
 
 
@@ -79,8 +96,12 @@ def test_serve_imports_neither_track_nor_registry():
     import ast
 
     tree = ast.parse((ROOT / "src" / "serve.py").read_text())
-    imported = {(n.module or "") + "." + a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level
-                for a in n.names}
+    imported = {
+        (n.module or "") + "." + a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.level
+        for a in n.names
+    }
     assert not {m for m in imported if m.split(".")[0] in ("track", "registry") or m.endswith((".track", ".registry"))}
 
 
@@ -92,18 +113,26 @@ def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
     import mlflow
 
     names = [m.name for m in compose_cfg("roster=tiny").roster.members]
-    stacker = StackedLogit(n_votes=2).fit(np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]] * 3),
-                                          np.array([0, 1, 0, 1] * 3))
+    stacker = StackedLogit(n_votes=2).fit(
+        np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]] * 3), np.array([0, 1, 0, 1] * 3)
+    )
     with tracking_store(champion["tmp"]):
         with mlflow.start_run():
             uri = serve.log_stacker(stacker, names).model_uri
     env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"], "PATH": "/usr/bin:/bin"}
-    p = subprocess.run([sys.executable, "-m", "src.registry", "log-panel", "--roster", "tiny", "--stacker-uri", uri,
-                        "--no-compute"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-m", "src.registry", "log-panel", "--roster", "tiny", "--stacker-uri", uri, "--no-compute"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0 and p.stdout.startswith("panel model "), p.stderr[-2000:]
     with tracking_store(champion["tmp"]):
-        run = mlflow.search_runs(search_all_experiments=True, filter_string="tags.kind = 'panel'",
-                                 output_format="list")[0]
+        run = mlflow.search_runs(
+            search_all_experiments=True, filter_string="tags.kind = 'panel'", output_format="list"
+        )[0]
         assert run.data.tags["stacker_uri"] == uri and run.data.tags["roster"] == "tiny"
         inner = mlflow.pyfunc.load_model(run.data.tags["panel_model_uri"]).unwrap_python_model()
         assert type(inner).__name__ == "PanelModel" and inner.columns == names
@@ -114,11 +143,20 @@ def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
 
 # ------------------------------------------------------------------------------ RAIM's strict server
 
+
 @pytest.fixture(scope="module")
 def strict(champion):
     port = free_port()
-    args = [sys.executable, "-m", "src.serve", "model", "--model-uri", "models:/raim-stacker-good@champion",
-            "--port", str(port)]
+    args = [
+        sys.executable,
+        "-m",
+        "src.serve",
+        "model",
+        "--model-uri",
+        "models:/raim-stacker-good@champion",
+        "--port",
+        str(port),
+    ]
     with server(args, port, "/ping", env={"MLFLOW_TRACKING_URI": champion["uri"]}) as url:
         yield url
 
@@ -146,8 +184,9 @@ def test_strict_server_answers_valid_requests_like_the_model(champion, strict):
     status, recs = post_json(strict + "/invocations", {"dataframe_records": [dict(zip(MEMBERS, r)) for r in rows]})
     assert status == 200 and recs == body
     # every member abstained: no verdict, valid JSON nulls (not NaN), label "abstained"
-    status, body = post_json(strict + "/invocations", {"dataframe_records": [{m: None for m in MEMBERS},
-                                                                              {m: 0.5 for m in MEMBERS}]})
+    status, body = post_json(
+        strict + "/invocations", {"dataframe_records": [{m: None for m in MEMBERS}, {m: 0.5 for m in MEMBERS}]}
+    )
     assert status == 200, body
     assert [p["label"] for p in body["predictions"]] == ["abstained", "abstained"]
     assert all(p["p_hallucinated"] is None and p["verdict"] is None for p in body["predictions"])
@@ -155,15 +194,21 @@ def test_strict_server_answers_valid_requests_like_the_model(champion, strict):
 
 # ------------------------------------------------------------------------------------- panel model
 
-ITEMS = pd.DataFrame({
-    "question": ["", "", ""],
-    "evidence": ["The Eiffel Tower is in Paris and was completed in 1889.",
-                 "Aspirin reduces fever and mild pain in adults.",
-                 "The Nile flows north into the Mediterranean Sea."],
-    "candidate": ["The Eiffel Tower was completed in 1889 in Paris.",
-                  "Quantum tunnelling cures diabetes in cats overnight.",
-                  "The Nile flows north into the Mediterranean."],
-})
+ITEMS = pd.DataFrame(
+    {
+        "question": ["", "", ""],
+        "evidence": [
+            "The Eiffel Tower is in Paris and was completed in 1889.",
+            "Aspirin reduces fever and mild pain in adults.",
+            "The Nile flows north into the Mediterranean Sea.",
+        ],
+        "candidate": [
+            "The Eiffel Tower was completed in 1889 in Paris.",
+            "Quantum tunnelling cures diabetes in cats overnight.",
+            "The Nile flows north into the Mediterranean.",
+        ],
+    }
+)
 
 
 def _prefill(roster, model: serve.PanelModel, items: pd.DataFrame, cache_dir, votes: list[int]) -> None:
@@ -177,9 +222,18 @@ def _prefill(roster, model: serve.PanelModel, items: pd.DataFrame, cache_dir, vo
     frame = load_frame(model.frames[model.default_frame])
     cache.open_for_append()
     for rec, v in zip(model.items(items).to_dict("records"), votes):
-        cache.put({"key": cache.key(frame.name, frame.hash, rec), "vote": v, "logodds": 2.0 * (v - 0.5),
-                   "mass": 0.9, "abstain": None, "truncated": False, "member": member["name"],
-                   "item_id": rec["item_id"]})
+        cache.put(
+            {
+                "key": cache.key(frame.name, frame.hash, rec),
+                "vote": v,
+                "logodds": 2.0 * (v - 0.5),
+                "mass": 0.9,
+                "abstain": None,
+                "truncated": False,
+                "member": member["name"],
+                "item_id": rec["item_id"],
+            }
+        )
 
 
 @pytest.fixture(scope="module")
@@ -195,8 +249,9 @@ def panel(champion):
     stacker = StackedLogit(n_votes=len(names)).fit(X, gold)
     with tracking_store(champion["tmp"]):
         with mlflow.start_run():
-            info = serve.log_panel(roster, stacker, names, default_frame="claim",
-                                   cache_dir=champion["tmp"] / "unused-cache")
+            info = serve.log_panel(
+                roster, stacker, names, default_frame="claim", cache_dir=champion["tmp"] / "unused-cache"
+            )
         yield {"uri": info.model_uri, "roster": roster, "names": names, "stacker": stacker}
 
 
@@ -216,8 +271,17 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
     _prefill(panel["roster"], inner, ITEMS, cache, [0, 1, 0])
 
     out = model.predict(ITEMS)
-    assert list(out.columns) == ["item_id", llm, lexical, "p_hallucinated", "verdict", "label", "uncached",
-                                 "injection_flag", "injection_reasons"]
+    assert list(out.columns) == [
+        "item_id",
+        llm,
+        lexical,
+        "p_hallucinated",
+        "verdict",
+        "label",
+        "uncached",
+        "injection_flag",
+        "injection_reasons",
+    ]
     assert out["uncached"].tolist() == ["", "", ""]
     assert out[llm].tolist() == [0, 1, 0]  # from the cache
     assert out[lexical].tolist() == [0, 1, 0]  # computed: supported claims overlap the evidence, the cat cure not
@@ -240,8 +304,9 @@ def test_panel_model_without_compute_abstains_on_a_miss(panel, tmp_path, monkeyp
 
     monkeypatch.setattr(llamacpp.LlamaCppBackend, "load", lambda self: pytest.fail("model loaded"))
     model = mlflow.pyfunc.load_model(panel["uri"], model_config={"cache_dir": str(tmp_path), "compute": False})
-    new = pd.DataFrame({"evidence": ["Water boils at 100 C at sea level."], "candidate": ["Water boils at 100 C."],
-                        "item_id": ["x1"]})
+    new = pd.DataFrame(
+        {"evidence": ["Water boils at 100 C at sea level."], "candidate": ["Water boils at 100 C."], "item_id": ["x1"]}
+    )
     _prefill(panel["roster"], model.unwrap_python_model(), new, tmp_path, [1])
     out = model.predict(new)  # the LLM's verdict is cached, the lexical judge's is not (and is not computed)
     assert out["item_id"].tolist() == ["x1"] and out[panel["names"][0]].tolist() == [1]
@@ -274,4 +339,3 @@ def test_panel_runs_exactly_the_members_its_stacker_was_fitted_on(panel, champio
         model = mlflow.pyfunc.load_model(info.model_uri)
     inner = model.unwrap_python_model()
     assert [m["name"] for m in inner.roster["members"]] == [llm] and inner.columns == [llm]
-

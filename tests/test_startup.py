@@ -17,16 +17,23 @@ HEAVY = ("numpy", "pandas", "scipy", "sklearn", "mlflow", "matplotlib", "numba")
 def imported(tmp: Path, *args: str) -> tuple[subprocess.CompletedProcess, set[str], float]:
     """The run's exit, the top-level packages it imported, and its imports' total time (s, ``-X importtime``)."""
     env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "MLFLOW_DISABLE_TELEMETRY": "true", "RAIM_DEBUG": "0"}
-    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "src.run", *args], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "src.run", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     rows = [ln.split("|") for ln in r.stderr.splitlines() if ln.startswith("import time:") and "cumulative" not in ln]
     names = {row[2].strip().split(".")[0] for row in rows}
     top = sum(int(row[1]) for row in rows if len(row[2]) - len(row[2].lstrip()) == 1) / 1e6
     return r, names, top
 
 
-@pytest.mark.parametrize("args, rc", [(("--help",), 0), (("output=/", "tracking.enabled=false"), 2),
-                                      (("stacker.C=1,2",), 2)])
+@pytest.mark.parametrize(
+    "args, rc", [(("--help",), 0), (("output=/", "tracking.enabled=false"), 2), (("stacker.C=1,2",), 2)]
+)
 def test_help_and_early_errors_load_no_heavy_module(tmp_path, args, rc):
     r, names, top = imported(tmp_path, *args)
     assert r.returncode == rc, r.stdout + r.stderr[-2000:]

@@ -29,14 +29,21 @@ from src.present import stagefiles
 from src.studies import simulate, stacking
 
 ROOT = Path(__file__).resolve().parents[1]
-QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1",
-         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+QUIET = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "PYTHONWARNINGS": "ignore",
+}
 SECRET = "sk-ant-api03-" + "Zq7" * 14  # a fake key: must never reach the store
 GOOD = dict(accuracies=[0.75] * 8, rho=0.05)  # competent, decorrelated: admissible, stacker wins
 BAD = dict(accuracies=[0.93] + [0.56] * 7, rho=0.6)  # one dominant member: inadmissible, no win
 
 
 # ---------------------------------------------------------------------------------------- shared helpers
+
 
 def write_panels(path: Path, which=("good", "bad"), n_clusters: int = 150) -> Path:
     """A bring-your-own verdict table with simulated datasets named ``good`` / ``bad``."""
@@ -52,8 +59,13 @@ def compose_cfg(*overrides: str):
 
 
 def analysis_overrides(verdicts: Path, out: Path) -> list[str]:
-    return ["analysis=fast", "analysis.abstention_contrast=false", f"verdicts={verdicts}", f"output={out}",
-            "analysis.core=[good,bad]"]
+    return [
+        "analysis=fast",
+        "analysis.abstention_contrast=false",
+        f"verdicts={verdicts}",
+        f"output={out}",
+        "analysis.core=[good,bad]",
+    ]
 
 
 @contextlib.contextmanager
@@ -87,8 +99,9 @@ def log_simulated(tmp: Path, which=("good", "bad"), extra: tuple[str, ...] = ())
 def children(run_id: str) -> dict:
     import mlflow
 
-    runs = mlflow.search_runs(search_all_experiments=True, output_format="list",
-                              filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
+    runs = mlflow.search_runs(
+        search_all_experiments=True, output_format="list", filter_string=f"tags.mlflow.parentRunId = '{run_id}'"
+    )
     return {r.data.tags.get("dataset", r.info.run_name): r for r in runs}
 
 
@@ -103,8 +116,9 @@ def server(args: list[str], port: int, ready_path: str, env: dict | None = None,
     """Start a loopback server (``mlflow server`` / ``mlflow models serve``); stop it on exit."""
     env = {**os.environ, **QUIET, **(env or {})}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # uvicorn, gunicorn
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + timeout
@@ -132,8 +146,9 @@ def server(args: list[str], port: int, ready_path: str, env: dict | None = None,
 
 
 def post_json(url: str, payload: dict, timeout: float = 30) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
@@ -143,6 +158,7 @@ def post_json(url: str, payload: dict, timeout: float = 30) -> tuple[int, dict]:
 
 # ------------------------------------------------------------------------------------------- fixtures
 
+
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
     """One analysis (two simulated datasets) logged with a secret in the environment and in the config."""
@@ -150,8 +166,11 @@ def logged(tmp_path_factory):
     os.environ["ANTHROPIC_API_KEY"] = SECRET
     try:
         with tracking_store(tmp):
-            extra = (f"+judge.api_key={SECRET}", "+tracking.token=tok-abcdef123456",
-                     "+paths.remote=https://bob:hunter2secret@example.org/x")
+            extra = (
+                f"+judge.api_key={SECRET}",
+                "+tracking.token=tok-abcdef123456",
+                "+paths.remote=https://bob:hunter2secret@example.org/x",
+            )
             rid, cfg, table, results, doc = log_simulated(tmp, extra=extra)
             yield {"tmp": tmp, "run_id": rid, "cfg": cfg, "table": table, "results": results, "doc": doc}
     finally:
@@ -159,6 +178,7 @@ def logged(tmp_path_factory):
 
 
 # ---------------------------------------------------------------------------------------------- tests
+
 
 def test_tracking_uri_env_wins_and_relative_sqlite_is_repo_absolute(monkeypatch):
     cfg = compose_cfg()
@@ -174,8 +194,14 @@ def test_tracking_uri_env_wins_and_relative_sqlite_is_repo_absolute(monkeypatch)
 
 def test_scrub_redacts_secret_keys_values_and_url_passwords(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "plainvalue-without-shape")
-    data = {"judge": {"api_key": "x", "model": "qwen"}, "note": "key sk-ant-api03-aaaaaaaaaaaaaaaa",
-            "u": "https://al:pw@h/x", "env": "plainvalue-without-shape", "tokens": None, "n": 3}
+    data = {
+        "judge": {"api_key": "x", "model": "qwen"},
+        "note": "key sk-ant-api03-aaaaaaaaaaaaaaaa",
+        "u": "https://al:pw@h/x",
+        "env": "plainvalue-without-shape",
+        "tokens": None,
+        "n": 3,
+    }
     out = redact.scrub(data)
     assert out["judge"] == {"api_key": "***", "model": "qwen"}
     assert "sk-ant" not in out["note"] and out["u"] == "https://***@h/x" and out["env"] == "***"
@@ -198,8 +224,9 @@ def test_parent_run_tags_params_and_results(logged):
     assert art.is_relative_to(logged["tmp"] / "mlruns")
     assert json.loads((art / "results.json").read_text())["datasets"].keys() == logged["doc"]["datasets"].keys()
     assert t["verdicts_file_sha256"] == hashlib.sha256((logged["tmp"] / "verdicts.csv").read_bytes()).hexdigest()
-    assert parent.data.metrics["stacked/kappa_mean"] == pytest.approx(np.mean(
-        [d["comparators"]["stacked"]["kappa"]["estimate"] for d in logged["doc"]["datasets"].values()]))
+    assert parent.data.metrics["stacked/kappa_mean"] == pytest.approx(
+        np.mean([d["comparators"]["stacked"]["kappa"]["estimate"] for d in logged["doc"]["datasets"].values()])
+    )
 
 
 def test_children_carry_the_ladder_betas_and_admissibility(logged):
@@ -216,11 +243,16 @@ def test_children_carry_the_ladder_betas_and_admissibility(logged):
         d = s["deltas"]["best_cv"]["kappa"]
         assert m["delta_best_cv/kappa"] == pytest.approx(d["estimate"])
         assert m["delta_best_cv/kappa_p_holm"] == pytest.approx(d["p_holm"])
-        assert t["call.best_cv.kappa"] == d["call"] and t["call.majority.bacc"] == s["deltas"]["majority"]["bacc"]["call"]
+        assert (
+            t["call.best_cv.kappa"] == d["call"] and t["call.majority.bacc"] == s["deltas"]["majority"]["bacc"]["call"]
+        )
         assert t["admissible"] == str(s["admissibility"]["admissible"]).lower()
         d = s["decision"]
-        assert (t["decision"], t["decision_member"], t["decision_reason"]) == (d["action"], d["member"] or "none",
-                                                                               d["reason"])
+        assert (t["decision"], t["decision_member"], t["decision_reason"]) == (
+            d["action"],
+            d["member"] or "none",
+            d["reason"],
+        )
         p = child.data.params  # what sets this analysis apart, on the dataset run itself (MLflow's Compare)
         assert p["stacker.C"] == "1.0" and p["analysis.n_boot"] == "200" and p["analysis.kappa_floor"] == "0.4"
         assert p["verdicts"] == str(logged["tmp"] / "verdicts.csv") and "roster.name" not in p
@@ -330,7 +362,8 @@ def test_start_run_nests_under_active_run_and_logs_figures(tmp_path):
         assert mlflow.get_run(parent.info.run_id).data.params["stacker.abstention"] == "category"
         assert not got.data.params  # the config is logged once, on the parent
         assert [a.path for a in mlflow.MlflowClient().list_artifacts(child.info.run_id, "figures")] == [
-            "figures/fig.png"]
+            "figures/fig.png"
+        ]
 
 
 def test_beta_folds_are_one_series_per_feature_logged_in_one_batch(logged):
@@ -388,8 +421,10 @@ def test_stage_files_and_judge_args(logged, tmp_path):
     m = json.loads((tmp_path / "m.json").read_text())
     assert m["good"]["admissible"] is True and m["bad"]["admissible"] is False
     assert (m["good"]["decision"], m["bad"]["decision"], m["bad"]["decision_member"]) == ("panel", "single", "m00")
-    assert m["good"]["stacked"]["kappa"] == logged["doc"]["datasets"]["good"]["comparators"]["stacked"]["kappa"][
-        "estimate"]
+    assert (
+        m["good"]["stacked"]["kappa"]
+        == logged["doc"]["datasets"]["good"]["comparators"]["stacked"]["kappa"]["estimate"]
+    )
     b = pd.read_csv(tmp_path / "b.csv")
     assert set(b["dataset"]) == {"good", "bad"} and len(b) == 2 * 9
 
@@ -458,6 +493,7 @@ def test_a_failed_tracking_leaves_the_previous_study_json_in_place(tmp_path, mon
         track.run_study(cfg, "study", compute, out, tmp_path / "s.png", draw, metrics)
     assert computed and json.loads(out.read_text()) == {"previous": True}
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
-    doc, path, fig = track.run_study(compose_cfg("tracking.enabled=false"), "study", compute, out,
-                                     tmp_path / "s.png", draw, metrics)
+    doc, path, fig = track.run_study(
+        compose_cfg("tracking.enabled=false"), "study", compute, out, tmp_path / "s.png", draw, metrics
+    )
     assert path == out and json.loads(out.read_text()) == doc and fig.read_bytes() == b"png"

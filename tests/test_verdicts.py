@@ -15,10 +15,12 @@ import pytest
 from src.core import verdicts
 from src.core.verdicts import ABSTAIN, VerdictError
 
-GOOD = "item_id,cluster_id,dataset,gold,a,b,sonnet,a@logodds\n" \
-       "i1,c1,d,0,0,,0,-1.5\n" \
-       "i2,c1,d,1,1,1,1,2.0\n" \
-       "i3,c2,d,1,0,1.0,,\n"
+GOOD = (
+    "item_id,cluster_id,dataset,gold,a,b,sonnet,a@logodds\n"
+    "i1,c1,d,0,0,,0,-1.5\n"
+    "i2,c1,d,1,1,1,1,2.0\n"
+    "i3,c2,d,1,0,1.0,,\n"
+)
 
 
 def write(tmp_path, text, name="v.csv"):
@@ -50,19 +52,25 @@ def test_missing_dataset_column_defaults(tmp_path):
     assert t.datasets == ["all"]
 
 
-@pytest.mark.parametrize("text, pattern", [
-    ("item_id,gold,a\ni1,0,1\n", r"missing required column.*cluster_id"),
-    ("item_id,cluster_id,gold,a\ni1,c,2,1\n", r"row 2 \(item_id='i1'\): field 'gold': value '2'"),
-    ("item_id,cluster_id,gold,a\ni1,c,,1\n", r"row 2 .*field 'gold'"),
-    ("item_id,cluster_id,gold,a\ni1,c,0,1\ni1,c,1,0\n", r"row 3: field 'item_id': duplicate item_id 'i1'"),
-    ("item_id,cluster_id,gold,a\ni1,c,0,1\ni2,c,1,yes\n", r"row 3 \(item_id='i2'\): field 'a': value 'yes'"),
-    ("item_id,cluster_id,gold,a\ni1,c,0,0.5\n", r"field 'a': value '0.5' not in \{0, 1, empty\}"),
-    ("item_id,cluster_id,gold,a\ni1,,0,1\n", r"row 2 \(item_id='i1'\): field 'cluster_id': empty"),
-    ("item_id,cluster_id,gold\ni1,c,0\n", r"no judge columns"),
-    ("item_id,cluster_id,gold,a,a@logodds\ni1,c,0,1,abc\n", r"row 2 \(item_id='i1'\): field 'a@logodds': not a number"),
-    ("", r"empty file"),
-    ("item_id,cluster_id,gold,a\n", r"no rows"),
-])
+@pytest.mark.parametrize(
+    "text, pattern",
+    [
+        ("item_id,gold,a\ni1,0,1\n", r"missing required column.*cluster_id"),
+        ("item_id,cluster_id,gold,a\ni1,c,2,1\n", r"row 2 \(item_id='i1'\): field 'gold': value '2'"),
+        ("item_id,cluster_id,gold,a\ni1,c,,1\n", r"row 2 .*field 'gold'"),
+        ("item_id,cluster_id,gold,a\ni1,c,0,1\ni1,c,1,0\n", r"row 3: field 'item_id': duplicate item_id 'i1'"),
+        ("item_id,cluster_id,gold,a\ni1,c,0,1\ni2,c,1,yes\n", r"row 3 \(item_id='i2'\): field 'a': value 'yes'"),
+        ("item_id,cluster_id,gold,a\ni1,c,0,0.5\n", r"field 'a': value '0.5' not in \{0, 1, empty\}"),
+        ("item_id,cluster_id,gold,a\ni1,,0,1\n", r"row 2 \(item_id='i1'\): field 'cluster_id': empty"),
+        ("item_id,cluster_id,gold\ni1,c,0\n", r"no judge columns"),
+        (
+            "item_id,cluster_id,gold,a,a@logodds\ni1,c,0,1,abc\n",
+            r"row 2 \(item_id='i1'\): field 'a@logodds': not a number",
+        ),
+        ("", r"empty file"),
+        ("item_id,cluster_id,gold,a\n", r"no rows"),
+    ],
+)
 def test_bad_input_names_file_row_and_field(tmp_path, text, pattern):
     p = write(tmp_path, text)
     with pytest.raises(VerdictError, match=pattern) as e:
@@ -78,8 +86,16 @@ def test_missing_file_and_missing_roster_member(tmp_path):
 
 
 def test_subset_and_by_dataset():
-    df = pd.DataFrame({"item_id": list("abcd"), "cluster_id": list("xxyy"), "dataset": ["d1", "d1", "d2", "d2"],
-                       "gold": [0, 1, 0, 1], "m1": [0, 1, 1, 1], "m2": [0, 0, None, 1]})
+    df = pd.DataFrame(
+        {
+            "item_id": list("abcd"),
+            "cluster_id": list("xxyy"),
+            "dataset": ["d1", "d1", "d2", "d2"],
+            "gold": [0, 1, 0, 1],
+            "m1": [0, 1, 1, 1],
+            "m2": [0, 0, None, 1],
+        }
+    )
     t = verdicts.validate(df)
     parts = t.by_dataset()
     assert list(parts) == ["d1", "d2"] and parts["d2"].votes.tolist() == [[1, ABSTAIN], [1, 1]]
@@ -87,6 +103,7 @@ def test_subset_and_by_dataset():
 
 
 # --- issue 10: every bad table is one VerdictError line naming the file, and the row and field where there are ones
+
 
 def cell(row: int, col: str, value: str) -> str:
     """GOOD with one cell replaced (``row``: 0-based record, i.e. file row ``row + 2``)."""
@@ -99,8 +116,15 @@ def cell(row: int, col: str, value: str) -> str:
 
 
 def good_frame(**cols) -> pd.DataFrame:
-    df = pd.DataFrame({"item_id": ["i1", "i2", "i3"], "cluster_id": ["c1", "c1", "c2"], "gold": [0, 1, 1],
-                       "a": [0.0, 1.0, np.nan], "b": pd.array([1, None, 0], dtype="Int64")})
+    df = pd.DataFrame(
+        {
+            "item_id": ["i1", "i2", "i3"],
+            "cluster_id": ["c1", "c1", "c2"],
+            "gold": [0, 1, 1],
+            "a": [0.0, 1.0, np.nan],
+            "b": pd.array([1, None, 0], dtype="Int64"),
+        }
+    )
     return df.assign(**cols)
 
 
@@ -110,27 +134,43 @@ def parquet(df) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-DUP_PARQUET = pa.table([pa.array(x) for x in (["i1"], ["c"], [0], [1], [0], [1])],
-                       names=["item_id", "cluster_id", "gold", "llama", "b", "llama"])
+DUP_PARQUET = pa.table(
+    [pa.array(x) for x in (["i1"], ["c"], [0], [1], [0], [1])],
+    names=["item_id", "cluster_id", "gold", "llama", "b", "llama"],
+)
 MARKERS = ["NA", "N/A", "None", "null", "NaN", "nan", "<NA>", "na", "NULL"]
 
 # (case, file name, content: text or bytes, None for no file, a callable for a folder; fragments of the message)
 BAD = [
-    *[(f"vote {m}", "v.csv", cell(1, "b", m), ["row 3 (item_id='i2')", "field 'b'", f"value '{m}'"])
-      for m in MARKERS],
-    *[(f"vote {v}", "v.csv", cell(0, "a", v), ["row 2 (item_id='i1')", "field 'a'", f"value '{v}'"])
-      for v in ["0.5", "2", "-1", "yes", "true", "1;0"]],
-    *[(f"gold {v or 'empty'}", "v.csv", cell(2, "gold", v), ["row 4 (item_id='i3')", "field 'gold'"])
-      for v in ["2", "yes", "", " ", "NaN", "None", "0.5"]],
-    *[(f"frontier {v}", "v.csv", cell(0, "sonnet", v), ["row 2 (item_id='i1')", "field 'sonnet'", f"'{v}'"])
-      for v in ["NaN", "NA", "2"]],
-    *[(f"{c} {m}", "v.csv", cell(1, c, m), ["row 3", f"field '{c}'", f"'{m}' is a missing-value marker"])
-      for c in ("item_id", "cluster_id", "dataset") for m in MARKERS],
-    *[(f"{c} blank", "v.csv", cell(1, c, " "), ["row 3", f"field '{c}'", "empty value"])
-      for c in ("item_id", "cluster_id", "dataset")],
+    *[(f"vote {m}", "v.csv", cell(1, "b", m), ["row 3 (item_id='i2')", "field 'b'", f"value '{m}'"]) for m in MARKERS],
+    *[
+        (f"vote {v}", "v.csv", cell(0, "a", v), ["row 2 (item_id='i1')", "field 'a'", f"value '{v}'"])
+        for v in ["0.5", "2", "-1", "yes", "true", "1;0"]
+    ],
+    *[
+        (f"gold {v or 'empty'}", "v.csv", cell(2, "gold", v), ["row 4 (item_id='i3')", "field 'gold'"])
+        for v in ["2", "yes", "", " ", "NaN", "None", "0.5"]
+    ],
+    *[
+        (f"frontier {v}", "v.csv", cell(0, "sonnet", v), ["row 2 (item_id='i1')", "field 'sonnet'", f"'{v}'"])
+        for v in ["NaN", "NA", "2"]
+    ],
+    *[
+        (f"{c} {m}", "v.csv", cell(1, c, m), ["row 3", f"field '{c}'", f"'{m}' is a missing-value marker"])
+        for c in ("item_id", "cluster_id", "dataset")
+        for m in MARKERS
+    ],
+    *[
+        (f"{c} blank", "v.csv", cell(1, c, " "), ["row 3", f"field '{c}'", "empty value"])
+        for c in ("item_id", "cluster_id", "dataset")
+    ],
     ("duplicate item_id", "v.csv", cell(2, "item_id", "i1"), ["row 4", "field 'item_id'", "duplicate", "row 2"]),
-    ("duplicate header", "v.csv", GOOD.replace(",b,", ",a,", 1),
-     ["header: column 'a' appears twice (columns 5 and 6)"]),
+    (
+        "duplicate header",
+        "v.csv",
+        GOOD.replace(",b,", ",a,", 1),
+        ["header: column 'a' appears twice (columns 5 and 6)"],
+    ),
     ("empty header name", "v.csv", GOOD.replace(",sonnet,", ", ,", 1), ["header: column 7 has no name"]),
     ("too many fields", "v.csv", GOOD.replace("i2,c1,", "i2,c1,x,", 1), ["row 3 (item_id='i2')", "9 fields"]),
     ("too few fields", "v.csv", GOOD + "i4,c3,d\n", ["row 5 (item_id='i4')", "field 'gold': missing"]),
@@ -148,25 +188,57 @@ BAD = [
     ("Parquet corrupt", "v.parquet", b"PAR1" + bytes(64) + b"PAR1", ["not a readable Parquet file"]),
     ("Parquet not Parquet", "v.parquet", GOOD, ["not a readable Parquet file", "magic bytes"]),
     ("Parquet duplicate header", "v.parquet", parquet(DUP_PARQUET), ["column 'llama' appears twice (columns 4 and 6)"]),
-    ("Parquet timestamp votes", "v.parquet", parquet(good_frame(a=pd.Timestamp("2024-01-01"))),
-     ["field 'a'", "column type datetime64", "cannot hold votes"]),
+    (
+        "Parquet timestamp votes",
+        "v.parquet",
+        parquet(good_frame(a=pd.Timestamp("2024-01-01"))),
+        ["field 'a'", "column type datetime64", "cannot hold votes"],
+    ),
     ("Parquet bool votes", "v.parquet", parquet(good_frame(a=True)), ["field 'a'", "column type bool"]),
-    ("Parquet string NaN vote", "v.parquet", parquet(good_frame(a=["0", "NaN", None])),
-     ["row 2 (item_id='i2')", "field 'a'", "value 'NaN'"]),
+    (
+        "Parquet string NaN vote",
+        "v.parquet",
+        parquet(good_frame(a=["0", "NaN", None])),
+        ["row 2 (item_id='i2')", "field 'a'", "value 'NaN'"],
+    ),
     ("Parquet string None vote", "v.parquet", parquet(good_frame(a=["None", "1", None])), ["row 1 ", "'None'"]),
-    ("Parquet vote 2", "v.parquet", parquet(good_frame(b=pd.array([1, 2, None], dtype="Int64"))),
-     ["row 2 (item_id='i2')", "field 'b'", "value 2 not in"]),
+    (
+        "Parquet vote 2",
+        "v.parquet",
+        parquet(good_frame(b=pd.array([1, 2, None], dtype="Int64"))),
+        ["row 2 (item_id='i2')", "field 'b'", "value 2 not in"],
+    ),
     ("Parquet vote inf", "v.parquet", parquet(good_frame(a=[0.0, np.inf, 1.0])), ["row 2", "field 'a'", "inf"]),
-    ("Parquet null gold", "v.parquet", parquet(good_frame(gold=[0.0, np.nan, 1.0])),
-     ["row 2", "field 'gold'", "empty"]),
-    ("Parquet null cluster", "v.parquet", parquet(good_frame(cluster_id=["c", None, "c"])),
-     ["row 2 (item_id='i2')", "field 'cluster_id'", "empty value"]),
-    ("Parquet null item_id", "v.parquet", parquet(good_frame(item_id=["i1", None, "i3"])),
-     ["row 2: field 'item_id'", "empty value"]),
-    ("Parquet string NA cluster", "v.parquet", parquet(good_frame(cluster_id=["c", "c", "NA"])),
-     ["row 3", "'NA' is a missing-value marker"]),
-    ("Parquet logodds inf", "v.parquet", parquet(good_frame(**{"a@logodds": [0.0, -np.inf, 1.0]})),
-     ["row 2", "field 'a@logodds'", "not a finite number: -inf"]),
+    (
+        "Parquet null gold",
+        "v.parquet",
+        parquet(good_frame(gold=[0.0, np.nan, 1.0])),
+        ["row 2", "field 'gold'", "empty"],
+    ),
+    (
+        "Parquet null cluster",
+        "v.parquet",
+        parquet(good_frame(cluster_id=["c", None, "c"])),
+        ["row 2 (item_id='i2')", "field 'cluster_id'", "empty value"],
+    ),
+    (
+        "Parquet null item_id",
+        "v.parquet",
+        parquet(good_frame(item_id=["i1", None, "i3"])),
+        ["row 2: field 'item_id'", "empty value"],
+    ),
+    (
+        "Parquet string NA cluster",
+        "v.parquet",
+        parquet(good_frame(cluster_id=["c", "c", "NA"])),
+        ["row 3", "'NA' is a missing-value marker"],
+    ),
+    (
+        "Parquet logodds inf",
+        "v.parquet",
+        parquet(good_frame(**{"a@logodds": [0.0, -np.inf, 1.0]})),
+        ["row 2", "field 'a@logodds'", "not a finite number: -inf"],
+    ),
 ]
 
 
@@ -190,8 +262,11 @@ def test_every_bad_table_is_one_line_naming_file_row_and_field(tmp_path, name, c
         assert f in msg, msg
 
 
-CRLF_BOM_BLANKS = b"\xef\xbb\xbf" + "\r\n".join(GOOD.splitlines()[:2] + ["", " , , , , , , , "] + GOOD.splitlines()[2:]
-                                              ).encode() + b"\r\n"
+CRLF_BOM_BLANKS = (
+    b"\xef\xbb\xbf"
+    + "\r\n".join(GOOD.splitlines()[:2] + ["", " , , , , , , , "] + GOOD.splitlines()[2:]).encode()
+    + b"\r\n"
+)
 OK = [  # (case, file name, content) that load exactly like GOOD
     ("UTF-8 BOM, CRLF, blank lines", "v.csv", CRLF_BOM_BLANKS),
     ("spaces around cells and names", "v.csv", GOOD.replace(",", " , ").replace("\n", " \n")),
@@ -225,11 +300,19 @@ def test_parquet_nulls_are_abstentions_and_neutral_features(tmp_path):
 
 def test_in_memory_nullable_frames_keep_na_as_abstention():
     """src.run validates frames built from the verdict cache: Int64 votes and Float64 features with pd.NA."""
-    df = pd.DataFrame({"item_id": ["x", "y", "z"], "cluster_id": ["c", "c", "d"], "dataset": ["s"] * 3,
-                       "frame": ["f"] * 3, "gold": [0, 1, 1],
-                       "m1": pd.array([0, pd.NA, 1], dtype="Int64"), "m2": pd.array([pd.NA] * 3, dtype="Int64"),
-                       "m1@logodds": pd.array([-0.5, pd.NA, 1.5], dtype="Float64"),
-                       "frontier": pd.array([1, 0, pd.NA], dtype="Int64")})
+    df = pd.DataFrame(
+        {
+            "item_id": ["x", "y", "z"],
+            "cluster_id": ["c", "c", "d"],
+            "dataset": ["s"] * 3,
+            "frame": ["f"] * 3,
+            "gold": [0, 1, 1],
+            "m1": pd.array([0, pd.NA, 1], dtype="Int64"),
+            "m2": pd.array([pd.NA] * 3, dtype="Int64"),
+            "m1@logodds": pd.array([-0.5, pd.NA, 1.5], dtype="Float64"),
+            "frontier": pd.array([1, 0, pd.NA], dtype="Int64"),
+        }
+    )
     t = verdicts.validate(df, source="cache c", frontier="frontier", members=["m1", "m2"])
     assert t.votes.tolist() == [[0, ABSTAIN], [ABSTAIN, ABSTAIN], [1, ABSTAIN]]
     assert t.frontier.tolist() == [1, 0, ABSTAIN] and t.features["m1@logodds"].tolist() == [-0.5, 0.0, 1.5]
@@ -243,9 +326,22 @@ def test_cli_bad_table_is_one_error_line(tmp_path):
     env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp_path / "hydra"), "RAIM_DEBUG": "0"}
     env.pop("HYDRA_FULL_ERROR", None)
     out = tmp_path / "r.json"
-    p = subprocess.run([sys.executable, "-m", "src.run", f"verdicts={bad}", "tracking.enabled=false", f"output={out}",
-                        "analysis=fast"], cwd=Path(__file__).resolve().parents[1], env=env, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "src.run",
+            f"verdicts={bad}",
+            "tracking.enabled=false",
+            f"output={out}",
+            "analysis=fast",
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode != 0 and not out.exists()
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {bad}: row 3 (item_id='i2'): field 'a'"), p.stderr

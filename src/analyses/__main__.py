@@ -84,10 +84,14 @@ def main(cfg: DictConfig) -> None:
     timings = doc.pop("timings")  # wall times vary run to run: logged, never in suite.json (a DVC output)
     out = files.write_json(doc, cfg.suite.output)
     figs = figures.draw(results, doc, cfg.suite.figures_dir)
-    log.info("suite written to %s; %d figures under %s; timings %s", out, len(figs), cfg.suite.figures_dir,
-             {k: round(v, 1) for k, v in timings.items()})
+    log.info(
+        "suite written to %s; %d figures under %s; timings %s",
+        out,
+        len(figs),
+        cfg.suite.figures_dir,
+        {k: round(v, 1) for k, v in timings.items()},
+    )
     if cfg.tracking.enabled:
-
         with track.start_run(cfg, "suite", tags={"datasets": ",".join(doc["datasets"])}):
             track.log_metrics({**flat_metrics(doc), **{f"timing/{k}_s": v for k, v in timings.items()}})
             track.log_json(doc, "suite.json")

@@ -143,8 +143,9 @@ def member_kappas(gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
     return np.array([kappa(gold, votes[:, j]) for j in range(votes.shape[1])])
 
 
-def admits(member_k: np.ndarray, phibar: ArrayLike, kappa0: float, c: float, phi0: float,
-           size: ArrayLike | None = None) -> np.ndarray:
+def admits(
+    member_k: np.ndarray, phibar: ArrayLike, kappa0: float, c: float, phi0: float, size: ArrayLike | None = None
+) -> np.ndarray:
     """The rule, vectorised over panels: ``member_k`` is … × K (NaN = not in the panel), ``phibar`` … (NaN =
     undefined, never admissible), ``size`` the panel sizes (default: the non-NaN members)."""
     member_k = np.asarray(member_k, dtype=float)
@@ -171,8 +172,9 @@ def decide(member_k: np.ndarray, phibar: float | None, kappa0: float, c: float, 
     return False, "; ".join(why)
 
 
-def admitted_share(boot, gold: np.ndarray, votes: np.ndarray, member_kappa_draws: np.ndarray, kappa0: float,
-                   c: float, phi0: float) -> float:
+def admitted_share(
+    boot, gold: np.ndarray, votes: np.ndarray, member_kappa_draws: np.ndarray, kappa0: float, c: float, phi0: float
+) -> float:
     """How often the rule admits the panel when both coordinates are estimated again on each draw of §2's cluster
     bootstrap (``boot``, a :class:`src.core.evaluate.ClusterBootstrap`; ``member_kappa_draws`` its B × K member κ):
     the verdict's own uncertainty, near 0 or 1 when it is firm, near ½ when a member's κ or φ̄ sits at its
@@ -191,11 +193,13 @@ def agreement_proxy(votes: np.ndarray) -> float | None:
     return float(agree.mean()) if len(agree) else None
 
 
-def test(gold: np.ndarray, votes: np.ndarray, kappa0: float = 0.30, c: float = 0.5,
-         phi0: float = 0.40) -> Admissibility:
+def test(
+    gold: np.ndarray, votes: np.ndarray, kappa0: float = 0.30, c: float = 0.5, phi0: float = 0.40
+) -> Admissibility:
     """Both coordinates from a labelled calibration set, and the call."""
     mk = member_kappas(gold, votes)
     pb = phi_bar(gold, votes)
     ok, reason = decide(mk, pb, kappa0, c, phi0)
-    return Admissibility(pb, agreement_proxy(votes), int(np.sum(reaches(mk, kappa0))),
-                         len(mk), kappa0, c, phi0, ok, reason)
+    return Admissibility(
+        pb, agreement_proxy(votes), int(np.sum(reaches(mk, kappa0))), len(mk), kappa0, c, phi0, ok, reason
+    )

@@ -55,8 +55,14 @@ class StackedLogit(_VoteClassifier):
     passed through unchanged.
     """
 
-    def __init__(self, C: float = 1.0, abstention: str = "scalar", threshold: float = 0.5,
-                 n_votes: int | None = None, max_iter: int = 1000):
+    def __init__(
+        self,
+        C: float = 1.0,
+        abstention: str = "scalar",
+        threshold: float = 0.5,
+        n_votes: int | None = None,
+        max_iter: int = 1000,
+    ):
         self.C = C
         self.abstention = abstention
         self.threshold = threshold
@@ -268,8 +274,9 @@ class DawidSkene(_VoteClassifier):
         return np.column_stack([expit(-z), expit(z)])
 
     @classmethod
-    def _loglik(cls, X0: np.ndarray, X1: np.ndarray, voted: np.ndarray, priors: np.ndarray,
-                confusion: np.ndarray) -> float:
+    def _loglik(
+        cls, X0: np.ndarray, X1: np.ndarray, voted: np.ndarray, priors: np.ndarray, confusion: np.ndarray
+    ) -> float:
         """Marginal log-likelihood of the votes, Σ over voted items of log Σ_t P(t) Π_j P(vote_j | t)."""
         logc = np.log(confusion)
         a = np.log(np.maximum(priors, cls._FLOOR)) + X0 @ logc[:, :, 0] + X1 @ logc[:, :, 1]
@@ -301,11 +308,13 @@ class DawidSkene(_VoteClassifier):
         self.priors_, self.confusion_ = theta
         self.probas_ = q
         if not self.converged_:
-
             from sklearn.exceptions import ConvergenceWarning  # imported here, not at start-up: scikit-learn ~1.4 s
 
-            warnings.warn(f"Dawid–Skene EM did not converge in {self.n_iter} iterations (tol={self.tol:g})",
-                          ConvergenceWarning, stacklevel=2)
+            warnings.warn(
+                f"Dawid–Skene EM did not converge in {self.n_iter} iterations (tol={self.tol:g})",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         return self
 
     def _squarem_cycle(self, X0, X1, voted, weights, q, theta) -> tuple:
@@ -325,7 +334,7 @@ class DawidSkene(_VoteClassifier):
         flat = [np.concatenate([p.ravel(), c.ravel()]) for p, c in (theta, theta1, theta2)]
         r, v = flat[1] - flat[0], flat[2] - 2 * flat[1] + flat[0]
         alpha = min(-1.0, -float(np.linalg.norm(r)) / max(float(np.linalg.norm(v)), 1e-300))
-        ext = flat[0] - 2 * alpha * r + alpha ** 2 * v
+        ext = flat[0] - 2 * alpha * r + alpha**2 * v
         if alpha == -1.0 or not ((ext > 0) & (ext < 1)).all():
             return q2, theta2
         p_ext, c_ext = ext[:2], ext[2:].reshape(theta[1].shape)
@@ -471,9 +480,16 @@ class NoiseRobustStackedLogit(StackedLogit):
     ``train_prevalence_``, the clean-label prevalence the noise model implies (the prior of its posteriors).
     """
 
-    def __init__(self, C: float = 1.0, abstention: str = "scalar", threshold: float = 0.5,
-                 n_votes: int | None = None, max_iter: int = 1000, flip_rates: tuple | None = None,
-                 max_flip: float = 0.45):
+    def __init__(
+        self,
+        C: float = 1.0,
+        abstention: str = "scalar",
+        threshold: float = 0.5,
+        n_votes: int | None = None,
+        max_iter: int = 1000,
+        flip_rates: tuple | None = None,
+        max_flip: float = 0.45,
+    ):
         super().__init__(C=C, abstention=abstention, threshold=threshold, n_votes=n_votes, max_iter=max_iter)
         self.flip_rates = flip_rates
         self.max_flip = max_flip
@@ -484,7 +500,7 @@ class NoiseRobustStackedLogit(StackedLogit):
         from sklearn.exceptions import ConvergenceWarning  # imported here, not at start-up: scikit-learn ~1.4 s
 
         X = np.asarray(X, dtype=float)
-        votes = X[:, :X.shape[1] if self.n_votes is None else self.n_votes]
+        votes = X[:, : X.shape[1] if self.n_votes is None else self.n_votes]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             ds = DawidSkene(n_iter=500, tol=1e-6).fit(np.column_stack([votes, np.asarray(y, dtype=float)]))
@@ -519,8 +535,13 @@ class NoiseRobustStackedLogit(StackedLogit):
             pen = np.r_[0.0, b[1:]]
             return self.C * loss + 0.5 * pen @ pen, self.C * (Z.T @ g_eta) + pen
 
-        res = minimize(objective, np.r_[self.intercept_, self.coef_], jac=True, method="L-BFGS-B",
-                       options={"maxiter": self.max_iter})
+        res = minimize(
+            objective,
+            np.r_[self.intercept_, self.coef_],
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": self.max_iter},
+        )
         self.intercept_, self.coef_ = float(res.x[0]), res.x[1:].copy()
         self.lr_.intercept_, self.lr_.coef_ = np.array([self.intercept_]), self.coef_[None, :].copy()
         # its posteriors are of the clean label: their prior is the clean prevalence the noise model implies

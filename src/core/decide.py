@@ -105,8 +105,10 @@ def _adm_text(a: dict) -> str:
     """Admissibility in its two coordinates: the competent share and φ̄ (§3.3)."""
     phi = "undefined" if a["phi_bar"] is None else f"{a['phi_bar']:.3f}"
     verdict = "admissible" if a["admissible"] else "not admissible"
-    return (f"{verdict}: {a['members_at_kappa0']}/{a['n_members']} members at κ≥{a['kappa0']:g} (share needed "
-            f"{a['c']:g}), φ̄ {phi} (≤ {a['phi0']:g} needed)")
+    return (
+        f"{verdict}: {a['members_at_kappa0']}/{a['n_members']} members at κ≥{a['kappa0']:g} (share needed "
+        f"{a['c']:g}), φ̄ {phi} (≤ {a['phi0']:g} needed)"
+    )
 
 
 def _best_reached(s: dict) -> str:
@@ -131,8 +133,9 @@ def reaches_floor(kappa: float | None, ci: list[float], floor: float, rule: str 
 def _cmp(kappa: float | None, ci: list[float], floor: float, rule: str = "estimate") -> str:
     text = f"{'≥' if reaches_floor(kappa, ci, floor, rule) else '<'} floor {floor:g}"
     if kappa is not None and math.isfinite(kappa) and spans(ci, floor):
-        text += " (its interval spans the floor: " + ("reached on the estimate only)" if reaches(kappa, floor)
-                                                      else "missed on the estimate only)")
+        text += " (its interval spans the floor: " + (
+            "reached on the estimate only)" if reaches(kappa, floor) else "missed on the estimate only)"
+        )
     return text
 
 
@@ -147,8 +150,10 @@ def _veto(a: dict, d: dict) -> str:
     shown = "" if share is None else f"; admissible in {100 * share:.0f}% of the bootstrap draws"
     uncertain = a.get("members_uncertain") or []
     near = f"; {len(uncertain)} member(s) with κ intervals across κ₀ {a['kappa0']:g}" if uncertain else ""
-    return (f"the ladder shows a {d['call']} against the CV-best single (Δκ lower bound {_num(d['ci'][0], True)}) "
-            f"that the admissibility rule vetoes ({a.get('reason') or 'not admissible'}{shown}{near})")
+    return (
+        f"the ladder shows a {d['call']} against the CV-best single (Δκ lower bound {_num(d['ci'][0], True)}) "
+        f"that the admissibility rule vetoes ({a.get('reason') or 'not admissible'}{shown}{near})"
+    )
 
 
 def decide(s: dict, kappa_floor: float = 0.40, floor_rule: str = "estimate") -> Decision:
@@ -163,26 +168,56 @@ def decide(s: dict, kappa_floor: float = 0.40, floor_rule: str = "estimate") -> 
     numbers = f"Δκ vs the CV-best single {_num(d['estimate'], True)} {_ci(d['ci'], True)} ({d['call']}); {_adm_text(a)}"
     panel = f"stacked κ {_num(stk)} {_ci(stk_ci)} {_cmp(stk, stk_ci, kappa_floor, floor_rule)}"
     cv = f"CV-best single {member} κ {_num(single)} {_ci(single_ci)} {_cmp(single, single_ci, kappa_floor, floor_rule)}"
-    common = dict(kappa_floor=kappa_floor, delta_kappa=d["estimate"], delta_ci=list(d["ci"]), call=d["call"],
-                  admissible=bool(a["admissible"]), share_competent=a["members_at_kappa0"] / max(a["n_members"], 1),
-                  members_at_kappa0=a["members_at_kappa0"], n_members=a["n_members"], phi_bar=a["phi_bar"],
-                  vetoed_win=vetoed, admitted_share=a.get("admitted_share"), floor_rule=floor_rule)
+    common = dict(
+        kappa_floor=kappa_floor,
+        delta_kappa=d["estimate"],
+        delta_ci=list(d["ci"]),
+        call=d["call"],
+        admissible=bool(a["admissible"]),
+        share_competent=a["members_at_kappa0"] / max(a["n_members"], 1),
+        members_at_kappa0=a["members_at_kappa0"],
+        n_members=a["n_members"],
+        phi_bar=a["phi_bar"],
+        vetoed_win=vetoed,
+        admitted_share=a.get("admitted_share"),
+        floor_rule=floor_rule,
+    )
 
     def clear(k, ci):
         return dict(floor_clear=None if k is None or not math.isfinite(k) else not spans(ci, kappa_floor))
 
     if pays and reaches_floor(stk, stk_ci, kappa_floor, floor_rule):
-        return Decision("panel", None, stk, stk_ci, reason=f"the panel pays: {panel}; {numbers}", **common,
-                        **clear(stk, stk_ci))
-    why_not = ("the panel pays but is under the floor" if pays else
-               f"{_no_pay(False, d['call'])}: {_veto(a, d)}" if vetoed else _no_pay(bool(a["admissible"]), d["call"]))
+        return Decision(
+            "panel", None, stk, stk_ci, reason=f"the panel pays: {panel}; {numbers}", **common, **clear(stk, stk_ci)
+        )
+    why_not = (
+        "the panel pays but is under the floor"
+        if pays
+        else f"{_no_pay(False, d['call'])}: {_veto(a, d)}"
+        if vetoed
+        else _no_pay(bool(a["admissible"]), d["call"])
+    )
     if reaches_floor(single, single_ci, kappa_floor, floor_rule):
-        return Decision("single", member, single, single_ci, reason=f"{why_not}; {cv}; {panel}; {numbers}",
-                        **common, **clear(single, single_ci))
+        return Decision(
+            "single",
+            member,
+            single,
+            single_ci,
+            reason=f"{why_not}; {cv}; {panel}; {numbers}",
+            **common,
+            **clear(single, single_ci),
+        )
     better = stk is not None and (single is None or stk > single)
     kappa, ci = (stk, stk_ci) if better else (single, single_ci)
-    return Decision("none", None, kappa, ci, reason=f"{why_not}; {cv}; {panel}; {_best_reached(s)}; {numbers}",
-                    **common, **clear(kappa, ci))
+    return Decision(
+        "none",
+        None,
+        kappa,
+        ci,
+        reason=f"{why_not}; {cv}; {panel}; {_best_reached(s)}; {numbers}",
+        **common,
+        **clear(kappa, ci),
+    )
 
 
 def decide_all(doc: dict, kappa_floor: float | None = None) -> dict[str, Decision]:

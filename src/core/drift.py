@@ -38,8 +38,9 @@ def indicators(votes: np.ndarray) -> np.ndarray:
 
 
 def test_names(members: Sequence[str]) -> list[str]:
-    return ([f"vote/{m}" for m in members] + [f"abstain/{m}" for m in members]
-            + [f"agree/{p}" for p in pair_names(members)])
+    return (
+        [f"vote/{m}" for m in members] + [f"abstain/{m}" for m in members] + [f"agree/{p}" for p in pair_names(members)]
+    )
 
 
 def agreement_proxy(votes: np.ndarray) -> float:
@@ -84,9 +85,17 @@ class DriftMonitor(BaseEstimator):
     :meth:`windows` scores a stream, :meth:`alarms` applies the alarm rule.
     """
 
-    def __init__(self, window: int = 200, step: int = 50, alpha: float = 0.01, consecutive: int = 2,
-                 tolerance: float = 0.1, reference_prevalence: float | None = None, reference_items: int = 500,
-                 members: Sequence[str] = ()):
+    def __init__(
+        self,
+        window: int = 200,
+        step: int = 50,
+        alpha: float = 0.01,
+        consecutive: int = 2,
+        tolerance: float = 0.1,
+        reference_prevalence: float | None = None,
+        reference_items: int = 500,
+        members: Sequence[str] = (),
+    ):
         self.window = window
         self.step = step
         self.alpha = alpha
@@ -99,8 +108,9 @@ class DriftMonitor(BaseEstimator):
     def fit(self, votes: np.ndarray, gold: np.ndarray) -> DriftMonitor:
         votes, gold = np.asarray(votes, dtype=float), np.asarray(gold, dtype=int)
         if not ({0, 1} <= set(np.unique(gold).tolist())):
-            raise MonitorError("calibration set: field 'gold': both classes are needed (0 = supported, "
-                               "1 = hallucinated)")
+            raise MonitorError(
+                "calibration set: field 'gold': both classes are needed (0 = supported, 1 = hallucinated)"
+            )
         F = indicators(votes)
         self.n_class_ = np.array([np.sum(gold == 0), np.sum(gold == 1)], dtype=float)
         self.sums_ = np.stack([F[gold == 0].sum(0), F[gold == 1].sum(0)])
@@ -159,7 +169,9 @@ class DriftMonitor(BaseEstimator):
         if n < W:
             raise MonitorError(f"stream: {n} items, fewer than one window (monitor.window={W})")
         ref = self.reference(p)
-        rows = [self._window(votes[s:s + W], p[s:s + W], s, s + W, ref) for s in range(0, n - W + 1, int(self.step))]
+        rows = [
+            self._window(votes[s : s + W], p[s : s + W], s, s + W, ref) for s in range(0, n - W + 1, int(self.step))
+        ]
         frame = pd.DataFrame(rows)
         frame.attrs["reference_prevalence"], frame.attrs["reference_se"] = ref
         return frame
@@ -170,19 +182,28 @@ class DriftMonitor(BaseEstimator):
         p_min, adj = holm_min(pv)
         K = len(self.members_)
         voted = votes != ABSTAIN
-        row: dict[str, Any] = {"start": start, "end": end, "prevalence": prev, "prevalence_se": se,
-               "agreement_proxy": agreement_proxy(votes), "p_holm_min": p_min, "flag_panel": bool(p_min < self.alpha),
-               "flag_prevalence": self.prevalence_flag(prev, se, ref)}
+        row: dict[str, Any] = {
+            "start": start,
+            "end": end,
+            "prevalence": prev,
+            "prevalence_se": se,
+            "agreement_proxy": agreement_proxy(votes),
+            "p_holm_min": p_min,
+            "flag_panel": bool(p_min < self.alpha),
+            "flag_prevalence": self.prevalence_flag(prev, se, ref),
+        }
         for j, m in enumerate(self.members_):
             row[f"vote_rate/{m}"] = float(obs[j] / max(voted[:, j].mean(), 1e-12)) if voted[:, j].any() else np.nan
             row[f"abstention/{m}"] = float(obs[K + j])
         worst = np.argsort(adj)[:3]
-        row["departures"] = [f"{self.tests_[t]} {obs[t]:.3f} (p_holm {adj[t]:.2g})" for t in worst
-                             if adj[t] < self.alpha]
+        row["departures"] = [
+            f"{self.tests_[t]} {obs[t]:.3f} (p_holm {adj[t]:.2g})" for t in worst if adj[t] < self.alpha
+        ]
         return row
 
     def alarms(self, frame: pd.DataFrame) -> dict[str, list[int]]:
         """Per kind, the item positions (window ends) where the alarm rule fires."""
-        return {kind: [int(frame["end"].iloc[w]) for w in runs_alarm(frame[f"flag_{kind}"].tolist(),
-                                                                     int(self.consecutive))]
-                for kind in ("panel", "prevalence")}
+        return {
+            kind: [int(frame["end"].iloc[w]) for w in runs_alarm(frame[f"flag_{kind}"].tolist(), int(self.consecutive))]
+            for kind in ("panel", "prevalence")
+        }

@@ -100,13 +100,29 @@ class ArgumentParser(argparse.ArgumentParser):
     ``<what>``, which quotes the arguments, is :func:`redacted`."""
 
     def error(self, message: str):
-        print(f"error: {self.prog}: {redacted(' '.join(message.split()))} (usage: {self.prog} --help)",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: {self.prog}: {redacted(' '.join(message.split()))} (usage: {self.prog} --help)",
+            file=sys.stderr,
+            flush=True,
+        )
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-_HYDRA_VALUE_FLAGS = frozenset({"--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd", "--cfg", "-c",
-                                "--package", "-p", "--experimental-rerun"})
+_HYDRA_VALUE_FLAGS = frozenset(
+    {
+        "--config-path",
+        "-cp",
+        "--config-name",
+        "-cn",
+        "--config-dir",
+        "-cd",
+        "--cfg",
+        "-c",
+        "--package",
+        "-p",
+        "--experimental-rerun",
+    }
+)
 
 
 def check_overrides(argv: list[str]) -> None:
@@ -130,15 +146,25 @@ def check_overrides(argv: list[str]) -> None:
     for a in overrides:
         try:
             (o,) = parser.parse_overrides([a])
-            why = None if sweep or not o.is_sweep_override() else \
-                "a ',' makes the value a list of values to sweep (add --multirun to sweep)"
+            why = (
+                None
+                if sweep or not o.is_sweep_override()
+                else "a ',' makes the value a list of values to sweep (add --multirun to sweep)"
+            )
         except OverrideParseException as e:
-            why = "not key=value (a word split off by an unquoted space?)" if "=" not in a else \
-                " ".join(str(e).split("See https://")[0].split()) or "not an override"
+            why = (
+                "not key=value (a word split off by an unquoted space?)"
+                if "=" not in a
+                else " ".join(str(e).split("See https://")[0].split()) or "not an override"
+            )
         if why:
             key = a.split("=", 1)[0] if "=" in a else "key"
-            print(f"error: override {a!r}: {why}; a value holding ',', '=', spaces or brackets is quoted whole: "
-                  f"{key}='…' (https://hydra.cc/docs/advanced/override_grammar/basic)", file=sys.stderr, flush=True)
+            print(
+                f"error: override {a!r}: {why}; a value holding ',', '=', spaces or brackets is quoted whole: "
+                f"{key}='…' (https://hydra.cc/docs/advanced/override_grammar/basic)",
+                file=sys.stderr,
+                flush=True,
+            )
             raise SystemExit(EXIT_BAD_INPUT)
 
 

@@ -94,7 +94,7 @@ def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtyp
         u *= n_clusters
         picks = u.astype(np.intp)
         picks += np.arange(0, m * n_clusters, n_clusters)[:, None]
-        out[a:a + m] = np.bincount(picks.ravel(), minlength=m * n_clusters).reshape(m, n_clusters)
+        out[a : a + m] = np.bincount(picks.ravel(), minlength=m * n_clusters).reshape(m, n_clusters)
     return out
 
 
@@ -170,8 +170,9 @@ class ClusterBootstrap:
         gold = np.asarray(gold)
         step = max(1, MAX_WEIGHT_BYTES // (8 * _N_COUNTS * max(n, 1)))
         blocks = [self._agg @ np.column_stack([gold == 1, gold == 0]).astype(float)]
-        blocks += [self._agg @ indicators(gold, preds[:, a:a + step])[..., _KEPT].reshape(n, -1)
-                   for a in range(0, P, step)]
+        blocks += [
+            self._agg @ indicators(gold, preds[:, a : a + step])[..., _KEPT].reshape(n, -1) for a in range(0, P, step)
+        ]
         return np.hstack(blocks).astype(self.dtype)
 
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:

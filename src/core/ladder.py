@@ -50,8 +50,18 @@ from src.core.evaluate import (
 from src.core.refit import RefitBootstrap, RefitDraws, corrected_interval
 from src.core.verdicts import ABSTAIN, VerdictError, VerdictTable
 
-COMPARATORS = ("avg_member", "majority", "dawid_skene", "acc_weighted", "logodds_weighted",
-               "best_avg", "best_cv", "oracle", "stacked", "frontier")
+COMPARATORS = (
+    "avg_member",
+    "majority",
+    "dawid_skene",
+    "acc_weighted",
+    "logodds_weighted",
+    "best_avg",
+    "best_cv",
+    "oracle",
+    "stacked",
+    "frontier",
+)
 DELTA_METRICS = ("kappa", "bacc")
 # Which datasets Holm adjusts together (analysis.holm): ``core`` — §2's family, the configured core datasets present
 # (every dataset when none is), the others left unadjusted; ``separate`` — that family, and the other datasets (a
@@ -92,15 +102,25 @@ def _in(value, lo: float, hi: float, lo_open: bool, hi_open: bool) -> bool:
 def check_settings(s: LadderSettings, stacker: StackedLogit) -> None:
     """Refuse settings the analysis cannot run with, in one line naming the config key."""
     inf = float("inf")
-    rules = [("analysis.n_splits", s.n_splits, 2, inf, False, False), ("analysis.n_boot", s.n_boot, 1, inf, False, False),
-             ("analysis.level", s.level, 0, 1, True, True), ("analysis.kappa0", s.kappa0, -1, 1, False, False),
-             ("analysis.c", s.c, 0, 1, True, False), ("analysis.phi0", s.phi0, -1, 1, False, False),
-             ("analysis.min_coverage", s.min_coverage, 0, 1, False, False),
-             ("stacker.C", stacker.C, 0, inf, True, True), ("stacker.threshold", stacker.threshold, 0, 1, True, True)]
+    rules = [
+        ("analysis.n_splits", s.n_splits, 2, inf, False, False),
+        ("analysis.n_boot", s.n_boot, 1, inf, False, False),
+        ("analysis.level", s.level, 0, 1, True, True),
+        ("analysis.kappa0", s.kappa0, -1, 1, False, False),
+        ("analysis.c", s.c, 0, 1, True, False),
+        ("analysis.phi0", s.phi0, -1, 1, False, False),
+        ("analysis.min_coverage", s.min_coverage, 0, 1, False, False),
+        ("stacker.C", stacker.C, 0, inf, True, True),
+        ("stacker.threshold", stacker.threshold, 0, 1, True, True),
+    ]
     for key, value, lo, hi, lo_open, hi_open in rules:
         whole = key in ("analysis.n_splits", "analysis.n_boot")
         if not _in(value, lo, hi, lo_open, hi_open) or (whole and not isinstance(value, int)):
-            want = f"an integer ≥ {lo}" if whole else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+            want = (
+                f"an integer ≥ {lo}"
+                if whole
+                else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}"
+            )
             raise AnalysisError(f"{key}={value!r}: must be {want}")
     check_floor(s.kappa_floor, s.floor_rule)  # the deployment floor's own rules (src.decide), before any work
     if s.holm not in HOLM_FAMILIES:
@@ -129,8 +149,10 @@ def design_matrix(table: VerdictTable, features: list[str]) -> tuple[np.ndarray,
             key = f"{m}@{feat}"
             if key not in table.features:
                 have = [k.split("@")[0] for k in table.features if k.endswith(f"@{feat}")]
-                raise VerdictError(f"{table.source}: stacker feature '{key}' requested (analysis.features) but the "
-                                   f"table has no such column (members with '@{feat}': {have or 'none'})")
+                raise VerdictError(
+                    f"{table.source}: stacker feature '{key}' requested (analysis.features) but the "
+                    f"table has no such column (members with '@{feat}': {have or 'none'})"
+                )
             extras.append(table.features[key])
             names.append(key)
     X = np.column_stack([table.votes] + extras) if extras else table.votes
@@ -173,9 +195,11 @@ def single_judge_eligibility(table: VerdictTable, min_coverage: float) -> tuple[
     cov = coverage(table.votes)
     why = {m: f"coverage {c:.3f} < {min_coverage:g}" for m, c, e in zip(table.members, cov, ok) if not e}
     if not ok.any():
-        raise AnalysisError(f"no member answers at least {min_coverage:g} of the items (coverage: "
-                            + ", ".join(f"{m} {c:.2f}" for m, c in zip(table.members, cov))
-                            + "); no single judge can be compared (analysis.min_coverage sets the share)")
+        raise AnalysisError(
+            f"no member answers at least {min_coverage:g} of the items (coverage: "
+            + ", ".join(f"{m} {c:.2f}" for m, c in zip(table.members, cov))
+            + "); no single judge can be compared (analysis.min_coverage sets the share)"
+        )
     return ok, why
 
 
@@ -188,14 +212,21 @@ def checked_folds(y: np.ndarray, clusters: np.ndarray, s: LadderSettings) -> lis
     for k, (tr, _) in enumerate(folds):
         if len(np.unique(y[tr])) < 2:
             per = {c: len(np.unique(clusters[y == c])) for c in (0, 1)}
-            raise AnalysisError(f"fold {k}'s training clusters hold a single gold class; {s.n_splits}-fold "
-                                f"cross-fitting needs more clusters of each class (supported: {per[0]}, "
-                                f"hallucinated: {per[1]})")
+            raise AnalysisError(
+                f"fold {k}'s training clusters hold a single gold class; {s.n_splits}-fold "
+                f"cross-fitting needs more clusters of each class (supported: {per[0]}, "
+                f"hallucinated: {per[1]})"
+            )
     return folds
 
 
-def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
-                    best_avg: str | None, folds: list[tuple] | None = None) -> DatasetResult:
+def analyze_dataset(
+    table: VerdictTable,
+    stacker: StackedLogit,
+    s: LadderSettings,
+    best_avg: str | None,
+    folds: list[tuple] | None = None,
+) -> DatasetResult:
     """The whole ladder on one dataset (members that never voted on it are set aside and listed; members
     below ``s.min_coverage`` are not eligible as a single-judge comparator, and listed with the reason).
     ``folds``: the dataset's cluster folds when already computed (:func:`dataset_folds`)."""
@@ -235,8 +266,8 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     at = {**{k: cells[i] for i, k in enumerate(named)}, **({} if alt is None else {"other_encoding": cells[-1]})}
     rd = refit_draws(RefitBootstrap(y, folds, boot), stacker, X, votes, s.min_coverage, at, alt_stacker)
     refit = {r: from_counts(c) for r, c in rd.counts.items()}
-    full_m = {k: v[len(named):len(named) + K] for k, v in full.items()}
-    draw_m = {k: v[:, len(named):len(named) + K] for k, v in draws.items()}
+    full_m = {k: v[len(named) : len(named) + K] for k, v in full.items()}
+    draw_m = {k: v[:, len(named) : len(named) + K] for k, v in draws.items()}
     oracle_full = int(np.argmax(np.where(ok, full_m["kappa"], -np.inf)))
     oracle_draw = np.argmax(np.where(ok[None, :], draw_m["kappa"], -np.inf), axis=1)
     est = {name: {m: full[m][i] for m in METRICS} for i, name in enumerate(named)}
@@ -246,21 +277,40 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     est["oracle"] = {m: float(full_m[m][oracle_full]) for m in METRICS}
     fixed["oracle"] = {m: draw_m[m][np.arange(len(oracle_draw)), oracle_draw] for m in METRICS}
     comparators = {
-        c: {m: {"estimate": float(est[c][m]), "ci": (
-                _within(corrected_interval(est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}),
-                                           s.level)[0], -1.0 if m == "kappa" else 0.0, 1.0)
-                if c in refit else interval(fixed[c][m], s.level)),
-                "ci_fixed": interval(fixed[c][m], s.level)} for m in METRICS}
-        for c in COMPARATORS if c in est
+        c: {
+            m: {
+                "estimate": float(est[c][m]),
+                "ci": (
+                    _within(
+                        corrected_interval(est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}), s.level)[
+                            0
+                        ],
+                        -1.0 if m == "kappa" else 0.0,
+                        1.0,
+                    )
+                    if c in refit
+                    else interval(fixed[c][m], s.level)
+                ),
+                "ci_fixed": interval(fixed[c][m], s.level),
+            }
+            for m in METRICS
+        }
+        for c in COMPARATORS
+        if c in est
     }
     deltas, deltas_fixed = ladder_deltas(est, fixed, s.level, refit, rd), ladder_deltas(est, fixed, s.level)
     names = stacker.feature_names(table.members, extra_names)
     betas = [dict(zip(["intercept"] + names, [e.intercept_, *e.coef_])) for e in stk.estimators]
     final = clone(stacker).fit(X, y)
     members: dict[str, dict[str, Any]] = {
-        m: {"kappa": float(full_m["kappa"][j]), "kappa_ci": interval(draw_m["kappa"][:, j], s.level),
-            "bacc": float(full_m["bacc"][j]), "f1": float(full_m["f1"][j]),
-            "coverage": float(coverage(votes[:, j:j + 1])[0]), "abstentions": int(np.sum(votes[:, j] == ABSTAIN))}
+        m: {
+            "kappa": float(full_m["kappa"][j]),
+            "kappa_ci": interval(draw_m["kappa"][:, j], s.level),
+            "bacc": float(full_m["bacc"][j]),
+            "f1": float(full_m["f1"][j]),
+            "coverage": float(coverage(votes[:, j : j + 1])[0]),
+            "abstentions": int(np.sum(votes[:, j] == ABSTAIN)),
+        }
         for j, m in enumerate(table.members)
     }
     adm = admissibility.test(y, votes, s.kappa0, s.c, s.phi0).as_dict()
@@ -275,8 +325,13 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
         "comparators": comparators,
         "deltas": {c: {m: d.as_dict() for m, d in v.items()} for c, v in deltas.items()},
         "deltas_fixed": {c: {m: d.as_dict() for m, d in v.items()} for c, v in deltas_fixed.items()},
-        "bootstrap": {"n_boot": s.n_boot, "seed": s.seed, "interval": "refit_corrected", "refitted": sorted(refit),
-                      "fixed_predictions": sorted(set(fixed) - set(refit))},
+        "bootstrap": {
+            "n_boot": s.n_boot,
+            "seed": s.seed,
+            "interval": "refit_corrected",
+            "refitted": sorted(refit),
+            "fixed_predictions": sorted(set(fixed) - set(refit)),
+        },
         "stacker": {
             "features": names,
             "beta_mean": {k: float(np.mean([b[k] for b in betas])) for k in betas[0]},
@@ -297,9 +352,21 @@ def analyze_dataset(table: VerdictTable, stacker: StackedLogit, s: LadderSetting
     if alt is not None:
         i = named.index("stacked")
         summary["abstention_contrast"] = _abstention_contrast(
-            stacker, stk.pred, alt, (full["kappa"][i], full["kappa"][-1]),
-            contrast_delta(stacker, est["stacked"]["kappa"], full["kappa"][-1], refit, rd, fixed["stacked"]["kappa"],
-                           draws["kappa"][:, -1], s.level))
+            stacker,
+            stk.pred,
+            alt,
+            (full["kappa"][i], full["kappa"][-1]),
+            contrast_delta(
+                stacker,
+                est["stacked"]["kappa"],
+                full["kappa"][-1],
+                refit,
+                rd,
+                fixed["stacked"]["kappa"],
+                draws["kappa"][:, -1],
+                s.level,
+            ),
+        )
     return DatasetResult(summary, final, stk.proba, preds, names, list(table.members))
 
 
@@ -308,8 +375,9 @@ def _within(ci: list[float], lo: float, hi: float) -> list[float]:
     return [float(min(max(ci[0], lo), hi)), float(min(max(ci[1], lo), hi))]
 
 
-def ladder_deltas(est: dict, fixed: dict, level: float, refit: dict | None = None, rd: RefitDraws | None = None
-                  ) -> dict[str, dict[str, Delta]]:
+def ladder_deltas(
+    est: dict, fixed: dict, level: float, refit: dict | None = None, rd: RefitDraws | None = None
+) -> dict[str, dict[str, Delta]]:
     """Every rung's paired Δ (stacked − rung) on κ and bacc (§2), and the call against the CV-best single (win /
     clean win against the oracle). Without ``refit``: the paper's paired cluster bootstrap of the fixed
     out-of-fold predictions (``fixed`` draws, percentile interval). With ``refit`` (the refitted rungs' metric
@@ -328,41 +396,62 @@ def ladder_deltas(est: dict, fixed: dict, level: float, refit: dict | None = Non
                 continue
             assert rd is not None, "refitted draws come with their RefitDraws"
             draws = refit["stacked"][m] - (refit[c][m] if c in refit else fixed[c][m])
-            ci, se, p = corrected_interval(estimate, draws, held, rd.correction({("stacked", m): 1.0, (c, m): -1.0}),
-                                           level)
+            ci, se, p = corrected_interval(
+                estimate, draws, held, rd.correction({("stacked", m): 1.0, (c, m): -1.0}), level
+            )
             deltas[c][m] = Delta(float(estimate), ci, p, call_for(ci), se=se)
     deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])
     return deltas
 
 
-def refit_draws(refit: RefitBootstrap, stacker: StackedLogit, X: np.ndarray, votes: np.ndarray,
-                min_coverage: float, full: dict[str, np.ndarray], other: StackedLogit | None = None) -> RefitDraws:
+def refit_draws(
+    refit: RefitBootstrap,
+    stacker: StackedLogit,
+    X: np.ndarray,
+    votes: np.ndarray,
+    min_coverage: float,
+    full: dict[str, np.ndarray],
+    other: StackedLogit | None = None,
+) -> RefitDraws:
     """The bootstrap draws of the rungs fitted to the labels, each fitted again on the draw (:mod:`src.core.refit`):
     the stacker (the plain one by the batched Newton fit, any other by its own fit), the CV-best single's choice,
     the two weighted votes, and ``other_encoding`` (Table 23's other arm) when ``other`` is given; ``full``: each
     rung's full-sample confusion counts (where its draws are linearised)."""
+
     def stacked(st):
         if type(st) is StackedLogit:
             return refit.stacked_clusters(st.features(X), st.C, st.threshold)
         return refit.stacked_loop_clusters(st, X)
 
-    parts = {"stacked": stacked(stacker), "best_cv": refit.best_cv_clusters(votes, min_coverage),
-             "acc_weighted": refit.weighted_clusters(votes, "accuracy"),
-             "logodds_weighted": refit.weighted_clusters(votes, "logodds")}
+    parts = {
+        "stacked": stacked(stacker),
+        "best_cv": refit.best_cv_clusters(votes, min_coverage),
+        "acc_weighted": refit.weighted_clusters(votes, "accuracy"),
+        "logodds_weighted": refit.weighted_clusters(votes, "logodds"),
+    }
     if other is not None:
         parts["other_encoding"] = stacked(other)
     return RefitDraws.collect(parts, full)
 
 
-def contrast_delta(stacker: StackedLogit, k_reported: float, k_other: float, refit: dict, rd: RefitDraws,
-                   fixed_reported: np.ndarray, fixed_other: np.ndarray, level: float) -> dict:
+def contrast_delta(
+    stacker: StackedLogit,
+    k_reported: float,
+    k_other: float,
+    refit: dict,
+    rd: RefitDraws,
+    fixed_reported: np.ndarray,
+    fixed_other: np.ndarray,
+    level: float,
+) -> dict:
     """Table 23's Δκ (category − scalar) with both arms refitted in every draw (corrected interval)."""
     sign = 1.0 if stacker.abstention == "scalar" else -1.0  # category − scalar = sign · (other − reported)
     estimate = sign * (k_other - k_reported)
     draws = sign * (refit["other_encoding"]["kappa"] - refit["stacked"]["kappa"])
     held = sign * (fixed_other - fixed_reported)
-    ci, se, p = corrected_interval(estimate, draws, held,
-                                   rd.correction({("other_encoding", "kappa"): sign, ("stacked", "kappa"): -sign}), level)
+    ci, se, p = corrected_interval(
+        estimate, draws, held, rd.correction({("other_encoding", "kappa"): sign, ("stacked", "kappa"): -sign}), level
+    )
     return {"estimate": float(estimate), "ci": ci, "p_one_sided": p, "call": call_for(ci), "se": se}
 
 
@@ -375,8 +464,12 @@ def _abstention_contrast(stacker, reported, alt, full: tuple, delta: dict) -> di
     """Table 23: abstention as a category against 0.5 (same folds and draws); ``full`` holds κ of the reported arm
     and of the other one, in that order; ``delta`` is :func:`contrast_delta`."""
     k_cat, k_sca = (full[1], full[0]) if stacker.abstention == "scalar" else full
-    return {"kappa_scalar": float(k_sca), "kappa_category": float(k_cat),
-            "delta_category_minus_scalar": {**delta, "p_holm": None}, "moved": int(np.sum(reported != alt))}
+    return {
+        "kappa_scalar": float(k_sca),
+        "kappa_category": float(k_cat),
+        "delta_category_minus_scalar": {**delta, "p_holm": None},
+        "moved": int(np.sum(reported != alt)),
+    }
 
 
 def dataset_folds(table: VerdictTable, s: LadderSettings) -> dict[str, list[tuple]]:
@@ -391,8 +484,9 @@ def dataset_folds(table: VerdictTable, s: LadderSettings) -> dict[str, list[tupl
     return out
 
 
-def analyze(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
-            folds: dict[str, list[tuple]] | None = None) -> dict[str, DatasetResult]:
+def analyze(
+    table: VerdictTable, stacker: StackedLogit, s: LadderSettings, folds: dict[str, list[tuple]] | None = None
+) -> dict[str, DatasetResult]:
     """Every dataset of the table, then Holm over the configured core datasets for each comparator.
 
     ``folds``: :func:`dataset_folds` of the table when the caller has them (else each dataset's are computed
@@ -449,8 +543,10 @@ def to_json(results: dict[str, DatasetResult], s: LadderSettings, meta: dict | N
     return {
         "settings": dict(s.__dict__),
         "meta": meta or {},
-        "datasets": {name: {"decision": decide(r.summary, s.kappa_floor, s.floor_rule).as_dict(), **r.summary}
-                     for name, r in results.items()},
+        "datasets": {
+            name: {"decision": decide(r.summary, s.kappa_floor, s.floor_rule).as_dict(), **r.summary}
+            for name, r in results.items()
+        },
     }
 
 

@@ -141,8 +141,10 @@ def train_prevalence(stacker) -> float:
     """The hallucinated share of the items a fitted stacker was fitted on (``train_prevalence_``)."""
     value = getattr(stacker, "train_prevalence_", None)
     if value is None:
-        raise PrevalenceError("this model's stacker was fitted before RAIM recorded its training prevalence "
-                              "(train_prevalence_); log it again (python -m src.run) to use the prevalence parameter")
+        raise PrevalenceError(
+            "this model's stacker was fitted before RAIM recorded its training prevalence "
+            "(train_prevalence_); log it again (python -m src.run) to use the prevalence parameter"
+        )
     return check_prevalence(value, "train_prevalence_")
 
 
@@ -156,8 +158,9 @@ def parse_setting(value: Any) -> float | str | None:
     try:
         return check_prevalence(value, "prevalence")
     except PrevalenceError:
-        raise PrevalenceError(f"parameter 'prevalence': {value!r} is neither a prevalence in (0, 1) nor "
-                              f"'{ESTIMATE}'") from None
+        raise PrevalenceError(
+            f"parameter 'prevalence': {value!r} is neither a prevalence in (0, 1) nor '{ESTIMATE}'"
+        ) from None
 
 
 def served(p: np.ndarray, stacker, setting: Any) -> tuple[np.ndarray, float | None]:
@@ -171,8 +174,10 @@ def served(p: np.ndarray, stacker, setting: Any) -> tuple[np.ndarray, float | No
     if arr.size == 0:
         return arr, None
     if value == ESTIMATE and arr.size < MIN_ESTIMATE_ROWS:
-        raise PrevalenceError(f"parameter 'prevalence': '{ESTIMATE}' needs at least {MIN_ESTIMATE_ROWS} answered rows "
-                              f"in the request, got {arr.size} (the EM estimate of a few posteriors runs to 0 or 1): "
-                              "send a window of items, or pass the deployment prevalence itself")
+        raise PrevalenceError(
+            f"parameter 'prevalence': '{ESTIMATE}' needs at least {MIN_ESTIMATE_ROWS} answered rows "
+            f"in the request, got {arr.size} (the EM estimate of a few posteriors runs to 0 or 1): "
+            "send a window of items, or pass the deployment prevalence itself"
+        )
     q = min(max(estimate(arr, t), _EDGE), 1 - _EDGE) if value == ESTIMATE else value
     return _shift(arr, t, q), float(q)

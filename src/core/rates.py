@@ -84,13 +84,20 @@ class Rates:
 
     def row(self, i: int = 0) -> dict:
         """Row ``i`` as plain numbers (JSON)."""
+
         def num(a):
             v = float(np.asarray(a)[i])
             return v if np.isfinite(v) else None
 
-        out = {"method": self.method, "estimate": num(self.estimate), "se": num(self.se),
-               "ci": [num(self.lo), num(self.hi)], "labels": int(np.asarray(self.labels)[i]),
-               "effective_labels": num(self.effective_labels), "valid_interval": self.valid}
+        out = {
+            "method": self.method,
+            "estimate": num(self.estimate),
+            "se": num(self.se),
+            "ci": [num(self.lo), num(self.hi)],
+            "labels": int(np.asarray(self.labels)[i]),
+            "effective_labels": num(self.effective_labels),
+            "valid_interval": self.valid,
+        }
         if self.lam is not None:
             out["lambda"] = num(self.lam)
         if self.notes:
@@ -177,8 +184,9 @@ def labelled_clusters(lab: np.ndarray, codes: np.ndarray | None) -> np.ndarray:
     return (np.bincount(idx, minlength=g * lab.shape[0]).reshape(-1, g) > 0).sum(axis=1)
 
 
-def _interval(method, est, var, z, labels, n_eff, level, lam=None, valid=True, notes=(), interval="wald",
-              df=None) -> Rates:
+def _interval(
+    method, est, var, z, labels, n_eff, level, lam=None, valid=True, notes=(), interval="wald", df=None
+) -> Rates:
     """Normal (Wald) bounds est ± z·se, or (``interval="wilson"``) the Wilson score interval at the effective
     sample size θ̂(1 − θ̂)/Var̂ — the labels used where that is undefined (θ̂ at 0 or 1, Var̂ = 0) — scaled by
     (z / t_df)² when the variance is estimated with ``df`` degrees of freedom: the small-count interval of survey
@@ -188,8 +196,19 @@ def _interval(method, est, var, z, labels, n_eff, level, lam=None, valid=True, n
     if interval not in INTERVALS:
         raise RateError(f"interval: {interval!r} is not one of {INTERVALS}")
     se = np.sqrt(np.maximum(var, 0.0))
-    out = Rates(method, est, se, np.clip(est - z * se, 0.0, 1.0), np.clip(est + z * se, 0.0, 1.0), labels, n_eff,
-                lam, valid, float(level), list(notes))
+    out = Rates(
+        method,
+        est,
+        se,
+        np.clip(est - z * se, 0.0, 1.0),
+        np.clip(est + z * se, 0.0, 1.0),
+        labels,
+        n_eff,
+        lam,
+        valid,
+        float(level),
+        list(notes),
+    )
     if interval == "wilson":
         t = np.clip(est, 0.0, 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -203,8 +222,10 @@ def _interval(method, est, var, z, labels, n_eff, level, lam=None, valid=True, n
 def _need_labels(n: np.ndarray, least: int, what: str) -> None:
     if np.any(n < least):
         r = int(np.argmax(n < least))
-        raise RateError(f"{what}: {int(n[r])} labelled item(s){f' in row {r}' if len(n) > 1 else ''}; an interval "
-                        f"needs at least {least}")
+        raise RateError(
+            f"{what}: {int(n[r])} labelled item(s){f' in row {r}' if len(n) > 1 else ''}; an interval "
+            f"needs at least {least}"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- estimators
@@ -234,8 +255,17 @@ def naive(f, threshold: float = 0.5, clusters=None, level: float = 0.95) -> Rate
     N = g.shape[1]
     s = g.mean(axis=1)
     var = cluster_variance((g - s[:, None]) / N, clusters)
-    return _interval("naive", s, var, z_value(level), np.zeros(len(s), int), np.full(len(s), np.nan), level,
-                     valid=False, notes=["the panel's flag rate: biased by its errors, no valid interval for θ"])
+    return _interval(
+        "naive",
+        s,
+        var,
+        z_value(level),
+        np.zeros(len(s), int),
+        np.full(len(s), np.nan),
+        level,
+        valid=False,
+        notes=["the panel's flag rate: biased by its errors, no valid interval for θ"],
+    )
 
 
 def ppi_lambda(y: np.ndarray, f: np.ndarray, lab: np.ndarray) -> np.ndarray:
@@ -270,8 +300,18 @@ def ppi(y, f, labelled, clusters=None, level: float = 0.95, lam=None, interval: 
     r, rbar = y - lam[:, None] * f, (yl - lam * fl)[:, None]
     psi = np.where(lab, (r - rbar) / n[:, None], lam[:, None] * (f - fu[:, None]) / np.maximum(nu, 1)[:, None])
     var = cluster_variance(psi, clusters)
-    return _interval("ppi", est, var, z_value(level), n, effective_labels(est, var), level, lam,
-                     interval=interval, df=labelled_clusters(lab, clusters) - 1)
+    return _interval(
+        "ppi",
+        est,
+        var,
+        z_value(level),
+        n,
+        effective_labels(est, var),
+        level,
+        lam,
+        interval=interval,
+        df=labelled_clusters(lab, clusters) - 1,
+    )
 
 
 def active(y, f, labelled, pi, clusters=None, level: float = 0.95, lam=None, interval: str = "wilson") -> Rates:
@@ -302,8 +342,18 @@ def active(y, f, labelled, pi, clusters=None, level: float = 0.95, lam=None, int
     z = lf + np.where(lab, (y - lf) / pi, 0.0)
     est = z.mean(axis=1)
     var = cluster_variance((z - est[:, None]) / N, clusters)
-    return _interval("active", est, var, z_value(level), n, effective_labels(est, var), level, lam,
-                     interval=interval, df=labelled_clusters(lab, clusters) - 1)
+    return _interval(
+        "active",
+        est,
+        var,
+        z_value(level),
+        n,
+        effective_labels(est, var),
+        level,
+        lam,
+        interval=interval,
+        df=labelled_clusters(lab, clusters) - 1,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- the design
@@ -330,8 +380,10 @@ def sampling_probabilities(f, budget, tau: float = 0.5, eligible=None) -> np.nda
     avail = elig.sum(axis=1)
     if np.any(k <= 0) or np.any(k > avail):
         r = int(np.argmax((k <= 0) | (k > avail)))
-        raise RateError(f"budget: {k[r]:g} items to label, but the pool has {int(avail[r])} unlabelled item(s)"
-                        " (need 0 < budget ≤ that)")
+        raise RateError(
+            f"budget: {k[r]:g} items to label, but the pool has {int(avail[r])} unlabelled item(s)"
+            " (need 0 < budget ≤ that)"
+        )
     u = np.where(elig, uncertainty(f), 0.0)
     ubar = u.sum(axis=1) / avail
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -407,8 +459,16 @@ def planned_variance(method: str, n: int, f, rows, m, weights=None, tau: float =
     raise RateError(f"method: {method!r} is not one of classical, ppi, active")
 
 
-def plan(f, rows, m, halfwidth: float, level: float = 0.95, weights=None, tau: float = 0.5,
-         methods=("classical", "ppi", "active")) -> Plan:
+def plan(
+    f,
+    rows,
+    m,
+    halfwidth: float,
+    level: float = 0.95,
+    weights=None,
+    tau: float = 0.5,
+    methods=("classical", "ppi", "active"),
+) -> Plan:
     """The fewest labels whose expected half-width z·√Var (:func:`planned_variance`) is at most ``halfwidth``, per
     method (bisection on the label count: the variances fall with it); None when even labelling all but one item
     would not reach it (the pool's own variation bounds PPI++ and active)."""
@@ -422,6 +482,7 @@ def plan(f, rows, m, halfwidth: float, level: float = 0.95, weights=None, tau: f
     labels: dict[str, int | None] = {}
     expected: dict[str, float | None] = {}
     for method in methods:
+
         def hw(k: int, method: str = method) -> float:
             return z * float(np.sqrt(max(planned_variance(method, k, f, rows, m, w, tau), 0.0)))
 

@@ -46,8 +46,15 @@ def _log1pexp_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(eta, 0.0) + np.log1p(e), np.where(eta >= 0, 1.0, e) / (1.0 + e)
 
 
-def fit_logit(Z: np.ndarray, W1: np.ndarray, W0: np.ndarray, C: float = 1.0, start: np.ndarray | None = None,
-              max_iter: int = 100, tol: float = 1e-8) -> np.ndarray:
+def fit_logit(
+    Z: np.ndarray,
+    W1: np.ndarray,
+    W0: np.ndarray,
+    C: float = 1.0,
+    start: np.ndarray | None = None,
+    max_iter: int = 100,
+    tol: float = 1e-8,
+) -> np.ndarray:
     """M weighted L2 logistic regressions on shared rows; returns β (M × p), intercept first.
 
     ``Z`` (V × p) holds the distinct feature rows with the intercept's column of ones first; ``W1`` and ``W0``
@@ -149,8 +156,9 @@ class RefitBootstrap:
     def _row_counts(self, inv: np.ndarray, n_rows: int, keep: np.ndarray) -> sparse.csc_matrix:
         """n_rows × n_clusters: how many of each cluster's items with ``keep`` have each distinct row."""
         idx = np.flatnonzero(keep)
-        return sparse.csc_matrix((np.ones(len(idx)), (inv[idx], self.item_cluster[idx])),
-                                 shape=(n_rows, self.n_clusters))
+        return sparse.csc_matrix(
+            (np.ones(len(idx)), (inv[idx], self.item_cluster[idx])), shape=(n_rows, self.n_clusters)
+        )
 
     def _draw_chunks(self):
         """The draws' cluster multiplicities (float64), in chunks of draws small enough that a chunk × (items +
@@ -160,7 +168,7 @@ class RefitBootstrap:
         rows = max(1, MAX_WEIGHT_BYTES // (64 * width))
         for w in self.boot.chunks():
             for a in range(0, len(w), rows):
-                yield np.asarray(w[a:a + rows], dtype=float)
+                yield np.asarray(w[a : a + rows], dtype=float)
 
     @staticmethod
     def totals(chunks) -> np.ndarray:
@@ -172,8 +180,14 @@ class RefitBootstrap:
         gives a chunk's predictions (chunk × rows) fitted with t1 / t0 (chunk × rows) as each row's weight of
         training items of gold 1 / gold 0 in each draw."""
         rows, inv = _rows(X)
-        parts = [[self._row_counts(inv, len(rows), (self.fold_of != k if train else self.fold_of == k) & (self.y == g))
-                  for g in (1, 0) for train in (True, False)] for k in range(self.n_folds)]
+        parts = [
+            [
+                self._row_counts(inv, len(rows), (self.fold_of != k if train else self.fold_of == k) & (self.y == g))
+                for g in (1, 0)
+                for train in (True, False)
+            ]
+            for k in range(self.n_folds)
+        ]
         n1 = sum(np.asarray(p[1].sum(axis=0)).ravel() for p in parts)  # each cluster's held-out items of gold 1
         n0 = sum(np.asarray(p[3].sum(axis=0)).ravel() for p in parts)
         for w in self._draw_chunks():
@@ -235,8 +249,9 @@ class RefitBootstrap:
         def predict(rows, t1, t0):
             both = np.vstack([rows, rows])
             acc = member_accuracy(both, np.r_[np.ones(len(rows)), np.zeros(len(rows))], np.hstack([t1, t0]))
-            return (WeightedVote.p1_of(rows, WeightedVote.weights_of(acc, weighting), weighting) >= threshold
-                    ).astype(float)
+            return (WeightedVote.p1_of(rows, WeightedVote.weights_of(acc, weighting), weighting) >= threshold).astype(
+                float
+            )
 
         return self._rows_clusters(predict, votes)
 
@@ -252,8 +267,10 @@ class RefitBootstrap:
         K = votes.shape[1]
         ind = indicators(self.y, votes).reshape(len(self.y), K * 6)
         tr = [self._by_cluster(ind, self.fold_of != k) for k in range(self.n_folds)]
-        te = [self._by_cluster(ind, self.fold_of == k).reshape(self.n_clusters, K, 6).transpose(1, 0, 2)
-              for k in range(self.n_folds)]  # K × clusters × 6
+        te = [
+            self._by_cluster(ind, self.fold_of == k).reshape(self.n_clusters, K, 6).transpose(1, 0, 2)
+            for k in range(self.n_folds)
+        ]  # K × clusters × 6
         for w in self._draw_chunks():
             c = np.zeros(w.shape + (6,))
             sel = np.empty((len(w), self.n_folds), int)
@@ -339,8 +356,9 @@ class RefitDraws:
         return float(a @ self.own @ a)
 
 
-def corrected_interval(estimate: float, draws: np.ndarray, fixed_draws: np.ndarray, correction: float,
-                       level: float = 0.95) -> tuple[list[float], float, float]:
+def corrected_interval(
+    estimate: float, draws: np.ndarray, fixed_draws: np.ndarray, correction: float, level: float = 0.95
+) -> tuple[list[float], float, float]:
     """(interval, standard error, one-sided p of S ≤ 0) of a statistic from its refit draws: variance
     Var*(S) − ``correction`` (:class:`RefitDraws`), never under the fixed-prediction draws' variance (the
     sampling variance with the fit held, which the fit's variation can only add to); a normal interval around the

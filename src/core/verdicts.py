@@ -145,8 +145,7 @@ def _read_csv(path: Path) -> pd.DataFrame:
         at = bom + e.start
         line = data.count(b"\n", 0, at) + 1
         hint = "it looks like a Parquet file: name it .parquet" if data[:4] == b"PAR1" else "save the table as UTF-8"
-        raise VerdictError(f"{path}: line {line}: byte 0x{data[at]:02x} at offset {at} is "
-                           f"not UTF-8 ({hint})") from None
+        raise VerdictError(f"{path}: line {line}: byte 0x{data[at]:02x} at offset {at} is not UTF-8 ({hint})") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     header: list[str] | None = None
     records, rows, end = [], [], 0
@@ -175,8 +174,10 @@ def _ragged(path: Path, row: int, rec: list[str], header: list[str]) -> None:
     i = header.index("item_id") if "item_id" in header else None
     ident = f" (item_id={rec[i].strip()!r})" if i is not None and i < len(rec) else ""
     if len(rec) < len(header):
-        raise VerdictError(f"{path}: row {row}{ident}: field {header[len(rec)]!r}: missing (the row has "
-                           f"{len(rec)} fields, the header {len(header)})")
+        raise VerdictError(
+            f"{path}: row {row}{ident}: field {header[len(rec)]!r}: missing (the row has "
+            f"{len(rec)} fields, the header {len(header)})"
+        )
     raise VerdictError(f"{path}: row {row}{ident}: {len(rec)} fields, the header has {len(header)}")
 
 
@@ -247,8 +248,11 @@ def validate(
         }
     )
     votes = np.column_stack([_binary_col(df, c, where, allow_empty=True) for c in judge_cols])
-    feats = {c: _feature_col(df, c, where) for c in df.columns
-             if isinstance(c, str) and "@" in c and c.split("@")[0] in judge_cols}
+    feats = {
+        c: _feature_col(df, c, where)
+        for c in df.columns
+        if isinstance(c, str) and "@" in c and c.split("@")[0] in judge_cols
+    }
     front = _binary_col(df, frontier, where, allow_empty=True) if frontier else None
     return VerdictTable(items, judge_cols, votes, frontier, front, feats, source)
 
@@ -274,8 +278,10 @@ def _check_header(names: list, source: str) -> None:
             raise VerdictError(f"{source}: header: column {i} has no name")
         hidden = invisible(str(c))
         if hidden:
-            raise VerdictError(f"{source}: header: column {i} {str(c)!r} holds {hidden} (a judge named so would be "
-                               f"a member of its own, distinct from the one it looks like)")
+            raise VerdictError(
+                f"{source}: header: column {i} {str(c)!r} holds {hidden} (a judge named so would be "
+                f"a member of its own, distinct from the one it looks like)"
+            )
         at.setdefault(c, []).append(i)
     for c, cols in at.items():
         if len(cols) > 1:

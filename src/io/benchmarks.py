@@ -1,6 +1,7 @@
 """The benchmarks whose raw layout needs code, registered by name (paper Appendix J): ExpertQA, RAGTruth and
 FActScore. A spec names one as ``{_target_: src.io.datasets.Registered, name: expertqa}``; each builder
 follows its benchmark's published schema and the paper's label mapping (its docstring says which)."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -36,9 +37,11 @@ BUILDERS: dict[str, Code] = {}
 
 def register(name: str, *, files: Sequence[str], public: str, construction: str):
     """Register ``fn(roots, seed, make) -> items`` as the Python builder ``name``."""
+
     def deco(fn: Callable[[Sequence[Path], int, MakeItem], list[dict]]):
         BUILDERS[name] = Code(fn, tuple(files), public, construction)
         return fn
+
     return deco
 
 
@@ -57,13 +60,22 @@ class Registered(Builder):
 
 # --------------------------------------------------------------------------- builders that need code
 
-EXPERTQA_LABELS = {"Complete": SUPPORTED, "Partial": HALLUCINATED, "Incomplete": HALLUCINATED,
-                   "Missing": None, "N/A": None, None: None}
+EXPERTQA_LABELS = {
+    "Complete": SUPPORTED,
+    "Partial": HALLUCINATED,
+    "Incomplete": HALLUCINATED,
+    "Missing": None,
+    "N/A": None,
+    None: None,
+}
 
 
-@register("expertqa", construction="pooled",
-          files=[f"expertqa/lfqa/{s}.jsonl" for s in ("rand_test", "rand_val", "domain_test", "domain_val")],
-          public="https://github.com/chaitanyamalaviya/ExpertQA (data/lfqa/*.jsonl)")
+@register(
+    "expertqa",
+    construction="pooled",
+    files=[f"expertqa/lfqa/{s}.jsonl" for s in ("rand_test", "rand_val", "domain_test", "domain_val")],
+    public="https://github.com/chaitanyamalaviya/ExpertQA (data/lfqa/*.jsonl)",
+)
 def build_expertqa(roots: Sequence[Path], seed: int, make: MakeItem) -> list[dict]:
     """ExpertQA claims (Appendix J): union of ``lfqa/*.jsonl``, deduplicated on
     (question, answer system, claim_string), first occurrence kept.
@@ -96,8 +108,12 @@ def build_expertqa(roots: Sequence[Path], seed: int, make: MakeItem) -> list[dic
 RAGTRUTH_QUALITY = {"good": True, "incorrect_refusal": False, "truncated": False}
 
 
-@register("ragtruth", construction="pairs", files=["ragtruth/response.jsonl", "ragtruth/source_info.jsonl"],
-          public="https://github.com/ParticleMedia/RAGTruth (dataset/response.jsonl, dataset/source_info.jsonl)")
+@register(
+    "ragtruth",
+    construction="pairs",
+    files=["ragtruth/response.jsonl", "ragtruth/source_info.jsonl"],
+    public="https://github.com/ParticleMedia/RAGTruth (dataset/response.jsonl, dataset/source_info.jsonl)",
+)
 def build_ragtruth(roots: Sequence[Path], seed: int, make: MakeItem) -> list[dict]:
     """RAGTruth QA subtask as matched pairs (Appendix J, Table 18: 839 q -> 681 pairs).
 
@@ -128,8 +144,12 @@ def build_ragtruth(roots: Sequence[Path], seed: int, make: MakeItem) -> list[dic
 FACTSCORE_LABELS = {"S": SUPPORTED, "NS": HALLUCINATED, "IR": None}
 
 
-@register("factscore", construction="pairs", files=["factscore/InstructGPT.jsonl"],
-          public="https://github.com/shmsw25/FActScore (labeled data: data/labeled/InstructGPT.jsonl)")
+@register(
+    "factscore",
+    construction="pairs",
+    files=["factscore/InstructGPT.jsonl"],
+    public="https://github.com/shmsw25/FActScore (labeled data: data/labeled/InstructGPT.jsonl)",
+)
 def build_factscore(roots: Sequence[Path], seed: int, make: MakeItem) -> list[dict]:
     """FActScore InstructGPT biographies as matched pairs (Table 18: 183 bios -> 165 pairs).
 
@@ -147,6 +167,7 @@ def build_factscore(roots: Sequence[Path], seed: int, make: MakeItem) -> list[di
                 if gold is not None:
                     facts[gold].append(fact.text("text"))
         topic = r.text("topic")
-        items += pair(make, i, seed, f"Tell me a bio of {topic}.", "", facts[SUPPORTED],
-                      facts[HALLUCINATED], cluster=topic)
+        items += pair(
+            make, i, seed, f"Tell me a bio of {topic}.", "", facts[SUPPORTED], facts[HALLUCINATED], cluster=topic
+        )
     return items

@@ -4,6 +4,7 @@ A builder turns raw records (:mod:`src.io.raw`) into balanced binary items with 
 :data:`ITEM_COLUMNS` (``gold`` 0 = supported, 1 = hallucinated), by one of the two constructions of
 Table 18: matched pairs (:func:`pair`) or pooled claims (:func:`balance`). :class:`Fields` is a builder
 written as a field mapping in the spec itself; builders written in Python are in :mod:`src.io.benchmarks`."""
+
 from __future__ import annotations
 
 import hashlib
@@ -31,7 +32,14 @@ from src.io.raw import (
 )
 
 ITEM_COLUMNS: tuple[str, ...] = (
-    "item_id", "cluster_id", "dataset", "frame", "question", "evidence", "candidate", "gold",
+    "item_id",
+    "cluster_id",
+    "dataset",
+    "frame",
+    "question",
+    "evidence",
+    "candidate",
+    "gold",
 )
 SUPPORTED, HALLUCINATED = 0, 1
 _TAG = {SUPPORTED: "pos", HALLUCINATED: "neg"}  # Table 19: "0:pos and 0:neg"
@@ -42,6 +50,7 @@ class DatasetError(RaimError, ValueError):
 
 
 # --------------------------------------------------------------------------- shared helpers
+
 
 def _stable_int(key: Any) -> int:
     return int.from_bytes(hashlib.sha1(str(key).encode("utf-8")).digest()[:8], "big")
@@ -79,16 +88,33 @@ MakeItem = Callable[..., dict]
 def _maker(name: str, frame: str) -> MakeItem:
     """``make(key, gold, cluster, question, evidence, candidate, **extra)``: one item of
     dataset ``name``; ids ``<name>-<key>-pos|neg`` and ``<name>-<cluster>`` (Table 19)."""
-    def make(key: Any, gold: int, cluster: Any, question: str, evidence: str,
-             candidate: str, **extra: Any) -> dict:
-        return {"item_id": f"{name}-{_ident(key)}-{_TAG[gold]}", "cluster_id": f"{name}-{_ident(cluster)}",
-                "dataset": name, "frame": frame, "question": question, "evidence": evidence,
-                "candidate": candidate, "gold": gold, **extra}
+
+    def make(key: Any, gold: int, cluster: Any, question: str, evidence: str, candidate: str, **extra: Any) -> dict:
+        return {
+            "item_id": f"{name}-{_ident(key)}-{_TAG[gold]}",
+            "cluster_id": f"{name}-{_ident(cluster)}",
+            "dataset": name,
+            "frame": frame,
+            "question": question,
+            "evidence": evidence,
+            "candidate": candidate,
+            "gold": gold,
+            **extra,
+        }
+
     return make
 
 
-def pair(make: MakeItem, key: Any, seed: int, question: str, evidence: str,
-         supported: Sequence[str], hallucinated: Sequence[str], cluster: Any = None) -> list[dict]:
+def pair(
+    make: MakeItem,
+    key: Any,
+    seed: int,
+    question: str,
+    evidence: str,
+    supported: Sequence[str],
+    hallucinated: Sequence[str],
+    cluster: Any = None,
+) -> list[dict]:
     """A matched pair (Table 19): one supported, one hallucinated candidate, same cluster.
 
     Returns [] when either side has no candidate; each side is ``pick``-ed with the seed.
@@ -96,8 +122,10 @@ def pair(make: MakeItem, key: Any, seed: int, question: str, evidence: str,
     if not supported or not hallucinated:
         return []
     cluster = key if cluster is None else cluster
-    return [make(key, gold, cluster, question, evidence, pick(options, seed, (key, gold)))
-            for gold, options in ((SUPPORTED, supported), (HALLUCINATED, hallucinated))]
+    return [
+        make(key, gold, cluster, question, evidence, pick(options, seed, (key, gold)))
+        for gold, options in ((SUPPORTED, supported), (HALLUCINATED, hallucinated))
+    ]
 
 
 def _to_frame(items: list[dict]) -> pd.DataFrame:
@@ -123,8 +151,7 @@ class Builder:
     hub: str | None = None
     construction: str = "pooled"  # or "pairs" (Table 18)
 
-    def items(self, name: str, frame: str, roots: Sequence[Path],
-              seed: int) -> tuple[list[dict], Duplicates | None]:
+    def items(self, name: str, frame: str, roots: Sequence[Path], seed: int) -> tuple[list[dict], Duplicates | None]:
         raise NotImplementedError
 
 
@@ -155,8 +182,10 @@ def _keys(node: Any, what: str, required: Sequence[str], optional: Sequence[str]
     lacking = [k for k in required if k not in node]
     unknown = [k for k in node if k not in (*required, *optional)]
     if lacking or unknown:
-        raise DatasetError(f"`{what}`: " + "; ".join(
-            ([f"missing {lacking}"] if lacking else []) + ([f"unknown keys {unknown}"] if unknown else [])))
+        raise DatasetError(
+            f"`{what}`: "
+            + "; ".join(([f"missing {lacking}"] if lacking else []) + ([f"unknown keys {unknown}"] if unknown else []))
+        )
     return node
 
 
@@ -173,8 +202,10 @@ def _gold_map(node: Any) -> tuple[str, LabelMap]:
     labels = gold["labels"] if isinstance(gold["labels"], Mapping) else {}
     bad = {k: v for k, v in labels.items() if not (v is None or (type(v) is int and v in (0, 1)))}
     if bad or not labels:
-        raise DatasetError(f"`gold.labels` maps each raw label to 0 (supported), 1 (hallucinated) or null "
-                           f"(drop the record); got {bad or 'nothing'}")
+        raise DatasetError(
+            f"`gold.labels` maps each raw label to 0 (supported), 1 (hallucinated) or null "
+            f"(drop the record); got {bad or 'nothing'}"
+        )
     return gold["field"], LabelMap(labels)
 
 
@@ -233,28 +264,56 @@ class Fields(Builder):
     such records out, counts them and names the first few (the summary's ``bad_records``).
     """
 
-    def __init__(self, path: str, question: str, candidate: str | None = None, evidence: str | None = None,
-                 gold: Mapping[str, Any] | None = None, pairs: Mapping[str, Any] | None = None,
-                 cluster: str | Sequence[str] | None = None, id: str | None = None,  # noqa: A002
-                 filter: Mapping[str, Any] | None = None, extras: Mapping[str, Any] | None = None,  # noqa: A002
-                 join: str = "\n\n", balance: bool = True, format: str | None = None,  # noqa: A002
-                 records: str | None = None, glob: str = "all", public: str | None = None, hub: str | None = None,
-                 on_bad_record: str = "error"):
-        for what, value, optional in (("path", path, False), ("question", question, False),
-                                      ("candidate", candidate, True), ("evidence", evidence, True), ("id", id, True),
-                                      ("join", join, False), ("records", records, True)):
+    def __init__(
+        self,
+        path: str,
+        question: str,
+        candidate: str | None = None,
+        evidence: str | None = None,
+        gold: Mapping[str, Any] | None = None,
+        pairs: Mapping[str, Any] | None = None,
+        cluster: str | Sequence[str] | None = None,
+        id: str | None = None,  # noqa: A002
+        filter: Mapping[str, Any] | None = None,
+        extras: Mapping[str, Any] | None = None,  # noqa: A002
+        join: str = "\n\n",
+        balance: bool = True,
+        format: str | None = None,  # noqa: A002
+        records: str | None = None,
+        glob: str = "all",
+        public: str | None = None,
+        hub: str | None = None,
+        on_bad_record: str = "error",
+    ):
+        for what, value, optional in (
+            ("path", path, False),
+            ("question", question, False),
+            ("candidate", candidate, True),
+            ("evidence", evidence, True),
+            ("id", id, True),
+            ("join", join, False),
+            ("records", records, True),
+        ):
             if not (value is None and optional) and not (isinstance(value, str) and (value or what == "join")):
-                raise DatasetError(f"`{what}` is {'a field name' if what not in ('path', 'join', 'records') else 'a text'}"
-                                   f"{' or absent' if optional else ''}, not {value!r}")
-        if cluster is not None and not (isinstance(cluster, str) and cluster) and not (
-                isinstance(cluster, (list, tuple)) and cluster and all(isinstance(c, str) and c for c in cluster)):
+                raise DatasetError(
+                    f"`{what}` is {'a field name' if what not in ('path', 'join', 'records') else 'a text'}"
+                    f"{' or absent' if optional else ''}, not {value!r}"
+                )
+        if (
+            cluster is not None
+            and not (isinstance(cluster, str) and cluster)
+            and not (isinstance(cluster, (list, tuple)) and cluster and all(isinstance(c, str) and c for c in cluster))
+        ):
             raise DatasetError(f"`cluster` is a field name or a list of them, not {cluster!r}")
         if (gold is None) == (pairs is None):
-            raise DatasetError("give `gold` (a label per record: pooled claims) or `pairs` (a supported and a "
-                               "hallucinated candidate per record: matched pairs), not both or neither")
+            raise DatasetError(
+                "give `gold` (a label per record: pooled claims) or `pairs` (a supported and a "
+                "hallucinated candidate per record: matched pairs), not both or neither"
+            )
         if (gold is None) != (candidate is None) or (pairs is not None and extras):
-            raise DatasetError("`gold` needs `candidate`; with `pairs` the candidates are its two sides and "
-                               "there are no `extras`")
+            raise DatasetError(
+                "`gold` needs `candidate`; with `pairs` the candidates are its two sides and there are no `extras`"
+            )
         if format not in (None, *FORMATS.values()) or glob not in ("all", "last"):
             raise DatasetError(f"`format` is one of {sorted(set(FORMATS.values()))}; `glob` is all or last")
         if hub is not None and hub not in HUB:
@@ -265,11 +324,19 @@ class Fields(Builder):
         self.path, self.format, self.records, self.glob = path, format, records, glob
         self.question, self.candidate, self.evidence, self.join = question, candidate, evidence, join
         self.gold = None if gold is None else _gold_map(gold)
-        self.sides = None if pairs is None else {g: _side(_keys(pairs, "pairs", ("supported", "hallucinated")), s)
-                                                 for g, s in ((SUPPORTED, "supported"), (HALLUCINATED, "hallucinated"))}
+        self.sides = (
+            None
+            if pairs is None
+            else {
+                g: _side(_keys(pairs, "pairs", ("supported", "hallucinated")), s)
+                for g, s in ((SUPPORTED, "supported"), (HALLUCINATED, "hallucinated"))
+            }
+        )
         self.cluster, self.id, self.balanced = _fields(cluster), id, bool(balance)
-        self.filter = {f: {_label_text(v) for v in (want if isinstance(want, list) else [want])}
-                       for f, want in (filter or {}).items()}
+        self.filter = {
+            f: {_label_text(v) for v in (want if isinstance(want, list) else [want])}
+            for f, want in (filter or {}).items()
+        }
         self.extras = {col: _extra(col, node) for col, node in (extras or {}).items()}
         self.files, self.public, self.hub = (path,), public, hub
         self.construction = "pooled" if pairs is None else "pairs"
@@ -312,8 +379,11 @@ class Fields(Builder):
             raise RawFilesMissing(f"expected raw file {self.path} is absent from {_searched(roots)}")
         root, paths = found
         bad = self.dropped if self.on_bad_record == "drop" else None
-        return [rec for p in (paths[-1:] if self.glob == "last" else paths)
-                for rec in read_records(p, root, self.format, self.records, self.required(), bad=bad)]
+        return [
+            rec
+            for p in (paths[-1:] if self.glob == "last" else paths)
+            for rec in read_records(p, root, self.format, self.records, self.required(), bad=bad)
+        ]
 
     def _selected(self, rec: Rec) -> bool:
         return all(_label_text(_raw(rec, f)) in wanted for f, wanted in self.filter.items())
@@ -328,8 +398,9 @@ class Fields(Builder):
         if self.sides is not None:
             sup, hal = (self._options(rec, *self.sides[g]) for g in (SUPPORTED, HALLUCINATED))
             return pair(make, key, seed, question, evidence, sup, hal, cluster=cluster)
-        values = {c: _label(rec, f, labels) if labels is not None else _value(rec, f)
-                  for c, (f, labels, _) in extras.items()}
+        values = {
+            c: _label(rec, f, labels) if labels is not None else _value(rec, f) for c, (f, labels, _) in extras.items()
+        }
         return [make(key, gold, cluster, question, evidence, self._text(rec, self.candidate), **values)]
 
     def _cluster(self, rec: Rec, key: Any) -> Any:
@@ -347,8 +418,9 @@ class Fields(Builder):
         parts = _string_list(r.raw(k)) if split is None else r.text(k).split(split)
         options = [r.text(k)] if parts is None else [p.strip() for p in parts if p.strip()]
         if not options:  # a record without a candidate on one side makes no pair: never dropped unsaid
-            raise r._fail(k, "an empty list: no candidate" if split is None
-                          else f"no candidate (splits on {split!r} to nothing)")
+            raise r._fail(
+                k, "an empty list: no candidate" if split is None else f"no candidate (splits on {split!r} to nothing)"
+            )
         return options
 
 

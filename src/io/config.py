@@ -96,8 +96,9 @@ def env_references(overrides: Iterable[str] = ()) -> set[str]:
     return {m for t in [*texts, *overrides] for m in _ENV_REF.findall(t)}
 
 
-def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[str] = (),
-                 clean: Callable[[Any], Any] | None = None) -> Path:
+def write_params(
+    path: str | Path = ROOT / "params.yaml", overrides: Iterable[str] = (), clean: Callable[[Any], Any] | None = None
+) -> Path:
     """Regenerate params.yaml from conf/ exactly as `dvc exp run` does (DVC's Hydra composition), with every
     environment variable that conf/ or the overrides read (``${oc.env:NAME,default}``, and :data:`ENV_DEPENDENT`)
     unset while it composes: no value of this machine's environment — a path, a server, a key — is committed.
@@ -114,9 +115,11 @@ def write_params(path: str | Path = ROOT / "params.yaml", overrides: Iterable[st
     try:
         compose_and_dump(path, str(CONF_DIR), None, "config", "", overrides)
     except InterpolationResolutionError as e:
-        raise RaimError(f"params.yaml: {' '.join(str(e).split())[:300]} (the environment variables conf/ and the "
-                        f"overrides read are unset while params.yaml is composed: give such a reference a default, "
-                        f"${{oc.env:NAME,null}})") from None
+        raise RaimError(
+            f"params.yaml: {' '.join(str(e).split())[:300]} (the environment variables conf/ and the "
+            f"overrides read are unset while params.yaml is composed: give such a reference a default, "
+            f"${{oc.env:NAME,null}})"
+        ) from None
     finally:
         os.environ.update(saved)
     if clean is not None:
@@ -147,6 +150,7 @@ def params_main(argv: list[str] | None = None, clean: Callable[[Any], Any] | Non
 # the settings dataclass's fields) and every value against its annotation; a YAML file is bounded (size, depth,
 # alias expansion) before OmegaConf reads it.
 
+
 class ConfigError(RaimError, ValueError):
     """A config node RAIM refuses: a ``_target_`` outside its allow-list, an unknown or missing key, a value of the
     wrong type, an interpolation where none is allowed, a YAML file over its bounds. One line naming the file, the
@@ -175,9 +179,15 @@ def params_of(cls: type) -> dict[str, Param]:
             hints = typing.get_type_hints(cls)
         except Exception:  # noqa: BLE001 - an annotation that does not evaluate is left unchecked
             hints = {}
-        return {f.name: Param(f.name, hints.get(f.name, Any),
-                              f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-                for f in dataclasses.fields(cls) if f.init}
+        return {
+            f.name: Param(
+                f.name,
+                hints.get(f.name, Any),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(cls)
+            if f.init
+        }
     try:
         hints = typing.get_type_hints(cls.__init__)
     except Exception:  # noqa: BLE001
@@ -250,12 +260,15 @@ def check_keys(cls: type, node: Mapping, where: str, *, types_: bool = True) -> 
         close = {k: difflib.get_close_matches(k, list(known), n=1) for k in unknown}
         hint = ", ".join(f"{m[0]!r}" for m in close.values() if m)
         plural = "s" if len(unknown) > 1 else ""
-        raise ConfigError(f"{where}: unknown key{plural} {', '.join(map(repr, unknown))} for {cls.__name__} "
-                          f"(known: {', '.join(known)}" + (f"; did you mean {hint}?)" if hint else ")"))
+        raise ConfigError(
+            f"{where}: unknown key{plural} {', '.join(map(repr, unknown))} for {cls.__name__} "
+            f"(known: {', '.join(known)}" + (f"; did you mean {hint}?)" if hint else ")")
+        )
     lacking = [k for k, p in known.items() if p.required and k not in node]
     if lacking:
-        raise ConfigError(f"{where}: missing key{'s' if len(lacking) > 1 else ''} {', '.join(map(repr, lacking))} "
-                          f"for {cls.__name__}")
+        raise ConfigError(
+            f"{where}: missing key{'s' if len(lacking) > 1 else ''} {', '.join(map(repr, lacking))} for {cls.__name__}"
+        )
     if types_:
         for k, v in node.items():
             if not _is_interpolation(v) and not type_ok(v, known[k].hint):
@@ -269,8 +282,10 @@ def refuse_nested_targets(value: Any, where: str, path: str = "") -> None:
         for k, v in value.items():
             here = f"{path}.{k}" if path else str(k)
             if k == "_target_":
-                raise ConfigError(f"{where}: {here}: a nested `_target_` is refused (values below a node are data; "
-                                  "only the node itself names a class)")
+                raise ConfigError(
+                    f"{where}: {here}: a nested `_target_` is refused (values below a node are data; "
+                    "only the node itself names a class)"
+                )
             refuse_nested_targets(v, where, here)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
@@ -286,8 +301,10 @@ def refuse_interpolation(value: Any, where: str, path: str = "") -> None:
         for i, v in enumerate(value):
             refuse_interpolation(v, where, f"{path}[{i}]")
     elif _is_interpolation(value):
-        raise ConfigError(f"{where}: {path}: interpolation {value!r} is refused here (no resolver runs in this "
-                          "config: write the value itself)")
+        raise ConfigError(
+            f"{where}: {path}: interpolation {value!r} is refused here (no resolver runs in this "
+            "config: write the value itself)"
+        )
 
 
 def plain(node: Any, resolve: bool) -> Any:
@@ -339,15 +356,17 @@ class Targets:
         """The allowed class named ``target`` (a string compared with the list; nothing is imported)."""
         if target in self:
             return self.classes[target]
-        raise ConfigError(f"{where}: _target_ {target!r} is not a {self.kind} RAIM ships "
-                          f"(allowed: {', '.join(self.classes)})")
+        raise ConfigError(
+            f"{where}: _target_ {target!r} is not a {self.kind} RAIM ships (allowed: {', '.join(self.classes)})"
+        )
 
     def check(self, node: Any, where: str) -> tuple[type, dict]:
         """(class, keyword arguments) of an unresolved node, checked; interpolations are left as they are."""
         raw = plain(node, False)
         if not isinstance(raw, Mapping) or "_target_" not in raw:
-            raise ConfigError(f"{where}: a {self.kind} node is a mapping with a `_target_` "
-                              f"(one of {', '.join(self.classes)})")
+            raise ConfigError(
+                f"{where}: a {self.kind} node is a mapping with a `_target_` (one of {', '.join(self.classes)})"
+            )
         cls = self.resolve(raw["_target_"], where)
         kw = {k: v for k, v in raw.items() if k != "_target_"}
         refuse_nested_targets(kw, where)
@@ -403,8 +422,9 @@ YAML_MAX_DEPTH = 32
 YAML_MAX_NODES = 100_000  # after alias expansion
 
 
-def check_yaml_bounds(text: str, where: str, *, max_depth: int = YAML_MAX_DEPTH,
-                      max_nodes: int = YAML_MAX_NODES) -> None:
+def check_yaml_bounds(
+    text: str, where: str, *, max_depth: int = YAML_MAX_DEPTH, max_nodes: int = YAML_MAX_NODES
+) -> None:
     """Refuse a YAML document whose expansion would be large or deep before any loader expands it: the node graph
     is composed (aliases stay shared references, so composing is linear in the text) and its expanded size and
     depth are counted once per distinct node. An anchor "bomb" of a few lines is refused in milliseconds."""
@@ -432,16 +452,20 @@ def check_yaml_bounds(text: str, where: str, *, max_depth: int = YAML_MAX_DEPTH,
                 raise ConfigError(f"{where}: YAML nested deeper than {max_depth} levels (through an alias): refused")
             return
         active.add(key)
-        kids = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else \
-            list(node.value) if isinstance(node, yaml.SequenceNode) else []
+        kids = (
+            [n for pair in node.value for n in pair]
+            if isinstance(node, yaml.MappingNode)
+            else list(node.value)
+            if isinstance(node, yaml.SequenceNode)
+            else []
+        )
         for k in kids:
             walk(k, level + 1)
         active.discard(key)
         size[key] = 1 + sum(size[id(k)] for k in kids)
         depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
         if size[key] > max_nodes:
-            raise ConfigError(f"{where}: YAML expands to more than {max_nodes:,} nodes (anchors and aliases): "
-                              "refused")
+            raise ConfigError(f"{where}: YAML expands to more than {max_nodes:,} nodes (anchors and aliases): refused")
 
     for doc in docs:
         walk(doc, 0)

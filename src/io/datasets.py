@@ -21,6 +21,7 @@ Output is deterministic: the same raw files and seed give the same bytes.
 ``python -m src.data --raw-dir DIR --own-dir DIR --out-dir OUT`` writes
 ``OUT/<name>.jsonl`` and ``OUT/summary/<name>.json`` (the Table 18 columns) per set.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,6 +54,7 @@ BUILDERS_ALLOWED = Targets("dataset builder", Fields, Registered, module=__name_
 
 
 # --------------------------------------------------------------------------- dataset specs
+
 
 def _spec_dir(spec_dir: str | Path | None) -> Path:
     return CONF_DIR if spec_dir is None else Path(spec_dir)
@@ -117,8 +119,9 @@ def dataset_spec(name: str, spec_dir: str | Path | None = None) -> dict:
     """``<spec_dir>/<name>.yaml`` (default conf/dataset) as a dict."""
     path = _spec_dir(spec_dir) / f"{name}.yaml"
     if not name or Path(name).name != name or not path.is_file():
-        raise DatasetError(f"unknown dataset {name!r}: no spec {path}; "
-                           f"datasets: {', '.join(dataset_names(spec_dir)) or 'none'}")
+        raise DatasetError(
+            f"unknown dataset {name!r}: no spec {path}; datasets: {', '.join(dataset_names(spec_dir)) or 'none'}"
+        )
     spec = _load_spec(path)
     if spec.get("name", name) != name:
         raise DatasetError(f"{path}: name {spec['name']!r} differs from the file name {name!r}")
@@ -151,27 +154,33 @@ def _absent(builder: Builder, roots: Sequence[Path]) -> list[str]:
     return [p for p in builder.files if _found(roots, p) is None]
 
 
-def missing_files(name: str, raw_dir: str | Path | Sequence[str | Path],
-                  spec_dir: str | Path | None = None) -> list[str]:
+def missing_files(
+    name: str, raw_dir: str | Path | Sequence[str | Path], spec_dir: str | Path | None = None
+) -> list[str]:
     """The raw file patterns of ``name`` found in none of the raw roots ``raw_dir``."""
     return _absent(builder_for(name, spec_dir), raw_roots(raw_dir))
 
 
 def _missing(name: str, builder: Builder, pattern: str, roots: Sequence[Path]) -> RawFilesMissing:
-    return RawFilesMissing(f"{name}: expected raw file {pattern} is absent from {_searched(roots)}; "
-                           f"public source: {builder.public or 'not stated'}")
+    return RawFilesMissing(
+        f"{name}: expected raw file {pattern} is absent from {_searched(roots)}; "
+        f"public source: {builder.public or 'not stated'}"
+    )
 
 
 def fetch_hub(name: str, raw_dir: str | Path, spec_dir: str | Path | None = None) -> None:
     """Materialise ``name``'s raw files under ``raw_dir`` from the Hugging Face hub."""
     builder = builder_for(name, spec_dir)
     if builder.hub is None:
-        raise DatasetError(f"{name}: no Hugging Face copy of the published raw files is known; "
-                           f"download them from {builder.public} into {Path(raw_dir)} and use source='local'")
+        raise DatasetError(
+            f"{name}: no Hugging Face copy of the published raw files is known; "
+            f"download them from {builder.public} into {Path(raw_dir)} and use source='local'"
+        )
     HUB[builder.hub](Path(raw_dir))
 
 
 # --------------------------------------------------------------------------- public API
+
 
 @dataclass(frozen=True)
 class Built:
@@ -186,17 +195,27 @@ class Built:
         """Table 18 columns, the spec's title and paper n, and the duplicates dropped (null: not checked,
         a Python builder)."""
         dups = self.duplicates
-        out = {**summarize(self.items), "title": self.spec.get("title"), "frame": self.spec["frame"],
-               "construction": self.builder.construction, "paper_n": self.spec.get("paper_n"),
-               "duplicates": None if dups is None else {"count": dups.count, "first": dups.first}}
+        out = {
+            **summarize(self.items),
+            "title": self.spec.get("title"),
+            "frame": self.spec["frame"],
+            "construction": self.builder.construction,
+            "paper_n": self.spec.get("paper_n"),
+            "duplicates": None if dups is None else {"count": dups.count, "first": dups.first},
+        }
         if getattr(self.builder, "on_bad_record", "error") == "drop":  # (with `error` there is none: it stops)
             bad = self.builder.dropped
             out["bad_records"] = {"policy": "drop", "count": bad.count, "first": bad.first}
         return out
 
 
-def build_dataset(name: str, raw_dir: str | Path | Sequence[str | Path], seed: int = 0,
-                  source: str = "local", spec_dir: str | Path | None = None) -> Built:
+def build_dataset(
+    name: str,
+    raw_dir: str | Path | Sequence[str | Path],
+    seed: int = 0,
+    source: str = "local",
+    spec_dir: str | Path | None = None,
+) -> Built:
     """Balanced binary items for dataset ``name`` from the raw roots ``raw_dir`` (searched in order).
 
     ``source='hub'`` first downloads the published files from the Hugging Face hub into the
@@ -222,17 +241,28 @@ def build_dataset(name: str, raw_dir: str | Path | Sequence[str | Path], seed: i
     except ValueError as err:  # one class empty, no items
         raise DatasetError(f"{name}: {err}") from None
     if dups is not None and dups.count:
-        print(f"{name}: {dups.count} duplicate record(s) dropped, the first kept: {'; '.join(dups.first)}"
-              + (" …" if dups.count > len(dups.first) else ""), file=sys.stderr)
+        print(
+            f"{name}: {dups.count} duplicate record(s) dropped, the first kept: {'; '.join(dups.first)}"
+            + (" …" if dups.count > len(dups.first) else ""),
+            file=sys.stderr,
+        )
     bad = getattr(builder, "dropped", None)
     if bad is not None and bad.count:
-        print(f"{name}: {bad.count} bad record(s) dropped (on_bad_record: drop): {'; '.join(bad.first)}"
-              + (" …" if bad.count > len(bad.first) else ""), file=sys.stderr)
+        print(
+            f"{name}: {bad.count} bad record(s) dropped (on_bad_record: drop): {'; '.join(bad.first)}"
+            + (" …" if bad.count > len(bad.first) else ""),
+            file=sys.stderr,
+        )
     return Built(df, spec, builder, dups)
 
 
-def build(name: str, raw_dir: str | Path | Sequence[str | Path], seed: int = 0, source: str = "local",
-          spec_dir: str | Path | None = None) -> pd.DataFrame:
+def build(
+    name: str,
+    raw_dir: str | Path | Sequence[str | Path],
+    seed: int = 0,
+    source: str = "local",
+    spec_dir: str | Path | None = None,
+) -> pd.DataFrame:
     """Balanced binary items for ``name`` (columns ``ITEM_COLUMNS`` [+ extras]); see :func:`build_dataset`."""
     return build_dataset(name, raw_dir, seed, source, spec_dir).items
 
@@ -251,8 +281,10 @@ def write_items(df: pd.DataFrame, path: str | Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = df.sort_values("item_id", kind="stable").to_dict("records")
     try:
-        text = "".join(json.dumps({k: _json_cell(v) for k, v in row.items()}, ensure_ascii=False, allow_nan=False)
-                       + "\n" for row in rows)
+        text = "".join(
+            json.dumps({k: _json_cell(v) for k, v in row.items()}, ensure_ascii=False, allow_nan=False) + "\n"
+            for row in rows
+        )
     except ValueError as err:  # an infinity: JSON has none (json would write a bare Infinity token)
         raise DatasetError(f"{path}: an item holds a value JSON cannot represent ({err})") from None
     atomic_write_text(path, text)
@@ -278,11 +310,15 @@ def summarize(df: pd.DataFrame) -> dict[str, Any]:
     """Table 18 columns: items, clusters, items per cluster, class balance."""
     sizes = df.groupby("cluster_id").size()
     n_hal = int(df["gold"].sum())
-    return {"n": len(df), "n_clusters": int(len(sizes)),
-            "items_per_cluster": round(float(sizes.mean()), 4),
-            "max_cluster": int(sizes.max()),
-            "n_supported": len(df) - n_hal, "n_hallucinated": n_hal,
-            "hallucinated_share": round(n_hal / len(df), 4)}
+    return {
+        "n": len(df),
+        "n_clusters": int(len(sizes)),
+        "items_per_cluster": round(float(sizes.mean()), 4),
+        "max_cluster": int(sizes.max()),
+        "n_supported": len(df) - n_hal,
+        "n_hallucinated": n_hal,
+        "hallucinated_share": round(n_hal / len(df), 4),
+    }
 
 
 def _selection(names: Sequence[str] | None, spec_dir: str | Path | None) -> list[tuple[str, bool]]:
@@ -292,8 +328,10 @@ def _selection(names: Sequence[str] | None, spec_dir: str | Path | None) -> list
         return [(n, False) for n in dataset_names(spec_dir)]
     unknown = [n for n in names if not n or Path(n).name != n or not (_spec_dir(spec_dir) / f"{n}.yaml").is_file()]
     if unknown:
-        raise DatasetError(f"unknown dataset(s) {unknown}; dataset specs in {_spec_dir(spec_dir)}: "
-                           f"{', '.join(dataset_names(spec_dir)) or 'none'}")
+        raise DatasetError(
+            f"unknown dataset(s) {unknown}; dataset specs in {_spec_dir(spec_dir)}: "
+            f"{', '.join(dataset_names(spec_dir)) or 'none'}"
+        )
     out: dict[str, bool] = {}
     for n in names:
         spec = dataset_spec(n, spec_dir)
@@ -305,9 +343,15 @@ def _selection(names: Sequence[str] | None, spec_dir: str | Path | None) -> list
     return list(out.items())
 
 
-def build_all(raw_dir: str | Path | Sequence[str | Path], out_dir: str | Path, names: Sequence[str] | None = None,
-              seed: int = 0, source: str = "local", own_dir: str | Path | None = None,
-              spec_dir: str | Path | None = None) -> dict[str, dict]:
+def build_all(
+    raw_dir: str | Path | Sequence[str | Path],
+    out_dir: str | Path,
+    names: Sequence[str] | None = None,
+    seed: int = 0,
+    source: str = "local",
+    own_dir: str | Path | None = None,
+    spec_dir: str | Path | None = None,
+) -> dict[str, dict]:
     """Write ``<out_dir>/<name>.jsonl`` and ``<out_dir>/summary/<name>.json`` per dataset.
 
     Raw roots: ``raw_dir`` then ``own_dir``; at least one must exist (your own set builds before the shipped
@@ -316,8 +360,9 @@ def build_all(raw_dir: str | Path | Sequence[str | Path], out_dir: str | Path, n
     """
     roots, wanted = raw_roots(raw_dir, own_dir), _selection(names, spec_dir)
     if source == "local" and not any(r.is_dir() for r in roots):
-        raise RaimError(f"raw data folder {', '.join(map(str, roots))} not found (--raw-dir, or RAIM_RAW_DIR; "
-                        f"--own-dir)")
+        raise RaimError(
+            f"raw data folder {', '.join(map(str, roots))} not found (--raw-dir, or RAIM_RAW_DIR; --own-dir)"
+        )
     todo = []
     for name, strict in wanted:
         builder = builder_for(name, spec_dir)
@@ -325,13 +370,17 @@ def build_all(raw_dir: str | Path | Sequence[str | Path], out_dir: str | Path, n
         if absent and strict:
             raise _missing(name, builder, absent[0], roots)
         if absent:
-            print(f"skip {name}: raw files absent ({', '.join(absent)} in {_searched(roots)}); "
-                  f"public source: {builder.public or 'not stated'}", file=sys.stderr)
+            print(
+                f"skip {name}: raw files absent ({', '.join(absent)} in {_searched(roots)}); "
+                f"public source: {builder.public or 'not stated'}",
+                file=sys.stderr,
+            )
         else:
             todo.append(name)
     if not todo:
-        raise RaimError(f"no dataset could be built from {_searched(roots)}: every raw file is absent "
-                        "(see the lines above)")
+        raise RaimError(
+            f"no dataset could be built from {_searched(roots)}: every raw file is absent (see the lines above)"
+        )
     out, summary = Path(out_dir), {}
     for name in todo:
         built = build_dataset(name, roots, seed, source, spec_dir)
@@ -344,12 +393,18 @@ def build_all(raw_dir: str | Path | Sequence[str | Path], out_dir: str | Path, n
 @one_line
 def main(argv: Sequence[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m src.data", description="Build balanced binary items (Appendix J, Table 18).")
-    ap.add_argument("--raw-dir", default=os.environ.get("RAIM_RAW_DIR", SHIPPED_DIR),
-                    help=f"the shipped raw snapshot, searched first (default: RAIM_RAW_DIR or {SHIPPED_DIR})")
+    ap.add_argument(
+        "--raw-dir",
+        default=os.environ.get("RAIM_RAW_DIR", SHIPPED_DIR),
+        help=f"the shipped raw snapshot, searched first (default: RAIM_RAW_DIR or {SHIPPED_DIR})",
+    )
     ap.add_argument("--own-dir", default=OWN_DIR, help=f"your own raw files, searched second (default {OWN_DIR})")
     ap.add_argument("--out-dir", required=True)
-    ap.add_argument("--datasets", default="",
-                    help="comma-separated names or list specs such as `all` (default: every spec, absent ones skipped)")
+    ap.add_argument(
+        "--datasets",
+        default="",
+        help="comma-separated names or list specs such as `all` (default: every spec, absent ones skipped)",
+    )
     ap.add_argument("--spec-dir", default=str(CONF_DIR), help="where <name>.yaml dataset specs are read")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--source", choices=("local", "hub"), default="local")
@@ -359,8 +414,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, s in summary.items():
         dups = f" duplicates={s['duplicates']['count']}" if s["duplicates"] else ""
         dups += f" bad_records_dropped={s['bad_records']['count']}" if "bad_records" in s else ""
-        print(f"{name:11s} n={s['n']:5d} clusters={s['n_clusters']:5d} per_cluster={s['items_per_cluster']:.2f} "
-              f"balance={s['n_supported']}/{s['n_hallucinated']}{dups}")
+        print(
+            f"{name:11s} n={s['n']:5d} clusters={s['n_clusters']:5d} per_cluster={s['items_per_cluster']:.2f} "
+            f"balance={s['n_supported']}/{s['n_hallucinated']}{dups}"
+        )
     return 0
 
 

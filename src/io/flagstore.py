@@ -13,12 +13,20 @@ from typing import Any
 from src.core.errors import MonitorError
 from src.io.votestore import connect, connect_readonly, store_path
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS injection_flags (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
-           "model TEXT NOT NULL, item_id TEXT, flagged INTEGER NOT NULL, reasons TEXT)")
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS injection_flags (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
+    "model TEXT NOT NULL, item_id TEXT, flagged INTEGER NOT NULL, reasons TEXT)"
+)
 
 
-def record_flags(path: str | Path, model: str, item_ids: Sequence, flags: Sequence[bool],
-                 reasons: Sequence[str] | None = None, ts: float | None = None) -> int:
+def record_flags(
+    path: str | Path,
+    model: str,
+    item_ids: Sequence,
+    flags: Sequence[bool],
+    reasons: Sequence[str] | None = None,
+    ts: float | None = None,
+) -> int:
     """Append one request's flags in one transaction; returns the rows written."""
     now = time.time() if ts is None else ts
     reasons = list(reasons) if reasons is not None else [""] * len(flags)
@@ -27,15 +35,21 @@ def record_flags(path: str | Path, model: str, item_ids: Sequence, flags: Sequen
     try:
         with con:
             con.execute(_SCHEMA)
-            con.executemany("INSERT INTO injection_flags (ts, model, item_id, flagged, reasons) VALUES (?, ?, ?, ?, ?)",
-                            rows)
+            con.executemany(
+                "INSERT INTO injection_flags (ts, model, item_id, flagged, reasons) VALUES (?, ?, ?, ?, ?)", rows
+            )
     finally:
         con.close()
     return len(rows)
 
 
-def record_flags_from(config: Mapping[str, Any] | None, model: str, item_ids: Sequence, flags: Sequence[bool],
-                      reasons: Sequence[str] | None = None) -> int:
+def record_flags_from(
+    config: Mapping[str, Any] | None,
+    model: str,
+    item_ids: Sequence,
+    flags: Sequence[bool],
+    reasons: Sequence[str] | None = None,
+) -> int:
     """:func:`record_flags` to the configured store (:func:`src.io.votestore.store_path`); 0 when recording is off."""
     path = store_path(config)
     return 0 if path is None else record_flags(path, model, item_ids, flags, reasons)

@@ -4,6 +4,7 @@
 from the content) into :class:`Rec` objects; a field that is missing or of the wrong type raises
 :class:`RawRecordError` naming the file, the line or row and the field. The raw roots are the folders searched in
 order for a dataset's files (the shipped snapshot, then the user's own folder)."""
+
 from __future__ import annotations
 
 import ast
@@ -28,13 +29,13 @@ class RawFilesMissing(RaimError, FileNotFoundError):
 
 # --------------------------------------------------------------------------- raw records
 
+
 def _native(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
 def _join(parts: Iterable[str], sep: str = "\n\n") -> str:
     return sep.join(p.strip() for p in parts if p.strip())
-
 
 
 class RawRecordError(RaimError, ValueError):
@@ -189,9 +190,10 @@ def utf8_error(path: Path, name: str) -> RawRecordError | None:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        return RawRecordError(f"{name} line {line}", None,
-                              f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})")
+        line = data[: e.start].count(b"\n") + 1
+        return RawRecordError(
+            f"{name} line {line}", None, f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        )
     return None
 
 
@@ -270,8 +272,12 @@ def _record_list(doc: Any, name: str, key: str | None) -> list:
     elif isinstance(doc, Mapping):
         lists = [k for k, v in doc.items() if isinstance(v, list)]
         if len(lists) != 1:
-            raise RawRecordError(name, None, f"a JSON object holding {len(lists)} lists: "
-                                 "name the one with the records (the builder's `records` key)")
+            raise RawRecordError(
+                name,
+                None,
+                f"a JSON object holding {len(lists)} lists: "
+                "name the one with the records (the builder's `records` key)",
+            )
         doc = doc[lists[0]]
     if not isinstance(doc, list):
         raise RawRecordError(name, key, f"expected a list of records, got {type(doc).__name__}")
@@ -286,8 +292,9 @@ def read_json(path: Path, root: Path | None, records: str | None = None) -> list
         try:
             doc = loads_strict(fh.read())
         except json.JSONDecodeError as err:
-            raise RawRecordError(f"{name} line {err.lineno}", None,
-                                 f"unreadable JSON ({err.msg}, column {err.colno})") from None
+            raise RawRecordError(
+                f"{name} line {err.lineno}", None, f"unreadable JSON ({err.msg}, column {err.colno})"
+            ) from None
         except StrictJSONError as err:
             raise RawRecordError(name, None, f"unreadable JSON ({err.msg})") from None
     out = []
@@ -298,8 +305,14 @@ def read_json(path: Path, root: Path | None, records: str | None = None) -> list
     return _nonempty(out, name)
 
 
-FORMATS = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".parquet": "parquet",
-           ".pq": "parquet"}
+FORMATS = {
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+}
 
 
 def _sniffed(path: Path, fmt: str | None) -> str | None:
@@ -320,8 +333,14 @@ def _sniffed(path: Path, fmt: str | None) -> str | None:
         return fmt
 
 
-def read_records(path: Path, root: Path | None, fmt: str | None = None, records: str | None = None,
-                 required: Sequence[str] = (), bad: Duplicates | None = None) -> list[Rec]:
+def read_records(
+    path: Path,
+    root: Path | None,
+    fmt: str | None = None,
+    records: str | None = None,
+    required: Sequence[str] = (),
+    bad: Duplicates | None = None,
+) -> list[Rec]:
     """Records of a JSON, JSON Lines, CSV or Parquet file (``fmt``, else from the suffix); ``bad``: see
     :func:`read_jsonl`."""
     fmt = fmt or _sniffed(path, FORMATS.get(path.suffix.lower()))
@@ -333,11 +352,16 @@ def read_records(path: Path, root: Path | None, fmt: str | None = None, records:
         return read_csv(path, root, required)
     if fmt == "parquet":
         return read_parquet(path, root)
-    raise RawRecordError(_rel(path, root), None, f"unknown format (suffix {path.suffix!r}): give the builder "
-                         f"`format` ({', '.join(sorted(set(FORMATS.values())))})")
+    raise RawRecordError(
+        _rel(path, root),
+        None,
+        f"unknown format (suffix {path.suffix!r}): give the builder "
+        f"`format` ({', '.join(sorted(set(FORMATS.values())))})",
+    )
 
 
 # --------------------------------------------------------------------------- raw roots
+
 
 def raw_roots(raw_dir: str | Path | Sequence[str | Path], own_dir: str | Path | None = None) -> list[Path]:
     """The raw roots, searched in order: ``raw_dir`` (one folder or several), then ``own_dir``."""

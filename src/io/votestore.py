@@ -28,10 +28,10 @@ STORE_ENV = "RAIM_MONITOR_STORE"
 CONFIG_KEY = "monitor_store"
 
 
-_SCHEMA = ("CREATE TABLE IF NOT EXISTS votes (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
-           "model TEXT NOT NULL, item_id TEXT, votes TEXT NOT NULL, p_hallucinated REAL)")
-
-
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS votes (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
+    "model TEXT NOT NULL, item_id TEXT, votes TEXT NOT NULL, p_hallucinated REAL)"
+)
 
 
 def store_path(config: Mapping[str, Any] | None = None) -> Path | None:
@@ -63,8 +63,15 @@ def _vote_json(row: np.ndarray, members: Sequence[str]) -> str:
     return json.dumps({m: (None if (np.isnan(v) or v == ABSTAIN) else int(v)) for m, v in zip(members, row)})
 
 
-def record(path: str | Path, model: str, members: Sequence[str], votes: np.ndarray, p: Sequence | None = None,
-           item_ids: Sequence | None = None, ts: float | None = None) -> int:
+def record(
+    path: str | Path,
+    model: str,
+    members: Sequence[str],
+    votes: np.ndarray,
+    p: Sequence | None = None,
+    item_ids: Sequence | None = None,
+    ts: float | None = None,
+) -> int:
     """Append one request's items to the store in one transaction; returns the rows written. ``votes`` is
     n × K (0 / 1; 0.5 or NaN = abstained), ``p`` the stacker's p(hallucinated) (null when every member
     abstained)."""
@@ -77,15 +84,22 @@ def record(path: str | Path, model: str, members: Sequence[str], votes: np.ndarr
     con = connect(path)
     try:
         with con:
-            con.executemany("INSERT INTO votes (ts, model, item_id, votes, p_hallucinated) VALUES (?, ?, ?, ?, ?)",
-                            rows)
+            con.executemany(
+                "INSERT INTO votes (ts, model, item_id, votes, p_hallucinated) VALUES (?, ?, ?, ?, ?)", rows
+            )
     finally:
         con.close()
     return n
 
 
-def record_from(config: Mapping[str, Any] | None, model: str, members: Sequence[str], votes: np.ndarray,
-                p: Sequence | None = None, item_ids: Sequence | None = None) -> int:
+def record_from(
+    config: Mapping[str, Any] | None,
+    model: str,
+    members: Sequence[str],
+    votes: np.ndarray,
+    p: Sequence | None = None,
+    item_ids: Sequence | None = None,
+) -> int:
     """:func:`record` to the configured store (:func:`store_path`); 0 when recording is off."""
     path = store_path(config)
     return 0 if path is None else record(path, model, members, votes, p, item_ids)
@@ -128,8 +142,9 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
     con = connect_readonly(path)
     try:
         sql = "SELECT seq, ts, item_id, votes, p_hallucinated FROM votes"
-        rows = con.execute(sql + (" WHERE model = ?" if model else "") + " ORDER BY seq",
-                           (model,) if model else ()).fetchall()
+        rows = con.execute(
+            sql + (" WHERE model = ?" if model else "") + " ORDER BY seq", (model,) if model else ()
+        ).fetchall()
     except sqlite3.DatabaseError as e:
         raise MonitorError(f"{path}: not a readable monitoring store ({e})") from None
     finally:
@@ -147,9 +162,12 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
         votes[r] = [_stream_vote(doc[m], f"{where}: field 'votes.{m}'") for m in members]
     for seq, ts, _, _, p in rows:
         for name, v, nullable in (("ts", ts, False), ("p_hallucinated", p, True)):
-            if not (v is None and nullable) and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                                 or not np.isfinite(v)):
-                raise MonitorError(f"{path}: row seq={seq}: field {name!r}: {v!r} is not "
-                                   f"{'a number or null' if nullable else 'a number (seconds since the epoch)'}")
+            if not (v is None and nullable) and (
+                isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v)
+            ):
+                raise MonitorError(
+                    f"{path}: row seq={seq}: field {name!r}: {v!r} is not "
+                    f"{'a number or null' if nullable else 'a number (seconds since the epoch)'}"
+                )
     p = np.array([np.nan if r[4] is None else r[4] for r in rows], dtype=float)
     return Stream(list(members), votes, p, np.array([r[1] for r in rows], dtype=float), [r[2] for r in rows])

@@ -70,8 +70,12 @@ def merge_audits(out_dir: Path) -> pd.DataFrame:
     atomic_write_text(out_dir / "coverage.csv", audit.to_csv(index=False))
     heads = {tuple(d.get(k) for k in AUDIT_HEAD) for d in docs}
     head = dict(zip(AUDIT_HEAD, next(iter(heads)))) if len(heads) == 1 else {"per_dataset_heads": True}
-    doc = {**head, "coverage": coverage_matrix(audit).to_dict(), "rows": audit.to_dict("records"),
-           "reports": {d["dataset"]: d["report"] for d in sorted(docs, key=lambda d: d["dataset"])}}
+    doc = {
+        **head,
+        "coverage": coverage_matrix(audit).to_dict(),
+        "rows": audit.to_dict("records"),
+        "reports": {d["dataset"]: d["report"] for d in sorted(docs, key=lambda d: d["dataset"])},
+    }
     atomic_write_text(out_dir / "coverage.json", to_json(doc, indent=1, default=str))
     return audit
 
@@ -98,20 +102,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-dataset", type=_size, default=0, help="whole-cluster stratified subsample size (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--members", default="", help="comma-separated subset of members to compute")
-    ap.add_argument("--compute", type=_bool, nargs="?", const=True, default=False,
-                    help="score missing verdicts (otherwise read the cache); `--compute false` reads only")
+    ap.add_argument(
+        "--compute",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        help="score missing verdicts (otherwise read the cache); `--compute false` reads only",
+    )
     ap.add_argument("--frontier", action="store_true", help="also compute the frontier judge (paid API)")
     ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of the identity)")
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--no-merge", action="store_true",
-                    help="write only the datasets' coverage/<dataset>.json, not the merged coverage.csv/json")
-    ap.add_argument("--merge-only", action="store_true",
-                    help="only merge <tables-dir>/<roster>/coverage/*.json into coverage.csv/json (no cache read)")
+    ap.add_argument(
+        "--no-merge",
+        action="store_true",
+        help="write only the datasets' coverage/<dataset>.json, not the merged coverage.csv/json",
+    )
+    ap.add_argument(
+        "--merge-only",
+        action="store_true",
+        help="only merge <tables-dir>/<roster>/coverage/*.json into coverage.csv/json (no cache read)",
+    )
     add_engine_args(ap)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if a.threads:
-
         os.environ["RAIM_THREADS"] = str(a.threads)
 
     if a.merge_only:
@@ -119,8 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         print(coverage_matrix(audit).round(3).to_string() if not audit.empty else "no dataset audit to merge")
         return 0
     if AUDIT_NAME in a.datasets:  # its table <tables-dir>/<roster>/coverage.csv would be overwritten by the audit
-        raise RaimError(f"dataset name {AUDIT_NAME!r} is the name of the coverage audit written beside the verdict "
-                        f"tables ({a.tables_dir / a.roster / (AUDIT_NAME + '.csv')}): give the dataset another name")
+        raise RaimError(
+            f"dataset name {AUDIT_NAME!r} is the name of the coverage audit written beside the verdict "
+            f"tables ({a.tables_dir / a.roster / (AUDIT_NAME + '.csv')}): give the dataset another name"
+        )
     roster = load_roster(a.roster)
     frames = load_frame_cfgs()
     only = [m for m in a.members.split(",") if m] or None
@@ -141,18 +158,33 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.time()
         try:
             t = verdict_table(
-                roster, items, frames, a.cache_dir, a.compute, frontier=a.frontier, members=only,
-                progress=not a.no_progress, allow_empty=True, engine=engine,
+                roster,
+                items,
+                frames,
+                a.cache_dir,
+                a.compute,
+                frontier=a.frontier,
+                members=only,
+                progress=not a.no_progress,
+                allow_empty=True,
+                engine=engine,
             )
         except ImportError as e:  # a judge's Python package (llama_cpp, torch, …) is not installed
             if isinstance(e, RaimError):
                 raise
-            raise RaimError(f"{ds}: a judge of roster {a.roster} cannot load: {e} (the optional packages: "
-                            f"scripts/install_models.sh)") from e
+            raise RaimError(
+                f"{ds}: a judge of roster {a.roster} cannot load: {e} (the optional packages: "
+                f"scripts/install_models.sh)"
+            ) from e
         if not any(r["cached"] for r in t.attrs["report"].values()):
-            logging.warning("%s: not one verdict of roster %s is cached under %s (its table has empty cells); "
-                            "compute them with `%s`", ds, a.roster, a.cache_dir,
-                            compute_command(a.roster, [ds], a.per_dataset))
+            logging.warning(
+                "%s: not one verdict of roster %s is cached under %s (its table has empty cells); "
+                "compute them with `%s`",
+                ds,
+                a.roster,
+                a.cache_dir,
+                compute_command(a.roster, [ds], a.per_dataset),
+            )
         # a table lists every roster member (uncached cells empty) even when only some were computed
         atomic_write_text(out_dir / f"{ds}.csv", t.to_csv(index=False))
         tables[ds] = t
@@ -160,13 +192,29 @@ def main(argv: list[str] | None = None) -> int:
         for m, r in t.attrs["report"].items():
             logging.info(
                 "%s %-12s cached %d/%d abstained %d truncated %d computed %d (%.1fs) hits %d misses %d",
-                ds, m, r["cached"], r["items"], r["abstained"], r["truncated"], r["computed"],
-                r["compute_seconds"], r["cache"]["hits"], r["cache"]["misses"],
+                ds,
+                m,
+                r["cached"],
+                r["items"],
+                r["abstained"],
+                r["truncated"],
+                r["computed"],
+                r["compute_seconds"],
+                r["cache"]["hits"],
+                r["cache"]["misses"],
             )
             if "http" in r:  # a judge behind HTTP (src.judges.http): what its retry policy did
                 h = r["http"]
-                logging.info("%s %-12s http requests %d retries %d (%d as the server asked) waited %.1fs gave up %d",
-                             ds, m, h["requests"], h["retries"], h["retry_after"], h["waited_s"], h["gave_up"])
+                logging.info(
+                    "%s %-12s http requests %d retries %d (%d as the server asked) waited %.1fs gave up %d",
+                    ds,
+                    m,
+                    h["requests"],
+                    h["retries"],
+                    h["retry_after"],
+                    h["waited_s"],
+                    h["gave_up"],
+                )
         logging.info("%s done in %.0fs", ds, time.time() - t0)
     judges = [n for n, _, _ in roster_judges(roster)]
     audit = coverage_audit(tables, judges)
@@ -177,8 +225,11 @@ def main(argv: list[str] | None = None) -> int:
         audit = merge_audits(out_dir)
     if not audit.empty:
         print(coverage_matrix(audit).round(3).to_string())
-        print(audit[["member", "dataset", "n", "cached", "coverage", "kappa", "bacc", "auc_logodds",
-                     "seconds_per_item"]].to_string())
+        print(
+            audit[
+                ["member", "dataset", "n", "cached", "coverage", "kappa", "bacc", "auc_logodds", "seconds_per_item"]
+            ].to_string()
+        )
     return 0
 
 

@@ -66,6 +66,7 @@ MAX_REPORTED = 20  # bad lines listed per file (all are counted)
 class CacheConflict(RaimError, ValueError):
     """Two records of one item with different verdicts in a cache file; the message names the file and lines."""
 
+
 # What this process has parsed of each cache file, by content: one judge's file is read once per dataset (src.run,
 # the suite), so its first load reuses the records parsed from the same bytes and parses only what was appended
 # since. A snapshot is used only when the file's prefix has the same digest (an edited or rewritten file is parsed
@@ -101,7 +102,9 @@ def parse_record(line: bytes) -> tuple[dict | None, str | None]:
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             return None, f"field {k!r}: {v!r} is not a number or null"
         # json reads a bare NaN / Infinity as a float, and an integer of any size (too large for a float: inf)
-        why = None if v is None else feature_problem(k, float(v) if isinstance(v, float) or abs(v) < 1e308 else math.inf)
+        why = (
+            None if v is None else feature_problem(k, float(v) if isinstance(v, float) or abs(v) < 1e308 else math.inf)
+        )
         if why:
             return None, f"field {k!r}: {why}"
     return rec, None
@@ -168,7 +171,7 @@ class VerdictCache:
         """Take this process's earlier parse of ``data``'s prefix (:data:`_PARSED`) if the bytes are the same;
         returns the number of bytes it covers (0: none)."""
         memo = _PARSED.get(str(self.path))
-        if memo is None or memo[0] > len(data) or _digest(data[:memo[0]]) != memo[1]:
+        if memo is None or memo[0] > len(data) or _digest(data[: memo[0]]) != memo[1]:
             return 0
         n, _, state = memo
         for k, v in state.items():
@@ -213,8 +216,10 @@ class VerdictCache:
         """The record of ``key`` (None: not cached); raises :class:`CacheConflict` when the file holds records of
         that key with different verdicts."""
         if key in self.conflicts:
-            raise CacheConflict(self._conflict(key) + ": refusing to read either as a verdict (delete the wrong "
-                                "line, or both to recompute the item)")
+            raise CacheConflict(
+                self._conflict(key) + ": refusing to read either as a verdict (delete the wrong "
+                "line, or both to recompute the item)"
+            )
         rec = self.records.get(key)
         if rec is None:
             self.misses += 1
@@ -295,8 +300,10 @@ class VerdictCache:
         lines = [self.line_of[key], *self.conflicts[key]]
         first = self.records[key]
         shown = ", ".join(f"{k}={first.get(k)!r}" for k in VERDICT_FIELDS)
-        return (f"{self.path}: lines {', '.join(map(str, lines))}: records of one item (key {key[:12]}…) with "
-                f"different verdicts (line {lines[0]}: {shown}; a damaged cache)")
+        return (
+            f"{self.path}: lines {', '.join(map(str, lines))}: records of one item (key {key[:12]}…) with "
+            f"different verdicts (line {lines[0]}: {shown}; a damaged cache)"
+        )
 
     def problems(self) -> list[str]:
         """One line per bad line (and a torn last line, and each item whose records conflict), naming the file
@@ -309,8 +316,10 @@ class VerdictCache:
         if self.bad_lines > len(self.bad):
             out.append(f"{self.path}: {self.bad_lines - len(self.bad)} more bad lines")
         if self.torn_tail:
-            out.append(f"{self.path}: line {self._lines + 1}: torn last record ({self.torn_tail} bytes without a "
-                       f"newline: an interrupted write); not read as a verdict, recomputed by the next --compute run")
+            out.append(
+                f"{self.path}: line {self._lines + 1}: torn last record ({self.torn_tail} bytes without a "
+                f"newline: an interrupted write); not read as a verdict, recomputed by the next --compute run"
+            )
         return out
 
 

@@ -27,8 +27,16 @@ from src.judges.backends.openai_compat import OpenAICompatBackend
 from src.judges.backends.vllm_backend import VLLMBackend
 from src.judges.frames import is_frame_cfg
 
-BACKENDS = Targets("judge backend", LlamaCppBackend, MiniLMSimilarityBackend, LexicalSupportBackend,
-                   OpenAICompatBackend, AnthropicBackend, VLLMBackend, TransformersBackend)
+BACKENDS = Targets(
+    "judge backend",
+    LlamaCppBackend,
+    MiniLMSimilarityBackend,
+    LexicalSupportBackend,
+    OpenAICompatBackend,
+    AnthropicBackend,
+    VLLMBackend,
+    TransformersBackend,
+)
 """The backends a roster may name (``src.judges.backends.*``)."""
 
 
@@ -77,8 +85,9 @@ def _drop(raw: dict, where: str) -> dict:
         names = [m["name"] for m in raw["members"]]
         unknown = [d for d in drop if d not in names]
         if unknown:
-            raise ConfigError(f"{where}: drop_members: {', '.join(map(repr, unknown))} not among the members "
-                              f"({', '.join(names)})")
+            raise ConfigError(
+                f"{where}: drop_members: {', '.join(map(repr, unknown))} not among the members ({', '.join(names)})"
+            )
         out["members"] = [m for m in raw["members"] if m["name"] not in drop]
     return out
 

@@ -141,8 +141,11 @@ class Frame:
         """The fields neutralised, plus the boundary identifier of each segment (from the raw text)."""
         out = {k: neutralise(v) for k, v in raw.items()}
         ev, q, c = raw["evidence"], raw["question"], raw["candidate"]
-        out.update(b_evidence=boundary(ev, salt=self.name), b_question=boundary(ev, q, salt=self.name),
-                   b_candidate=boundary(ev, q, c, salt=self.name))
+        out.update(
+            b_evidence=boundary(ev, salt=self.name),
+            b_question=boundary(ev, q, salt=self.name),
+            b_candidate=boundary(ev, q, c, salt=self.name),
+        )
         return out
 
 
@@ -151,7 +154,6 @@ def load_frame(name_or_cfg: Any) -> Frame:
     if isinstance(name_or_cfg, Frame):
         return name_or_cfg
     if isinstance(name_or_cfg, str):
-
         path = FRAME_DIR / f"{name_or_cfg}.yaml"
         if Path(name_or_cfg).name != name_or_cfg or not path.exists():
             raise FileNotFoundError(f"no frame {name_or_cfg!r} ({path})")
@@ -192,7 +194,6 @@ def load_frames(frame_cfgs: Any) -> dict[str, Frame]:
                 out[str(k)] = load_frame(v)
     if not out:
         for p in sorted(FRAME_DIR.glob("*.yaml")):
-
             d = yaml.safe_load(p.read_text())
             if is_frame_cfg(d):
                 f = Frame(d)

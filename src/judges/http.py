@@ -61,12 +61,19 @@ class RetryPolicy:
     """Retries of one HTTP client: :meth:`call` runs one request function until it succeeds, the error is not
     transient, or the retries are spent (see the module docstring for the waits)."""
 
-    def __init__(self, max_retries: int = 4, backoff_base: float = 1.0, backoff_max: float = 60.0,
-                 sleep: Callable[[float], None] = time.sleep, rng: random.Random | None = None,
-                 counts: dict | None = None):
+    def __init__(
+        self,
+        max_retries: int = 4,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        counts: dict | None = None,
+    ):
         if max_retries < 0 or backoff_base < 0 or backoff_max < 0:
-            raise ValueError(f"max_retries={max_retries}, backoff_base={backoff_base}, backoff_max={backoff_max}: "
-                             "must be ≥ 0")
+            raise ValueError(
+                f"max_retries={max_retries}, backoff_base={backoff_base}, backoff_max={backoff_max}: must be ≥ 0"
+            )
         self.max_retries = int(max_retries)
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)

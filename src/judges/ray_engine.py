@@ -78,12 +78,17 @@ class RaySettings:
         if unknown:
             raise RayEngineError(f"judge.ray: unknown keys {unknown}; known: {sorted(cls.__dataclass_fields__)}")
         s = cls(**d)
-        for name, low, kind in (("actors_per_member", 1, int), ("batch_size", 1, int),
-                                ("num_cpus_per_actor", 0, (int, float)), ("num_gpus_per_actor", 0, (int, float))):
+        for name, low, kind in (
+            ("actors_per_member", 1, int),
+            ("batch_size", 1, int),
+            ("num_cpus_per_actor", 0, (int, float)),
+            ("num_gpus_per_actor", 0, (int, float)),
+        ):
             v = getattr(s, name)
             if isinstance(v, bool) or not isinstance(v, kind) or v < low:
-                raise RayEngineError(f"judge.ray.{name}: {v!r} is not a number >= {low}"
-                                     + (" (a whole number)" if kind is int else ""))
+                raise RayEngineError(
+                    f"judge.ray.{name}: {v!r} is not a number >= {low}" + (" (a whole number)" if kind is int else "")
+                )
         if s.address is not None and not isinstance(s.address, str):
             raise RayEngineError(f"judge.ray.address: {s.address!r} is not a string or null")
         return s
@@ -102,16 +107,17 @@ class Scorer:
     """Ray Data's callable class for one member: the backend is built once per actor, loaded on its first batch,
     and scores each batch with the runner's :func:`~src.judges.runner.local_scores`."""
 
-    def __init__(self, member: str, backend_cfg: Any, judge_hash: str, frames: dict[str, Frame],
-                 threads: int) -> None:
+    def __init__(self, member: str, backend_cfg: Any, judge_hash: str, frames: dict[str, Frame], threads: int) -> None:
 
         os.environ["RAIM_THREADS"] = str(threads)  # llama.cpp threads, ≥ 1 (not part of the identity)
         self.member, self.backend_cfg, self.frames = member, backend_cfg, frames
         self.backend = build_backend(backend_cfg)
         got = identity_hash(self.backend.identity())
         if got != judge_hash:
-            raise RayEngineError(f"member {member}: this worker's judge identity {got[:16]} differs from the "
-                                 f"driver's {judge_hash[:16]}; install the same RAIM commit and weights on every node")
+            raise RayEngineError(
+                f"member {member}: this worker's judge identity {got[:16]} differs from the "
+                f"driver's {judge_hash[:16]}; install the same RAIM commit and weights on every node"
+            )
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
@@ -147,11 +153,14 @@ class RayEngine:
     settings: RaySettings = field(default_factory=RaySettings)
     runs: list[dict] = field(default_factory=list)
 
-    def __call__(self, name: str, be: Any, backend_cfg: Any, frames: list[Frame],
-                 items: list[dict]) -> Iterator[tuple[int, dict]]:
+    def __call__(
+        self, name: str, be: Any, backend_cfg: Any, frames: list[Frame], items: list[dict]
+    ) -> Iterator[tuple[int, dict]]:
         if backend_cfg is None:
-            raise RayEngineError(f"member {name}: the Ray engine builds backends from their config node, and none "
-                                 "was given (a handed-in backend cannot travel to the workers)")
+            raise RayEngineError(
+                f"member {name}: the Ray engine builds backends from their config node, and none "
+                "was given (a handed-in backend cannot travel to the workers)"
+            )
         s = self.settings
         ray = _connect(s.address)
         ctx = ray.data.DataContext.get_current()
@@ -163,11 +172,18 @@ class RayEngine:
         threads = int(os.environ.get("RAIM_THREADS") or 0) or max(1, int(s.num_cpus_per_actor))
         scored = ds.map_batches(
             Scorer,
-            fn_constructor_kwargs={"member": name, "backend_cfg": backend_cfg, "judge_hash": identity_hash(be.identity()),
-                                   "frames": {f.name: f for f in frames}, "threads": threads},
-            batch_size=s.batch_size, batch_format="numpy",
+            fn_constructor_kwargs={
+                "member": name,
+                "backend_cfg": backend_cfg,
+                "judge_hash": identity_hash(be.identity()),
+                "frames": {f.name: f for f in frames},
+                "threads": threads,
+            },
+            batch_size=s.batch_size,
+            batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=s.actors_per_member),
-            num_cpus=s.num_cpus_per_actor, num_gpus=gpus,
+            num_cpus=s.num_cpus_per_actor,
+            num_gpus=gpus,
         )
         t0, n = time.perf_counter(), 0
         try:
@@ -177,11 +193,23 @@ class RayEngine:
                     yield int(j), pickle.loads(blob)
         except ray.exceptions.RayError as e:
             raise RayEngineError(f"member {name} on Ray: {_last_line(e)}") from e
-        run = {"member": name, "items": n, "actors": s.actors_per_member, "gpus_per_actor": gpus,
-               "batch_size": s.batch_size, "seconds": round(time.perf_counter() - t0, 3)}
+        run = {
+            "member": name,
+            "items": n,
+            "actors": s.actors_per_member,
+            "gpus_per_actor": gpus,
+            "batch_size": s.batch_size,
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
         self.runs.append(run)
-        log.info("%s: %d items on Ray (%d actors, batch %d) in %.1fs", name, n, s.actors_per_member, s.batch_size,
-                 run["seconds"])
+        log.info(
+            "%s: %d items on Ray (%d actors, batch %d) in %.1fs",
+            name,
+            n,
+            s.actors_per_member,
+            s.batch_size,
+            run["seconds"],
+        )
 
 
 def _last_line(e: BaseException) -> str:
@@ -212,8 +240,12 @@ def add_engine_args(ap: Any) -> None:
     ``judge`` node."""
     g = ap.add_argument_group("engine", "where missing verdicts are scored (default: conf/config.yaml's judge node)")
     g.add_argument("--engine", choices=ENGINES, default=None, help="local: this process; ray: a Ray cluster")
-    g.add_argument("--ray-address", type=_address, default=None,
-                   help="judge.ray.address (default $RAY_ADDRESS or a local cluster; null/None: that default)")
+    g.add_argument(
+        "--ray-address",
+        type=_address,
+        default=None,
+        help="judge.ray.address (default $RAY_ADDRESS or a local cluster; null/None: that default)",
+    )
     g.add_argument("--ray-actors", type=int, default=None, help="judge.ray.actors_per_member")
     g.add_argument("--ray-batch-size", type=int, default=None, help="judge.ray.batch_size")
     g.add_argument("--ray-cpus", type=float, default=None, help="judge.ray.num_cpus_per_actor")
@@ -225,9 +257,13 @@ def engine_from_args(a: Any) -> RayEngine | None:
 
     node = OmegaConf.to_container(OmegaConf.load(CONFIG).judge)
     ray_node = dict(node.get("ray") or {})
-    for opt, key in (("ray_address", "address"), ("ray_actors", "actors_per_member"),
-                     ("ray_batch_size", "batch_size"), ("ray_cpus", "num_cpus_per_actor"),
-                     ("ray_gpus", "num_gpus_per_actor")):
+    for opt, key in (
+        ("ray_address", "address"),
+        ("ray_actors", "actors_per_member"),
+        ("ray_batch_size", "batch_size"),
+        ("ray_cpus", "num_cpus_per_actor"),
+        ("ray_gpus", "num_gpus_per_actor"),
+    ):
         if getattr(a, opt, None) is not None:
             ray_node[key] = getattr(a, opt)
     return engine_from_cfg({"engine": a.engine or node.get("engine", "local"), "ray": ray_node})

@@ -79,8 +79,9 @@ def roster_judges(roster_cfg: Any, include_frontier: bool = True) -> list[tuple[
     return out
 
 
-def compute_command(roster: str, datasets: Iterable[str], per_dataset: int | None = None,
-                    members: Iterable[str] | None = None) -> str:
+def compute_command(
+    roster: str, datasets: Iterable[str], per_dataset: int | None = None, members: Iterable[str] | None = None
+) -> str:
     """The ``python -m src.judges`` command that computes a roster's missing verdicts on ``datasets`` (only
     ``members``' when given)."""
     cmd = f"python -m src.judges --roster {roster} --datasets {' '.join(datasets)}"
@@ -124,8 +125,9 @@ Engine = Callable[[str, Any, Any, list[Frame], list[dict]], Iterator[tuple[int, 
 every item, in any order; ``frames[j]`` is item ``j``'s frame and the items arrive ordered for prefix reuse."""
 
 
-def local_scores(name: str, be: Any, backend_cfg: Any, frames: list[Frame],
-                 items: list[dict]) -> Iterator[tuple[int, dict]]:
+def local_scores(
+    name: str, be: Any, backend_cfg: Any, frames: list[Frame], items: list[dict]
+) -> Iterator[tuple[int, dict]]:
     """The in-process engine: consecutive items of one frame streamed through ``be.score_iter``."""
     start = 0
     while start < len(items):
@@ -136,8 +138,9 @@ def local_scores(name: str, be: Any, backend_cfg: Any, frames: list[Frame],
         start = end
 
 
-def finish_record(raw: Mapping[str, Any], key: str, member: str, item: Mapping[str, Any], frame: Frame,
-                  judge_hash: str) -> dict:
+def finish_record(
+    raw: Mapping[str, Any], key: str, member: str, item: Mapping[str, Any], frame: Frame, judge_hash: str
+) -> dict:
     """A backend's verdict record as the cache stores it: non-finite floats as null (JSON has no NaN/inf), plus
     its key, member, item, frame and judge identity, and when it was written."""
     rec = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in raw.items()}
@@ -264,15 +267,23 @@ def verdict_table(
     for name, bcfg, is_frontier in roster_judges(roster_cfg):
         # members outside `members` are still read from the cache (their columns stay in the table)
         do = compute and (bool(frontier) if is_frontier else (only is None or name in only))
-        out, rep = score_judge(name, bcfg, recs, frames, cache_dir, do, default_frame, progress, engine=engine,
-                               where=member_where(checked, name))
+        out, rep = score_judge(
+            name,
+            bcfg,
+            recs,
+            frames,
+            cache_dir,
+            do,
+            default_frame,
+            progress,
+            engine=engine,
+            where=member_where(checked, name),
+        )
         cached[name] = tuple(r is not None for r in out)
         votes = [None if r is None else r.get("vote") for r in out]
         table[name] = pd.array(votes, dtype="Int64")
         if not is_frontier:
-            table[f"{name}@logodds"] = pd.array(
-                [None if r is None else r.get("logodds") for r in out], dtype="Float64"
-            )
+            table[f"{name}@logodds"] = pd.array([None if r is None else r.get("logodds") for r in out], dtype="Float64")
             table[f"{name}@mass"] = pd.array([None if r is None else r.get("mass") for r in out], dtype="Float64")
         rep["frontier"] = is_frontier
         secs = [r.get("seconds") for r in out if r is not None and r.get("seconds") is not None]

@@ -78,8 +78,9 @@ def judged_items(report: dict, cached: dict[str, tuple]) -> tuple[np.ndarray, di
     """Which items every judge has a record for (an abstention is a record; a missing one is not), and the
     missing count per judge. A frontier judge with no cached verdict at all is simply absent (a paid comparator,
     computed on request), not missing."""
-    missing = {j: r["uncached"] for j, r in report.items()
-               if r["uncached"] and not (r.get("frontier") and r["cached"] == 0)}
+    missing = {
+        j: r["uncached"] for j, r in report.items() if r["uncached"] and not (r.get("frontier") and r["cached"] == 0)
+    }
     n = len(next(iter(cached.values()))) if cached else 0
     keep = np.logical_and.reduce([np.asarray(cached[j], bool) for j in missing]) if missing else np.ones(n, bool)
     return keep, missing
@@ -100,10 +101,18 @@ def _gap_command(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> str
 def refuse_missing(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], policy: str) -> None:
     """One line naming, per dataset, how many items lack a verdict (from whom), and the command that computes
     them."""
-    tail = "" if policy != "error" else (", or analyse only the judged items with judge.missing=judged_only "
-                                         "(or leave these datasets out with judge.missing=skip)")
-    raise MissingVerdicts(f"items without a cached verdict under {cfg.paths.cache_dir}: {_gap_text(gaps)}; compute "
-                          f"them with `{_gap_command(cfg, gaps)}`{tail}")
+    tail = (
+        ""
+        if policy != "error"
+        else (
+            ", or analyse only the judged items with judge.missing=judged_only "
+            "(or leave these datasets out with judge.missing=skip)"
+        )
+    )
+    raise MissingVerdicts(
+        f"items without a cached verdict under {cfg.paths.cache_dir}: {_gap_text(gaps)}; compute "
+        f"them with `{_gap_command(cfg, gaps)}`{tail}"
+    )
 
 
 def skipped_datasets(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> dict[str, dict]:
@@ -112,8 +121,9 @@ def skipped_datasets(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) ->
     out = {}
     for d, gap in gaps.items():
         out[d] = {"reason": f"{_gap_text({d: gap})}", "command": _gap_command(cfg, {d: gap})}
-        log.warning("%s: left out (judge.missing=skip): %s; compute them with `%s`", d, out[d]["reason"],
-                    out[d]["command"])
+        log.warning(
+            "%s: left out (judge.missing=skip): %s; compute them with `%s`", d, out[d]["reason"], out[d]["command"]
+        )
     return out
 
 
@@ -141,23 +151,44 @@ def cached_table(cfg: DictConfig) -> VerdictTable:
             items = cluster_subsample(items, int(cfg.judge.per_dataset), seed=0)
         frame = frame_for(cfg, name)
         try:
-            t = verdict_table(cfg.roster, items.assign(frame=frame.name), frame, Path(cfg.paths.cache_dir),
-                              compute=cfg.judge.compute, progress=bool(cfg.judge.compute), engine=engine)
+            t = verdict_table(
+                cfg.roster,
+                items.assign(frame=frame.name),
+                frame,
+                Path(cfg.paths.cache_dir),
+                compute=cfg.judge.compute,
+                progress=bool(cfg.judge.compute),
+                engine=engine,
+            )
         except NothingCached:  # a dataset not judged yet: every item lacks every member's verdict
             gaps[name], frames[name] = (len(items), len(items), {m: len(items) for m in member_names(cfg.roster)}), None
             continue
         report, cached = t.attrs["report"], t.attrs.pop("cached")
-        cache[name] = {j: {"items": r["items"], "cached": r["cached"], "abstained": r["abstained"],
-                           "path": r["cache"]["path"], "bad_lines": r["cache"]["bad_lines"],
-                           "torn_tail_bytes": r["cache"]["torn_tail_bytes"], "problems": r["problems"]}
-                       for j, r in report.items()}
+        cache[name] = {
+            j: {
+                "items": r["items"],
+                "cached": r["cached"],
+                "abstained": r["abstained"],
+                "path": r["cache"]["path"],
+                "bad_lines": r["cache"]["bad_lines"],
+                "torn_tail_bytes": r["cache"]["torn_tail_bytes"],
+                "problems": r["problems"],
+            }
+            for j, r in report.items()
+        }
         keep, missing = judged_items(report, cached)
         if missing:
             gaps[name] = (int((~keep).sum()), len(t), missing)
             if policy == "judged_only" and keep.any():
-                log.warning("%s: judge.missing=judged_only: analysing the %d of %d items judged by every member "
-                            "(%d without a verdict: %s)", name, int(keep.sum()), len(t), int((~keep).sum()),
-                            _per_judge(missing))
+                log.warning(
+                    "%s: judge.missing=judged_only: analysing the %d of %d items judged by every member "
+                    "(%d without a verdict: %s)",
+                    name,
+                    int(keep.sum()),
+                    len(t),
+                    int((~keep).sum()),
+                    _per_judge(missing),
+                )
                 t = t.loc[keep].reset_index(drop=True)
         frames[name] = t
     skipped = skipped_datasets(cfg, gaps) if policy == "skip" else {}
@@ -169,13 +200,20 @@ def cached_table(cfg: DictConfig) -> VerdictTable:
     members = member_names(cfg.roster)
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
     kept = [t for d, t in frames.items() if d not in skipped]
-    table = validate(pd.concat(kept, ignore_index=True), source=source, frontier=frontier_name(cfg),
-                              members=members)
+    table = validate(pd.concat(kept, ignore_index=True), source=source, frontier=frontier_name(cfg), members=members)
     # each dataset read a judge's whole cache file: one count per file (bad lines, and a torn tail as one)
     bad = {r["path"]: r["bad_lines"] + bool(r["torn_tail_bytes"]) for d in cache.values() for r in d.values()}
     bad = {f: n for f, n in bad.items() if n}
-    dropped = {d: {"items": n, "judged": n - k, "dropped": k, "missing_per_judge": m}
-               for d, (k, n, m) in gaps.items() if d not in skipped}
-    table.provenance = {"cache": cache, "judged_only": dropped, "skipped": skipped,
-                        "bad_cache_lines": sum(bad.values()), "bad_cache_files": sorted(bad)}
+    dropped = {
+        d: {"items": n, "judged": n - k, "dropped": k, "missing_per_judge": m}
+        for d, (k, n, m) in gaps.items()
+        if d not in skipped
+    }
+    table.provenance = {
+        "cache": cache,
+        "judged_only": dropped,
+        "skipped": skipped,
+        "bad_cache_lines": sum(bad.values()),
+        "bad_cache_files": sorted(bad),
+    }
     return table

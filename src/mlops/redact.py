@@ -89,12 +89,14 @@ _SECRET_PAIRS = frozenset({("api", "key"), ("private", "key"), ("access", "key")
 _WHERE_WORDS = frozenset({"sock", "socket", "file", "path", "dir", "type", "method", "mode", "url", "uri", "host"})
 
 
-_HASH_WORDS = frozenset({"revision", "rev", "sha", "sha1", "sha256", "sha512", "commit", "hash", "digest", "md5",
-                         "checksum", "etag"})
+_HASH_WORDS = frozenset(
+    {"revision", "rev", "sha", "sha1", "sha256", "sha512", "commit", "hash", "digest", "md5", "checksum", "etag"}
+)
 
 
-_ID_PAIRS = frozenset({("run", "id"), ("model", "id"), ("experiment", "id"), ("model", "uri"), ("stacker", "uri"),
-                       ("artifact", "uri")})
+_ID_PAIRS = frozenset(
+    {("run", "id"), ("model", "id"), ("experiment", "id"), ("model", "uri"), ("stacker", "uri"), ("artifact", "uri")}
+)
 
 
 def _key_words(name: str) -> list[str]:
@@ -110,8 +112,12 @@ def secret_key(name: str) -> bool:
     words = _key_words(name)
     if not words or words[-1] in _WHERE_WORDS:
         return False
-    return (any(p in w for w in words for p in _SECRET_PARTS) or any(w.endswith("token") for w in words)
-            or bool(_SECRET_WORDS.intersection(words)) or bool(_SECRET_PAIRS & _pairs(words)))
+    return (
+        any(p in w for w in words for p in _SECRET_PARTS)
+        or any(w.endswith("token") for w in words)
+        or bool(_SECRET_WORDS.intersection(words))
+        or bool(_SECRET_PAIRS & _pairs(words))
+    )
 
 
 def hash_key(name: str) -> bool:
@@ -123,11 +129,13 @@ def hash_key(name: str) -> bool:
 _B = r"(?<![A-Za-z0-9])"  # a token starts at a word boundary (``task-…`` holds no ``sk-`` key)
 
 
-_PROVIDER = re.compile(_B + r"(?:sk-ant-[A-Za-z0-9_-]{8,}|gsk_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
-                       r"|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,}"
-                       r"|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"
-                       r"|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|xai-[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}"
-                       r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})")
+_PROVIDER = re.compile(
+    _B + r"(?:sk-ant-[A-Za-z0-9_-]{8,}|gsk_[A-Za-z0-9]{20,}|AIza[0-9A-Za-z_-]{35}"
+    r"|hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{40,}"
+    r"|glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}(?![0-9A-Z])"
+    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}|xai-[A-Za-z0-9]{40,}|r8_[A-Za-z0-9]{30,}"
+    r"|eyJ[\w-]{10,}\.[\w-]{10,}\.[\w-]{10,})"
+)
 
 
 _SK = re.compile(_B + r"sk-(?:proj-|svcacct-|admin-)?(?P<body>[A-Za-z0-9_-]{20,})")
@@ -139,8 +147,10 @@ _SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic)(?P<sp>\s+)(?P<tok>[A-Za-z0
 _AUTH_SCHEMES = r"bearer|basic|digest|negotiate|ntlm|token|apikey"  # an HTTP credential: scheme word + credential
 
 
-_NAMED = re.compile(r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*[=:]\s*)(?P<val>'[^']*'|\"[^\"]*\""
-                    r"|(?:(?i:" + _AUTH_SCHEMES + r")\s+)?[^\s&,;'\"]+)")
+_NAMED = re.compile(
+    r"(?P<key>[A-Za-z_][\w.-]*)(?P<eq>\s*[=:]\s*)(?P<val>'[^']*'|\"[^\"]*\""
+    r"|(?:(?i:" + _AUTH_SCHEMES + r")\s+)?[^\s&,;'\"]+)"
+)
 
 
 _OVERRIDE = re.compile(r"\s*(?P<key>[~+]{0,2}[A-Za-z_][\w.\-/@]*)=(?P<val>[^\n]*)")  # one whole Hydra override
@@ -174,8 +184,9 @@ def _random_looking(run: str) -> bool:
 
 def _sk_key(m: re.Match) -> str:
     body = m["body"]
-    keyish = (re.search("[0-9]", body) and re.search("[A-Za-z]", body)
-              and max(map(len, re.split(r"[_-]", body))) >= 16)  # not ``sk-learn-model-version-1``
+    keyish = (
+        re.search("[0-9]", body) and re.search("[A-Za-z]", body) and max(map(len, re.split(r"[_-]", body))) >= 16
+    )  # not ``sk-learn-model-version-1``
     return REDACTED if keyish else m[0]
 
 
@@ -191,10 +202,10 @@ def _named(text: str) -> str:
     out, pos = [], 0
     while (m := _NAMED.search(text, pos)) is not None:
         if secret_key(m["key"]):
-            out.append(text[pos:m.start("val")] + REDACTED)
+            out.append(text[pos : m.start("val")] + REDACTED)
             pos = m.end()
         else:
-            out.append(text[pos:m.start("val")])
+            out.append(text[pos : m.start("val")])
             pos = m.start("val")
     return "".join(out) + text[pos:]
 
@@ -232,8 +243,7 @@ _SHELL_VARS = frozenset({"PWD", "OLDPWD"})  # the shell's working directories: "
 def _secret_env_values() -> list[str]:
     """Values of environment variables whose names look secret (ANTHROPIC_API_KEY, HF_TOKEN, …), and the
     secrets this process was told of (:func:`add_secrets`)."""
-    vals = {v for k, v in os.environ.items()
-            if k not in _SHELL_VARS and secret_key(k) and v and len(v) >= 6} | _KNOWN
+    vals = {v for k, v in os.environ.items() if k not in _SHELL_VARS and secret_key(k) and v and len(v) >= 6} | _KNOWN
     return sorted(vals, key=len, reverse=True)
 
 
@@ -245,14 +255,15 @@ def scrub_text(text: str, secrets: Iterable[str] | None = None, by_shape: bool =
         text = text.replace(s, REDACTED)
     whole = _OVERRIDE.fullmatch(text)
     if whole and secret_key(whole["key"].lstrip("~+")) and whole["val"].strip():
-        return f"{text[:whole.start('val')]}{REDACTED}"  # a whole override: its value runs to the end
+        return f"{text[: whole.start('val')]}{REDACTED}"  # a whole override: its value runs to the end
     text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
     text = _named(text)
     text = _SCHEME.sub(_scheme_credential, text)
     text = _SK.sub(_sk_key, _PROVIDER.sub(REDACTED, text))
     if by_shape:
-        text = _LONG_HEX.sub(lambda m: REDACTED if re.search("[0-9]", m[0]) and re.search("[A-Fa-f]", m[0])
-                             else m[0], text)
+        text = _LONG_HEX.sub(
+            lambda m: REDACTED if re.search("[0-9]", m[0]) and re.search("[A-Fa-f]", m[0]) else m[0], text
+        )
         text = _LONG_B64.sub(lambda m: REDACTED if _random_looking(m[0]) else m[0], text)
     return text
 
@@ -326,14 +337,17 @@ def persistable(cfg: DictConfig | Mapping, what: str = "config") -> Any:
     a value in the config (``api_key=sk-…`` as an override: no reference to keep) is refused
     (:class:`SecretInConfig`, naming its key), as a persisted copy would hold it."""
     if isinstance(cfg, (DictConfig, ListConfig)):
-        data = _keep_references(OmegaConf.to_container(cfg, resolve=False), OmegaConf.to_container(cfg, resolve=True),
-                                "")
+        data = _keep_references(
+            OmegaConf.to_container(cfg, resolve=False), OmegaConf.to_container(cfg, resolve=True), ""
+        )
     else:
         data = cfg
     bad = _literal_secrets(data)
     if bad:
-        raise SecretInConfig(f"{what}: {', '.join(bad)} holds a secret as a value; a persisted copy stores none: "
-                             f"give it as a reference to the environment, ${{oc.env:NAME}}, read where it is used")
+        raise SecretInConfig(
+            f"{what}: {', '.join(bad)} holds a secret as a value; a persisted copy stores none: "
+            f"give it as a reference to the environment, ${{oc.env:NAME}}, read where it is used"
+        )
     return data
 
 

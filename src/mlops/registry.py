@@ -97,13 +97,24 @@ def rederive(s: dict, settings: dict) -> dict:
     oracle = s["deltas"].get("oracle", {}).get("kappa")
     call = best_single_call(_delta(s["deltas"]["best_cv"]["kappa"]), _delta(oracle) if oracle else None)
     best_cv = s["deltas"]["best_cv"]
-    recomputed = {**s, "admissibility": {**a, **point, "admissible": admissible, "reason": reason,
-                                         "members_at_kappa0": int(np.sum(admissibility.reaches(member_k,
-                                                                                               point["kappa0"]))),
-                                         "n_members": len(member_k)},
-                  "deltas": {**s["deltas"], "best_cv": {**best_cv, "kappa": {**best_cv["kappa"], "call": call}}}}
-    return {"admissible": admissible, "admissibility_reason": reason, "call": call,
-            "decision": decide(recomputed, float(settings.get("kappa_floor", 0.40)))}
+    recomputed = {
+        **s,
+        "admissibility": {
+            **a,
+            **point,
+            "admissible": admissible,
+            "reason": reason,
+            "members_at_kappa0": int(np.sum(admissibility.reaches(member_k, point["kappa0"]))),
+            "n_members": len(member_k),
+        },
+        "deltas": {**s["deltas"], "best_cv": {**best_cv, "kappa": {**best_cv["kappa"], "call": call}}},
+    }
+    return {
+        "admissible": admissible,
+        "admissibility_reason": reason,
+        "call": call,
+        "decision": decide(recomputed, float(settings.get("kappa_floor", 0.40))),
+    }
 
 
 def reasons_to_refuse(s: dict, settings: dict) -> list[str]:
@@ -117,16 +128,23 @@ def reasons_to_refuse(s: dict, settings: dict) -> list[str]:
         why.append(f"the panel is not admissible ({r['admissibility_reason']})")
     if r["call"] not in WINS:
         d = s["deltas"]["best_cv"]["kappa"]
-        why.append(f"the stacker's paired Δκ vs the CV-best single is {d['estimate']:+.3f} "
-                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: a {r['call']}, not a win (needs the 95% lower bound "
-                   f"above 0)")
+        why.append(
+            f"the stacker's paired Δκ vs the CV-best single is {d['estimate']:+.3f} "
+            f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: a {r['call']}, not a win (needs the 95% lower bound "
+            f"above 0)"
+        )
     if not why and r["decision"].action != "panel":
         why.append(f"RAIM's decision on this dataset is not to deploy the panel ({r['decision'].reason})")
-    recorded = {"admissibility": (bool(s["admissibility"].get("admissible")), r["admissible"]),
-                "call vs the CV-best single": (s["deltas"]["best_cv"]["kappa"].get("call"), r["call"]),
-                "decision": ((s.get("decision") or {}).get("action"), r["decision"].action)}
-    why += [f"its results.json records the {what} {was!r} where its own numbers give {now!r}"
-            for what, (was, now) in recorded.items() if was != now]
+    recorded = {
+        "admissibility": (bool(s["admissibility"].get("admissible")), r["admissible"]),
+        "call vs the CV-best single": (s["deltas"]["best_cv"]["kappa"].get("call"), r["call"]),
+        "decision": ((s.get("decision") or {}).get("action"), r["decision"].action),
+    }
+    why += [
+        f"its results.json records the {what} {was!r} where its own numbers give {now!r}"
+        for what, (was, now) in recorded.items()
+        if was != now
+    ]
     return why
 
 
@@ -153,18 +171,24 @@ def evidence(cand: Candidate) -> tuple[dict, dict]:
     where = f"the stacker of run {cand.run_id} (dataset {cand.dataset})"
     parent_id = cand.tags.get("mlflow.parentRunId")
     if not parent_id:
-        raise PromotionRefused(f"refusing to promote {where}: it is not a dataset run of a RAIM analysis (no "
-                               f"parent run holding results.json)")
+        raise PromotionRefused(
+            f"refusing to promote {where}: it is not a dataset run of a RAIM analysis (no "
+            f"parent run holding results.json)"
+        )
     parent = mlflow.get_run(parent_id)
     doc = _json_artifact(parent_id, "results.json") or {}
     datasets = doc.get("datasets") if isinstance(doc.get("datasets"), dict) else {}
     entry = datasets.get(cand.dataset)
     if parent.info.experiment_id != cand.experiment_id or not isinstance(entry, dict):
-        raise PromotionRefused(f"refusing to promote {where}: its parent run {parent_id} holds no results.json "
-                               f"entry for {cand.dataset!r} in the run's experiment")
+        raise PromotionRefused(
+            f"refusing to promote {where}: its parent run {parent_id} holds no results.json "
+            f"entry for {cand.dataset!r} in the run's experiment"
+        )
     if _json_artifact(cand.run_id, "summary.json") != entry:
-        raise PromotionRefused(f"refusing to promote {where}: its summary.json is not the {cand.dataset!r} entry "
-                               f"of its analysis' results.json (run {parent_id})")
+        raise PromotionRefused(
+            f"refusing to promote {where}: its summary.json is not the {cand.dataset!r} entry "
+            f"of its analysis' results.json (run {parent_id})"
+        )
     return entry, doc["settings"] if isinstance(doc.get("settings"), dict) else {}
 
 
@@ -174,9 +198,9 @@ def model_source_run(model_uri: str) -> str | None:
     from mlflow.tracking import MlflowClient  # imported here, not at start-up: mlflow ~1.8 s
 
     if model_uri.startswith("runs:/"):
-        return model_uri[len("runs:/"):].split("/", 1)[0] or None
-    if model_uri.startswith("models:/m-") and "/" not in model_uri[len("models:/"):]:
-        return MlflowClient().get_logged_model(model_uri[len("models:/"):]).source_run_id
+        return model_uri[len("runs:/") :].split("/", 1)[0] or None
+    if model_uri.startswith("models:/m-") and "/" not in model_uri[len("models:/") :]:
+        return MlflowClient().get_logged_model(model_uri[len("models:/") :]).source_run_id
     return None
 
 
@@ -193,8 +217,9 @@ def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     if list(inner.columns)[: len(members)] != members:
         return f"it votes with {list(inner.columns)}, not with the members {members} of its results"
     fitted = np.array([stacker.intercept_, *np.ravel(stacker.coef_)], dtype=float)
-    recorded = np.array([s["stacker"]["beta_full"].get(k, np.nan) for k in ["intercept", *s["stacker"]["features"]]],
-                        dtype=float)
+    recorded = np.array(
+        [s["stacker"]["beta_full"].get(k, np.nan) for k in ["intercept", *s["stacker"]["features"]]], dtype=float
+    )
     if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=1e-9, atol=1e-12):
         return "its coefficients are not the β its results record (stacker.beta_full)"
     return None
@@ -206,21 +231,30 @@ def find_candidate(run_id: str, dataset: str | None = None) -> Candidate:
 
     run = mlflow.get_run(run_id)
     if "stacker_model_uri" not in run.data.tags:
-        kids = mlflow.search_runs([run.info.experiment_id], output_format="list",
-                                  filter_string=f"tags.mlflow.parentRunId = '{run_id}'")
+        kids = mlflow.search_runs(
+            [run.info.experiment_id], output_format="list", filter_string=f"tags.mlflow.parentRunId = '{run_id}'"
+        )
         kids = [k for k in kids if "stacker_model_uri" in k.data.tags]
         names = sorted(k.data.tags.get("dataset", "?") for k in kids)
         if dataset:
             kids = [k for k in kids if k.data.tags.get("dataset") == dataset]
         if len(kids) != 1:
             what = f"no dataset run {dataset!r}" if dataset else "several dataset runs"
-            raise PromotionRefused(f"run {run_id} has {what} with a stacker (datasets: {names or 'none'}); "
-                                   f"pass --dataset NAME or a dataset run's id")
+            raise PromotionRefused(
+                f"run {run_id} has {what} with a stacker (datasets: {names or 'none'}); "
+                f"pass --dataset NAME or a dataset run's id"
+            )
         run = kids[0]
     elif dataset and run.data.tags.get("dataset") != dataset:
         raise PromotionRefused(f"run {run_id} is dataset {run.data.tags.get('dataset')!r}, not {dataset!r}")
-    return Candidate(run.info.run_id, run.data.tags.get("dataset", "all"), run.data.tags["stacker_model_uri"],
-                     dict(run.data.tags), dict(run.data.metrics), run.info.experiment_id)
+    return Candidate(
+        run.info.run_id,
+        run.data.tags.get("dataset", "all"),
+        run.data.tags["stacker_model_uri"],
+        dict(run.data.tags),
+        dict(run.data.metrics),
+        run.info.experiment_id,
+    )
 
 
 def promote(run_id: str, dataset: str | None = None, name: str | None = None, alias: str = "champion"):
@@ -236,8 +270,10 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
     where = f"the stacker of run {cand.run_id} (dataset {cand.dataset})"
     source = model_source_run(cand.model_uri)
     if source != cand.run_id:
-        raise PromotionRefused(f"refusing to promote {where}: its model {cand.model_uri} was logged by "
-                               f"{'run ' + source if source else 'no run'}, not by this run")
+        raise PromotionRefused(
+            f"refusing to promote {where}: its model {cand.model_uri} was logged by "
+            f"{'run ' + source if source else 'no run'}, not by this run"
+        )
     why = reasons_to_refuse(s, settings)
     broken = self_check(cand.model_uri)
     other = None if broken else stacker_mismatch(cand.model_uri, s)
@@ -250,19 +286,34 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
     r, d = rederive(s, settings), s["deltas"]["best_cv"]["kappa"]
     delta = f"{d['estimate']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
     name = name or f"raim-stacker-{cand.dataset}"
-    mv = mlflow.register_model(cand.model_uri, name, tags={
-        "run_id": cand.run_id, "dataset": cand.dataset, "roster": cand.tags.get("roster", ""),
-        "admissible": "true", "call.best_cv.kappa": r["call"], "delta_best_cv_kappa": delta})
+    mv = mlflow.register_model(
+        cand.model_uri,
+        name,
+        tags={
+            "run_id": cand.run_id,
+            "dataset": cand.dataset,
+            "roster": cand.tags.get("roster", ""),
+            "admissible": "true",
+            "call.best_cv.kappa": r["call"],
+            "delta_best_cv_kappa": delta,
+        },
+    )
     client = MlflowClient()
     client.set_registered_model_alias(name, alias, mv.version)
-    client.update_model_version(name, mv.version, description=(
-        f"RAIM stacker for {cand.dataset} (roster {cand.tags.get('roster', '?')}), run {cand.run_id}: admissible "
-        f"({r['admissibility_reason']}); Δκ vs CV-best {delta} ({r['call']}); {r['decision'].label}."))
+    client.update_model_version(
+        name,
+        mv.version,
+        description=(
+            f"RAIM stacker for {cand.dataset} (roster {cand.tags.get('roster', '?')}), run {cand.run_id}: admissible "
+            f"({r['admissibility_reason']}); Δκ vs CV-best {delta} ({r['call']}); {r['decision'].label}."
+        ),
+    )
     return mv
 
 
-def log_panel_run(roster: str, stacker_uri: str, default_frame: str = "claim", cache_dir: str | None = None,
-                  compute: bool = True) -> tuple[str, str]:
+def log_panel_run(
+    roster: str, stacker_uri: str, default_frame: str = "claim", cache_dir: str | None = None, compute: bool = True
+) -> tuple[str, str]:
     """A panel model (roster ``roster`` + the stacker at ``stacker_uri``) logged in a new ``kind=panel`` run;
     returns (its model URI, the run id)."""
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
@@ -276,8 +327,15 @@ def log_panel_run(roster: str, stacker_uri: str, default_frame: str = "claim", c
     if type(inner).__name__ != "StackerModel":
         raise RaimError(f"{stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
     with track.start_run(cfg, "panel", tags={"stacker_uri": stacker_uri}) as run:
-        info = log_panel(cfg.roster, inner.stacker, inner.columns, default_frame, cache_dir, compute,
-                         decision=getattr(inner, "decision", None))
+        info = log_panel(
+            cfg.roster,
+            inner.stacker,
+            inner.columns,
+            default_frame,
+            cache_dir,
+            compute,
+            decision=getattr(inner, "decision", None),
+        )
         mlflow.set_tag("panel_model_uri", info.model_uri)
     return info.model_uri, run.info.run_id
 
@@ -288,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = ArgumentParser(prog="python -m src.registry", description=__doc__.splitlines()[0])
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("promote", help="register a run's stacker and alias it, if admissible and a win (the panel decision)")
+    p = sub.add_parser(
+        "promote", help="register a run's stacker and alias it, if admissible and a win (the panel decision)"
+    )
     p.add_argument("--run-id", required=True)
     p.add_argument("--dataset", default=None, help="which dataset child of an analysis run")
     p.add_argument("--name", default=None, help="registered model name (default raim-stacker-<dataset>)")
@@ -307,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    if a.tracking_uri:  # wins everywhere below, log-panel's run included (src.mlops.tracking.tracking_uri reads it first)
+    if (
+        a.tracking_uri
+    ):  # wins everywhere below, log-panel's run included (src.mlops.tracking.tracking_uri reads it first)
         os.environ["MLFLOW_TRACKING_URI"] = a.tracking_uri
     uri = tracking_uri()
     store.check_server(uri)
@@ -330,8 +392,10 @@ def _promote(a) -> int:
     except PromotionRefused as e:
         print(f"error: {e}", file=sys.stderr)  # one line, like every other refusal
         return REFUSED
-    print(f"promoted: {mv.name} version {mv.version} from run {mv.tags.get('run_id', a.run_id)}; "
-          f"load it with mlflow.pyfunc.load_model('models:/{mv.name}@{a.alias}')")
+    print(
+        f"promoted: {mv.name} version {mv.version} from run {mv.tags.get('run_id', a.run_id)}; "
+        f"load it with mlflow.pyfunc.load_model('models:/{mv.name}@{a.alias}')"
+    )
     return 0
 
 
@@ -355,8 +419,11 @@ def model_versions(client, name: str) -> list:
     flt = name_filter(name)
     found, token = [], None
     while True:
-        page = client.search_model_versions(flt, max_results=1000, page_token=token) if flt is not None else \
-            client.search_model_versions(max_results=1000, page_token=token)
+        page = (
+            client.search_model_versions(flt, max_results=1000, page_token=token)
+            if flt is not None
+            else client.search_model_versions(max_results=1000, page_token=token)
+        )
         found += [v for v in page if v.name == name]
         token = getattr(page, "token", None)
         if not token:
@@ -371,8 +438,10 @@ def _show(a) -> int:
     model = client.get_registered_model(name)
     versions = model_versions(client, name)
     if not versions:
-        raise RaimError(f"registered model {name!r} has no versions (a version is added by `python -m src.registry "
-                        f"promote --run-id RUN`)")
+        raise RaimError(
+            f"registered model {name!r} has no versions (a version is added by `python -m src.registry "
+            f"promote --run-id RUN`)"
+        )
     for v in versions:
         aliases = [al for al, ver in model.aliases.items() if str(ver) == str(v.version)]
         print(f"{name} v{v.version} run={v.run_id} aliases={aliases} {v.tags.get('delta_best_cv_kappa', '')}")

@@ -59,10 +59,12 @@ def check_columns(given: Iterable[str], columns: list[str], where: str = "") -> 
     unknown = [c for c in given if c not in columns]
     missing = [c for c in columns if c not in given]
     if unknown or missing:
-        parts = ([f"unknown column(s) {unknown}"] if unknown else []) + ([f"missing column(s) {missing}"] if missing
-                                                                       else [])
-        raise InputError(f"{where}{' and '.join(parts)}; the model takes exactly {columns} "
-                         f"(a member that abstained: null or 0.5)")
+        parts = ([f"unknown column(s) {unknown}"] if unknown else []) + (
+            [f"missing column(s) {missing}"] if missing else []
+        )
+        raise InputError(
+            f"{where}{' and '.join(parts)}; the model takes exactly {columns} (a member that abstained: null or 0.5)"
+        )
 
 
 def _number(v: Any) -> float | None:
@@ -125,9 +127,13 @@ def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFra
         raise _invalid(InputError(str(e))) from None
     verdict = (p >= stacker.threshold).astype(int)
     label = np.where(none, "abstained", np.where(verdict == 1, "hallucinated", "supported"))
-    out = pd.DataFrame({"p_hallucinated": pd.array(np.where(none, np.nan, p), dtype="Float64"),
-                        "verdict": pd.array([pd.NA if n else int(v) for n, v in zip(none, verdict)], dtype="Int64"),
-                        "label": label})
+    out = pd.DataFrame(
+        {
+            "p_hallucinated": pd.array(np.where(none, np.nan, p), dtype="Float64"),
+            "verdict": pd.array([pd.NA if n else int(v) for n, v in zip(none, verdict)], dtype="Int64"),
+            "label": label,
+        }
+    )
     out.attrs.update(prevalence=used, p_uncorrected=np.where(none, np.nan, p_fit))
     return out
 
@@ -154,8 +160,10 @@ def decision_warning(decision: Mapping[str, Any] | None) -> str | None:
     d = run_decision(decision)
     if d is None or d["action"] == "panel":
         return None
-    return (f"this model's run decided {d['label']!r}, not 'deploy the panel' ({d['reason']}); its verdicts are "
-            f"not a deployment RAIM recommends (each output row says so in 'run_decision')")
+    return (
+        f"this model's run decided {d['label']!r}, not 'deploy the panel' ({d['reason']}); its verdicts are "
+        f"not a deployment RAIM recommends (each output row says so in 'run_decision')"
+    )
 
 
 def mark_decision(out: pd.DataFrame, decision: Mapping[str, Any] | None) -> pd.DataFrame:
@@ -189,8 +197,15 @@ class StackerModel(mlflow.pyfunc.PythonModel):
         return mark_decision(out, getattr(self, "decision", None))  # a model pickled before it carried one: None
 
 
-def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str], X: np.ndarray,
-                 n_votes: int | None, out: pd.DataFrame, item_ids: list | None = None) -> None:
+def record_votes(
+    config: Mapping[str, Any] | None,
+    kind: str,
+    columns: list[str],
+    X: np.ndarray,
+    n_votes: int | None,
+    out: pd.DataFrame,
+    item_ids: list | None = None,
+) -> None:
     """Live monitoring (:mod:`src.studies.monitor`): the scored items' member votes (never the text) and
     the stacker's p(hallucinated) as fitted (before any prevalence correction) go to the store named by the panel
     model's config ``monitor_store`` or ``$RAIM_MONITOR_STORE``; off when neither is set. A failure to record is
@@ -200,8 +215,9 @@ def record_votes(config: Mapping[str, Any] | None, kind: str, columns: list[str]
     try:
         record_from(config, kind, columns[:k], np.asarray(X, dtype=float)[:, :k], out.attrs["p_uncorrected"], item_ids)
     except Exception as e:  # noqa: BLE001 - recording is best effort by contract
-        logging.getLogger("raim.serve").warning("monitor: votes of %d item(s) not recorded (%s: %s)", len(X),
-                                                type(e).__name__, e)
+        logging.getLogger("raim.serve").warning(
+            "monitor: votes of %d item(s) not recorded (%s: %s)", len(X), type(e).__name__, e
+        )
 
 
 class PanelModel(mlflow.pyfunc.PythonModel):
@@ -226,8 +242,15 @@ class PanelModel(mlflow.pyfunc.PythonModel):
 
     _skip_type_hint_validation = True
 
-    def __init__(self, roster: dict, frames: dict[str, dict], default_frame: str, stacker, columns: list[str],
-                 decision: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        roster: dict,
+        frames: dict[str, dict],
+        default_frame: str,
+        stacker,
+        columns: list[str],
+        decision: Mapping[str, Any] | None = None,
+    ):
         self.roster = roster
         self.frames = frames
         self.default_frame = default_frame
@@ -254,8 +277,9 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         df = pd.DataFrame(frame).copy()
         unknown = [c for c in df.columns if c not in ("candidate", *PANEL_OPTIONAL)]
         if unknown:
-            raise InputError(f"unknown column(s) {unknown}; a panel model takes 'candidate' and optionally "
-                             f"{list(PANEL_OPTIONAL)}")
+            raise InputError(
+                f"unknown column(s) {unknown}; a panel model takes 'candidate' and optionally {list(PANEL_OPTIONAL)}"
+            )
         if "candidate" not in df:
             raise InputError("each item needs a 'candidate' (the text to judge)")
         check_item_cells(df, self.frames)
@@ -274,8 +298,10 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         first: dict[str, int] = {}
         for r, i in enumerate(df["item_id"], 1):
             if first.setdefault(i, r) != r:
-                raise InputError(f"row {r}: column 'item_id': {i!r} repeats row {first[i]} (one request scores an "
-                                 "item once; without an item_id, an item's id is its content's hash)")
+                raise InputError(
+                    f"row {r}: column 'item_id': {i!r} repeats row {first[i]} (one request scores an "
+                    "item once; without an item_id, an item's id is its content's hash)"
+                )
         return df
 
     def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -286,8 +312,15 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         except InputError as e:
             raise _invalid(e) from None
         compute = bool(cfg.get("compute", True))
-        table = verdict_table(self.live_roster(), items, self.frames, Path(cfg.get("cache_dir", SCORED_CACHE)),
-                              compute=compute, progress=False, allow_empty=not compute)  # a miss abstains
+        table = verdict_table(
+            self.live_roster(),
+            items,
+            self.frames,
+            Path(cfg.get("cache_dir", SCORED_CACHE)),
+            compute=compute,
+            progress=False,
+            allow_empty=not compute,
+        )  # a miss abstains
         self.last_report = table.attrs.get("report", {})
         votes = table[self.columns].reset_index(drop=True)  # nullable: an abstention is null, never NaN
         X = vote_matrix(votes.astype("Float64").astype(float), self.columns, self.stacker.n_votes)
@@ -313,8 +346,14 @@ def check_item_cells(df: pd.DataFrame, frames: Mapping[str, Any]) -> None:
     """A panel request's cells: ``candidate``, ``question``, ``evidence`` and ``dataset`` are texts (a number or a
     list is not judged as its printed form), ``item_id`` a text or an integer, ``frame`` one of the model's
     frames; all but ``candidate`` may be null. The first bad cell is an :class:`InputError` naming row and column."""
-    kinds = {"candidate": (str,), "question": (str,), "evidence": (str,), "dataset": (str,), "frame": (str,),
-             "item_id": (str, int, np.integer)}
+    kinds = {
+        "candidate": (str,),
+        "question": (str,),
+        "evidence": (str,),
+        "dataset": (str,),
+        "frame": (str,),
+        "item_id": (str, int, np.integer),
+    }
     for c, ok in kinds.items():
         if c not in df:
             continue
@@ -325,20 +364,23 @@ def check_item_cells(df: pd.DataFrame, frames: Mapping[str, Any]) -> None:
                 want = "a text or an integer" if c == "item_id" else "a text"
                 raise InputError(f"row {r}: column {c!r}: {type(v).__name__} {str(v)[:40]!r} is not {want}")
             if c == "frame" and v not in frames:
-                raise InputError(f"row {r}: column 'frame': {v[:60]!r} is not one of the model's frames "
-                                 f"{sorted(frames)}")
+                raise InputError(
+                    f"row {r}: column 'frame': {v[:60]!r} is not one of the model's frames {sorted(frames)}"
+                )
 
 
 def panel_signature(columns: list[str], n_votes: int):
     from mlflow.models import ModelSignature  # imported here, not at start-up: mlflow ~1.8 s
     from mlflow.types import ColSpec, Schema  # imported here, not at start-up: mlflow ~1.8 s
 
-    inputs = Schema([ColSpec("string", "candidate")] + [ColSpec("string", c, required=False)
-                                                        for c in PANEL_OPTIONAL])
-    outputs = Schema([ColSpec("string", "item_id")]
-                     + [ColSpec("long" if j < n_votes else "double", c, required=False) for j, c in enumerate(columns)]
-                     + list(stacker_signature(columns, n_votes).outputs.inputs) + [ColSpec("string", "uncached")]
-                     + [ColSpec("boolean", "injection_flag"), ColSpec("string", "injection_reasons")])
+    inputs = Schema([ColSpec("string", "candidate")] + [ColSpec("string", c, required=False) for c in PANEL_OPTIONAL])
+    outputs = Schema(
+        [ColSpec("string", "item_id")]
+        + [ColSpec("long" if j < n_votes else "double", c, required=False) for j, c in enumerate(columns)]
+        + list(stacker_signature(columns, n_votes).outputs.inputs)
+        + [ColSpec("string", "uncached")]
+        + [ColSpec("boolean", "injection_flag"), ColSpec("string", "injection_reasons")]
+    )
     return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
 
 
@@ -353,8 +395,9 @@ def frame_configs() -> dict[str, dict]:
     return out
 
 
-def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | None,
-                 drop_frontier: bool = False) -> dict:
+def panel_roster(
+    roster: Mapping[str, Any], columns: list[str], n_votes: int | None, drop_frontier: bool = False
+) -> dict:
     """``roster`` cut to exactly the members the stacker votes with, in its column order (e.g. on a dataset where
     some members never voted, they are not inputs); names the stacker columns the roster lacks. The roster is
     checked first and its ``drop_members`` applied (:func:`src.judges.config.resolve_roster`)."""
@@ -363,15 +406,24 @@ def panel_roster(roster: Mapping[str, Any], columns: list[str], n_votes: int | N
     by_name = {m["name"]: m for m in roster["members"]}
     absent = [c for c in votes if c not in by_name]
     if absent:
-        raise RaimError(f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not have "
-                        f"(its members: {list(by_name)})")
+        raise RaimError(
+            f"the stacker votes with member(s) {absent} that roster {roster.get('name')!r} does not have "
+            f"(its members: {list(by_name)})"
+        )
     kept = {k: v for k, v in roster.items() if not (drop_frontier and k == "frontier")}
     return {**kept, "members": [by_name[c] for c in votes]}
 
 
-def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "claim",
-              cache_dir: str | Path | None = None, compute: bool = True, name: str = "panel",
-              decision: Mapping[str, Any] | None = None):
+def log_panel(
+    roster: dict,
+    stacker,
+    columns: list[str],
+    default_frame: str = "claim",
+    cache_dir: str | Path | None = None,
+    compute: bool = True,
+    name: str = "panel",
+    decision: Mapping[str, Any] | None = None,
+):
     """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``.
     The roster is logged unresolved where it holds a secret (:func:`src.mlops.redact.persistable`); one that
     holds a secret as a value is refused (:class:`src.mlops.redact.SecretInConfig`)."""
@@ -382,14 +434,30 @@ def log_panel(roster: dict, stacker, columns: list[str], default_frame: str = "c
     frames = frame_configs()
     if default_frame not in frames:
         raise ValueError(f"default frame {default_frame!r} not among {sorted(frames)}")
-    example = pd.DataFrame({"question": [""], "evidence": ["Paris is the capital of France."],
-                            "candidate": ["The capital of France is Paris."]})
-    return _log_pyfunc(name, PanelModel(roster, frames, default_frame, stacker, columns, decision),
-                       panel_signature(list(columns), stacker.n_votes or len(columns)), example,
-                       model_config={"cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
-                                     "compute": bool(compute), "monitor_store": ""},  # "": $RAIM_MONITOR_STORE
-                       metadata={"roster": roster.get("name"), "members": members, "default_frame": default_frame,
-                                 **_decision_metadata(decision)})
+    example = pd.DataFrame(
+        {
+            "question": [""],
+            "evidence": ["Paris is the capital of France."],
+            "candidate": ["The capital of France is Paris."],
+        }
+    )
+    return _log_pyfunc(
+        name,
+        PanelModel(roster, frames, default_frame, stacker, columns, decision),
+        panel_signature(list(columns), stacker.n_votes or len(columns)),
+        example,
+        model_config={
+            "cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
+            "compute": bool(compute),
+            "monitor_store": "",
+        },  # "": $RAIM_MONITOR_STORE
+        metadata={
+            "roster": roster.get("name"),
+            "members": members,
+            "default_frame": default_frame,
+            **_decision_metadata(decision),
+        },
+    )
 
 
 def _decision_metadata(decision: Mapping[str, Any] | None) -> dict:
@@ -439,8 +507,13 @@ def stacker_signature(columns: list[str], n_votes: int | None = None):
     from mlflow.types import ColSpec, Schema  # imported here, not at start-up: mlflow ~1.8 s
 
     inputs = Schema([ColSpec("double", c, required=True) for c in columns])
-    outputs = Schema([ColSpec("double", "p_hallucinated", required=False), ColSpec("long", "verdict", required=False),
-                      ColSpec("string", "label")])
+    outputs = Schema(
+        [
+            ColSpec("double", "p_hallucinated", required=False),
+            ColSpec("long", "verdict", required=False),
+            ColSpec("string", "label"),
+        ]
+    )
     return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
 
 
@@ -459,13 +532,23 @@ def pip_requirements() -> list[str]:
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
     import sklearn  # imported here, not at start-up: scikit-learn ~1.4 s
 
-    return [f"mlflow=={mlflow.__version__}", f"scikit-learn=={sklearn.__version__}", f"numpy=={np.__version__}",
-            f"pandas=={pd.__version__}", f"scipy=={__import__('scipy').__version__}",
-            f"cloudpickle=={cloudpickle.__version__}"]
+    return [
+        f"mlflow=={mlflow.__version__}",
+        f"scikit-learn=={sklearn.__version__}",
+        f"numpy=={np.__version__}",
+        f"pandas=={pd.__version__}",
+        f"scipy=={__import__('scipy').__version__}",
+        f"cloudpickle=={cloudpickle.__version__}",
+    ]
 
 
-def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None, name: str = "stacker",
-                decision: Mapping[str, Any] | None = None):
+def log_stacker(
+    stacker,
+    columns: list[str],
+    example: pd.DataFrame | None = None,
+    name: str = "stacker",
+    decision: Mapping[str, Any] | None = None,
+):
     """Log a fitted stacker as a pyfunc model in the active run; returns MLflow's ``ModelInfo``. ``decision``:
     the run's deployment decision (:func:`run_decision`), carried by the model and named in its metadata.
 
@@ -477,12 +560,18 @@ def log_stacker(stacker, columns: list[str], example: pd.DataFrame | None = None
     model = StackerModel(stacker, columns, decision)
     n_in = getattr(stacker, "n_features_in_", len(columns))
     if n_in != len(columns) or list(example.columns) != list(columns):
-        raise ValueError(f"stacker fitted on {n_in} columns cannot be logged with columns {list(columns)} "
-                         f"(example columns {list(example.columns)})")
+        raise ValueError(
+            f"stacker fitted on {n_in} columns cannot be logged with columns {list(columns)} "
+            f"(example columns {list(example.columns)})"
+        )
     model.predict(None, example)  # raises if the stacker cannot score its own example
-    return _log_pyfunc(name, model, stacker_signature(columns, stacker.n_votes), example,
-                       metadata={"columns": list(columns), "threshold": float(stacker.threshold),
-                                 **_decision_metadata(decision)})
+    return _log_pyfunc(
+        name,
+        model,
+        stacker_signature(columns, stacker.n_votes),
+        example,
+        metadata={"columns": list(columns), "threshold": float(stacker.threshold), **_decision_metadata(decision)},
+    )
 
 
 def self_check(model_uri: str) -> str | None:
@@ -537,8 +626,10 @@ def _payload(body: bytes) -> dict:
     except json.JSONDecodeError as e:
         raise InputError(f"the request body is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     if not isinstance(payload, dict) or not any(k in payload for k in REQUEST_KEYS):
-        raise InputError(f"a request is a JSON object with one of {list(REQUEST_KEYS)}, got "
-                         f"{'keys ' + str(sorted(payload))[:80] if isinstance(payload, dict) else type(payload).__name__}")
+        raise InputError(
+            f"a request is a JSON object with one of {list(REQUEST_KEYS)}, got "
+            f"{'keys ' + str(sorted(payload))[:80] if isinstance(payload, dict) else type(payload).__name__}"
+        )
     return payload
 
 
@@ -553,8 +644,9 @@ def _rows(payload: dict) -> list:
         cols = list(split.get("columns") or [])
         for r, row in enumerate(split["data"], 1):
             if not isinstance(row, list) or len(row) != len(cols):
-                raise InputError(f"row {r}: {len(row) if isinstance(row, list) else 'no'} values for "
-                                 f"{len(cols)} columns {cols}")
+                raise InputError(
+                    f"row {r}: {len(row) if isinstance(row, list) else 'no'} values for {len(cols)} columns {cols}"
+                )
         return [dict(zip(cols, row)) for row in split["data"]]
     key = next(k for k in ("inputs", "instances") if k in payload)
     rows = payload[key]
@@ -565,10 +657,15 @@ def _rows(payload: dict) -> list:
         if len(n) > 1:
             raise InputError(f"{key}: columns of different lengths {sorted(n)}")
         return [dict(zip(rows, vals)) for vals in zip(*rows.values())]
-    got = next((type(r).__name__ for r in rows if not isinstance(r, dict)), "list") if isinstance(rows, list) \
+    got = (
+        next((type(r).__name__ for r in rows if not isinstance(r, dict)), "list")
+        if isinstance(rows, list)
         else type(rows).__name__
-    raise InputError(f"{key}: rows must be objects naming their columns (or an object of column lists), got "
-                     f"{'a row that is a ' + got if isinstance(rows, list) else 'a ' + got}")
+    )
+    raise InputError(
+        f"{key}: rows must be objects naming their columns (or an object of column lists), got "
+        f"{'a row that is a ' + got if isinstance(rows, list) else 'a ' + got}"
+    )
 
 
 def _unique_keys(pairs: list) -> dict:
@@ -703,8 +800,13 @@ def one_line_error(doc: dict) -> dict:
 async def _reply(send, status: int, doc: dict) -> None:
 
     data = json.dumps(doc).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": data})
 
 
@@ -743,8 +845,11 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
 def ready_line(model_uri: str, host: str, port: int, inner) -> str:
     """The server's one start-up line: where it listens, what it serves and the input columns it takes."""
     kind = type(inner).__name__
-    takes = (f"member columns {list(inner.columns)}" if kind == "StackerModel"
-             else f"items: 'candidate' and optionally {list(PANEL_OPTIONAL)}")
+    takes = (
+        f"member columns {list(inner.columns)}"
+        if kind == "StackerModel"
+        else f"items: 'candidate' and optionally {list(PANEL_OPTIONAL)}"
+    )
     return f"ready on http://{host}:{port}/invocations ({kind} {model_uri}; {takes}; Ctrl-C stops it)"
 
 

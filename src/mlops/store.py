@@ -28,10 +28,13 @@ DEFAULT_URI = "sqlite:///mlflow.db"
 def tracking_uri(cfg: DictConfig | None = None) -> str:
     """``MLFLOW_TRACKING_URI`` if set, else ``cfg.tracking.uri``; a relative sqlite path is made absolute
     against the repository root (never against the current directory)."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or (
-        OmegaConf.select(cfg, "tracking.uri", default=None) if cfg is not None else None) or DEFAULT_URI
+    uri = (
+        os.environ.get("MLFLOW_TRACKING_URI")
+        or (OmegaConf.select(cfg, "tracking.uri", default=None) if cfg is not None else None)
+        or DEFAULT_URI
+    )
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        rel = uri[len("sqlite:///"):]
+        rel = uri[len("sqlite:///") :]
         if rel and rel != ":memory:":
             return "sqlite:///" + str((ROOT / rel).resolve())
     if "://" not in uri and not uri.startswith("databricks"):
@@ -42,7 +45,7 @@ def tracking_uri(cfg: DictConfig | None = None) -> str:
 def artifact_root(uri: str, experiment: str = "raim") -> str | None:
     """``mlruns/<experiment>`` beside the sqlite database (None for a server: it decides)."""
     if uri.startswith("sqlite:///"):
-        return (Path(uri[len("sqlite:///"):]).parent / "mlruns" / re.sub(r"[^\w.-]", "_", experiment)).as_uri()
+        return (Path(uri[len("sqlite:///") :]).parent / "mlruns" / re.sub(r"[^\w.-]", "_", experiment)).as_uri()
     return None
 
 
@@ -50,7 +53,7 @@ def _sqlite_file(uri: str) -> Path | None:
     """The database file of a ``sqlite:///`` URI (None for an in-memory database or another store)."""
     if not uri.startswith("sqlite:///"):
         return None
-    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
 
 
@@ -98,8 +101,11 @@ def setup(cfg: DictConfig | None = None) -> str:
     check_server(uri)
     name = (OmegaConf.select(cfg, "tracking.experiment", default=None) if cfg is not None else None) or "raim"
     active = mlflow.active_run()
-    if active is not None and _SET_UP.get((uri, name)) == active.info.experiment_id \
-            and mlflow.get_tracking_uri() == uri:
+    if (
+        active is not None
+        and _SET_UP.get((uri, name)) == active.info.experiment_id
+        and mlflow.get_tracking_uri() == uri
+    ):
         return active.info.experiment_id
     mlflow.set_tracking_uri(uri)
     with store_lock(uri), store_errors(uri):
@@ -131,10 +137,15 @@ def check_server(uri: str, timeout_s: float = SERVER_TIMEOUT_S) -> None:
     try:
         socket.create_connection((parts.hostname or "localhost", port), timeout=timeout_s).close()
     except OSError as e:
-        why = f"no answer within {timeout_s:g} s" if isinstance(e, TimeoutError) else \
-            (e.strerror or type(e).__name__).lower()
-        raise RaimError(f"MLflow tracking server {uri}: {why} (is the server running? --tracking-uri or "
-                        f"MLFLOW_TRACKING_URI names the store)") from None
+        why = (
+            f"no answer within {timeout_s:g} s"
+            if isinstance(e, TimeoutError)
+            else (e.strerror or type(e).__name__).lower()
+        )
+        raise RaimError(
+            f"MLflow tracking server {uri}: {why} (is the server running? --tracking-uri or "
+            f"MLFLOW_TRACKING_URI names the store)"
+        ) from None
 
 
 def store_failure(e: BaseException) -> str | None:
@@ -142,8 +153,9 @@ def store_failure(e: BaseException) -> str | None:
     sqlite file, a failed migration, an MLflow error); None when ``e`` is not an error of the store."""
     from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
 
-    if type(e).__module__.split(".")[0] not in ("sqlalchemy", "alembic", "sqlite3") \
-            and not isinstance(e, (MlflowException, sqlite3.Error)):
+    if type(e).__module__.split(".")[0] not in ("sqlalchemy", "alembic", "sqlite3") and not isinstance(
+        e, (MlflowException, sqlite3.Error)
+    ):
         return None
     msg = getattr(e, "message", None) or str(e) or type(e).__name__
     msg = re.split(r"\[SQL: |\(Background on this error at", msg)[0]

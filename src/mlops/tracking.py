@@ -45,6 +45,7 @@ from src.mlops.store import quiet_mlflow, setup, store_errors, store_failure, tr
 
 PARENT_ENV = "RAIM_MLFLOW_PARENT_RUN_ID"
 
+
 def to_container(cfg: DictConfig) -> dict:
     """The composed config as plain data (interpolations resolved where possible; no ``hydra`` node)."""
     if not isinstance(cfg, DictConfig):
@@ -94,10 +95,22 @@ def choices(cfg: DictConfig) -> dict[str, str]:
 def git_commit() -> tuple[str | None, bool | None]:
     """HEAD's commit and whether the working tree differs from it (None when not in a git checkout)."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip() or None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=20).stdout.strip() != ""
+        sha = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
+        dirty = (
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=20,
+            ).stdout.strip()
+            != ""
+        )
         return sha, dirty
     except (OSError, subprocess.SubprocessError):
         return None, None
@@ -160,8 +173,12 @@ def _sweep_parent(cfg: DictConfig, exp_id: str) -> str | None:
         overrides = " ".join(hc.overrides.task)
     except Exception:
         return None
-    found = mlflow.search_runs([exp_id], filter_string=f"tags.sweep_dir = '{sweep_id}' and tags.kind = 'sweep'",
-                               output_format="list", max_results=1)
+    found = mlflow.search_runs(
+        [exp_id],
+        filter_string=f"tags.sweep_dir = '{sweep_id}' and tags.kind = 'sweep'",
+        output_format="list",
+        max_results=1,
+    )
     if found:
         return found[0].info.run_id
     client = MlflowClient()
@@ -174,8 +191,9 @@ def _sweep_parent(cfg: DictConfig, exp_id: str) -> str | None:
 
 
 @contextlib.contextmanager
-def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool = False,
-              run_name: str | None = None) -> Iterator[Any]:
+def start_run(
+    cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool = False, run_name: str | None = None
+) -> Iterator[Any]:
     """Open a tagged run with the composed config logged as params (secrets scrubbed); yields the run.
 
     Nested under the active run if there is one; inside a Hydra multirun with no active run, nested under the
@@ -188,8 +206,11 @@ def start_run(cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool
     all_tags = {**base_tags(cfg, kind), **{k: str(v) for k, v in (tags or {}).items()}}
     all_tags = scrub(all_tags)  # key-aware: git_commit and *_sha256 keep their hashes
     active = mlflow.active_run()
-    kwargs: dict[str, Any] = {"experiment_id": exp_id, "tags": all_tags,
-                              "run_name": run_name or default_run_name(kind, all_tags)}
+    kwargs: dict[str, Any] = {
+        "experiment_id": exp_id,
+        "tags": all_tags,
+        "run_name": run_name or default_run_name(kind, all_tags),
+    }
     if active is not None:
         kwargs["nested"] = True
     elif kind != "sweep":
@@ -227,8 +248,16 @@ def run_config(cfg: DictConfig) -> dict:
 
 # Per dataset run: the values that tell one analysis from another (a sweep's stacker and analysis settings, the
 # frame, the roster or the bring-your-own table, the subsample), so that MLflow's Compare separates the runs.
-DISTINGUISHING = ("stacker", "analysis", "frame.name", "roster.name", "verdicts", "frontier", "judge.per_dataset",
-                  "judge.missing")
+DISTINGUISHING = (
+    "stacker",
+    "analysis",
+    "frame.name",
+    "roster.name",
+    "verdicts",
+    "frontier",
+    "judge.per_dataset",
+    "judge.missing",
+)
 
 
 def distinguishing_params(cfg: DictConfig) -> dict[str, str]:
@@ -255,8 +284,9 @@ def log_figures(paths: Iterable[str | Path], artifact_path: str = "figures") -> 
     return logged
 
 
-def log_metrics(metrics: Mapping[str, float], series: Mapping[str, Iterable[float]] | None = None,
-                model_id: str | None = None) -> None:
+def log_metrics(
+    metrics: Mapping[str, float], series: Mapping[str, Iterable[float]] | None = None, model_id: str | None = None
+) -> None:
     """The active run's metrics in one batch (one store transaction, not one per metric): ``metrics`` at step 0,
     each of ``series`` as one value per step (e.g. β per fold, step = fold). ``model_id``: the step-0 metrics
     are also the metrics of that logged model (what MLflow's ``log_model`` does for metrics logged before it,
@@ -267,8 +297,11 @@ def log_metrics(metrics: Mapping[str, float], series: Mapping[str, Iterable[floa
 
     ts = int(time.time() * 1000)
     rows = [Metric(k, float(v), ts, 0, model_id=model_id) for k, v in metrics.items()]
-    rows += [Metric(k, float(v), ts, i, model_id=None if i else model_id)
-             for k, vals in (series or {}).items() for i, v in enumerate(vals)]
+    rows += [
+        Metric(k, float(v), ts, i, model_id=None if i else model_id)
+        for k, vals in (series or {}).items()
+        for i, v in enumerate(vals)
+    ]
     mlflow.MlflowClient().log_batch(mlflow.active_run().info.run_id, metrics=rows)
 
 
@@ -279,8 +312,9 @@ def log_json(obj: Any, name: str) -> None:
     mlflow.log_text(to_json(scrub(obj), default=str), name)
 
 
-def run_study(cfg: DictConfig, kind: str, compute, output: str | Path, figure: str | Path, draw, metrics,
-              tags=None, series=None) -> tuple[dict, Path, Path]:
+def run_study(
+    cfg: DictConfig, kind: str, compute, output: str | Path, figure: str | Path, draw, metrics, tags=None, series=None
+) -> tuple[dict, Path, Path]:
     """A study entry (``python -m src.<kind>``), in the order that loses nothing: both output paths checked before
     any work, then ``compute(cfg)`` → document, ``draw(doc, figure)`` → figure, the MLflow run of kind ``kind``
     (``metrics(doc)``, ``series(doc)`` per step, ``tags(doc)``, the document and the figure) when tracking is on,
@@ -300,10 +334,14 @@ def run_study(cfg: DictConfig, kind: str, compute, output: str | Path, figure: s
 
 # ---------------------------------------------------------------------------------------------- analysis
 
+
 def summary_metrics(s: dict) -> tuple[dict[str, float], dict[str, str]]:
     """One dataset's summary → (metrics, tags): comparators with CI bounds, deltas, members, admissibility."""
-    metrics: dict[str, float] = {"n": s["n"], "n_clusters": s["n_clusters"],
-                                 "abstention_rate": s["abstentions"]["rate"]}
+    metrics: dict[str, float] = {
+        "n": s["n"],
+        "n_clusters": s["n_clusters"],
+        "abstention_rate": s["abstentions"]["rate"],
+    }
     tags: dict[str, str] = {}
     for comp, per in s["comparators"].items():
         for m, v in per.items():
@@ -389,8 +427,11 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
     example = stacker_example(table, result)
     info = serving.log_stacker(result.stacker, list(example.columns), example, decision=s.get("decision"))
     folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
-    log_metrics(metrics, {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})},
-                model_id=info.model_id)
+    log_metrics(
+        metrics,
+        {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})},
+        model_id=info.model_id,
+    )
     mlflow.set_tags({**tags, **input_hashes(cfg, table, name), "stacker_model_uri": info.model_uri})
     mlflow.log_text(beta_table(s).to_csv(index=False), "beta.csv")
     log_json(s, "summary.json")
@@ -411,8 +452,10 @@ def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "
         if why is None and not isinstance(e, (MlflowException, OSError, ImportError)):
             raise
         why = why or str(e)
-        raise RaimError(f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why}); nothing was "
-                        f"written to results (tracking.enabled=false runs without MLflow)") from e
+        raise RaimError(
+            f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why}); nothing was "
+            f"written to results (tracking.enabled=false runs without MLflow)"
+        ) from e
 
 
 def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -> str:
@@ -421,8 +464,13 @@ def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -
     by = table.by_dataset()
     with start_run(cfg, kind) as run:
         decisions = {n: s["decision"]["label"] for n, s in doc["datasets"].items() if "decision" in s}
-        mlflow.set_tags({**input_hashes(cfg, table), "datasets": ",".join(results),
-                         "decisions": "; ".join(f"{n}: {d}" for n, d in decisions.items())})
+        mlflow.set_tags(
+            {
+                **input_hashes(cfg, table),
+                "datasets": ",".join(results),
+                "decisions": "; ".join(f"{n}: {d}" for n, d in decisions.items()),
+            }
+        )
         log_json(doc, "results.json")
         prov = table.provenance or {}
         metrics = {}

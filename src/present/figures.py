@@ -78,14 +78,24 @@ def fig2_member_kappa(results: dict, path: Path) -> Path:
     rng = np.random.default_rng(0)
     for i, vals in enumerate(data):
         ax.scatter(i + rng.uniform(-0.12, 0.12, len(vals)), vals, s=10, color="#3182bd", alpha=0.8, zorder=2)
-    for marker, comp, label, color in (("o", "stacked", "stacked panel", "black"),
-                                       ("s", "oracle", "oracle best single", "#e6550d"),
-                                       ("*", "frontier", "frontier", "#756bb1")):
+    for marker, comp, label, color in (
+        ("o", "stacked", "stacked panel", "black"),
+        ("s", "oracle", "oracle best single", "#e6550d"),
+        ("*", "frontier", "frontier", "#756bb1"),
+    ):
         ys = [estimate(ds[n], comp) for n in names]
         if any(v is not None for v in ys):
-            ax.scatter([p for p, v in zip(pos, ys) if v is not None], [v for v in ys if v is not None],
-                       marker=marker, s=90 if marker == "*" else 45, color=color, label=label, zorder=3,
-                       edgecolor="white", linewidth=0.6)
+            ax.scatter(
+                [p for p, v in zip(pos, ys) if v is not None],
+                [v for v in ys if v is not None],
+                marker=marker,
+                s=90 if marker == "*" else 45,
+                color=color,
+                label=label,
+                zorder=3,
+                edgecolor="white",
+                linewidth=0.6,
+            )
     ax.set_xticks(pos, names, rotation=30 if len(names) > 5 else 0, ha="right" if len(names) > 5 else "center")
     ax.set_ylabel("Cohen's κ vs gold")
     ax.axhline(0, color="grey", lw=0.6, ls=":")
@@ -103,8 +113,7 @@ def fig3a_regime(results: dict, suite: dict | None, path: Path) -> Path:
     first = next(iter(ds.values()))["admissibility"]
     K, k0, c, p0 = first["n_members"], first["kappa0"], first["c"], first["phi0"]
     fig, ax = plt.subplots(figsize=(6.4, 4.6))
-    ax.add_patch(Rectangle((-1, c * K), p0 + 1, K + 1 - c * K, color="#fdd49e", alpha=0.5, lw=0,
-                           label="admissible"))
+    ax.add_patch(Rectangle((-1, c * K), p0 + 1, K + 1 - c * K, color="#fdd49e", alpha=0.5, lw=0, label="admissible"))
     inv = (suite or {}).get("appendix_c", {}).get("invariance")
     if inv:
         phis, cs, same = np.array(inv["phi0"]), np.array(inv["c"]), np.array(inv["same"], bool)
@@ -112,10 +121,14 @@ def fig3a_regime(results: dict, suite: dict | None, path: Path) -> Path:
         for i, cc in enumerate(cs):  # one hatched rectangle per run of positions where nobody changes side
             run = np.flatnonzero(np.diff(np.r_[0, same[i].astype(int), 0]))
             for a, b in zip(run[::2], run[1::2]):
-                ax.add_patch(Rectangle((xe[a], cc * K - 0.5), xe[b] - xe[a], 1.0, fill=False, hatch="///",
-                                       edgecolor="#9e9e9e", lw=0))
-        ax.add_patch(Rectangle((0, 0), 0, 0, fill=False, hatch="///", edgecolor="#9e9e9e", lw=0,
-                               label="invariance region"))
+                ax.add_patch(
+                    Rectangle(
+                        (xe[a], cc * K - 0.5), xe[b] - xe[a], 1.0, fill=False, hatch="///", edgecolor="#9e9e9e", lw=0
+                    )
+                )
+        ax.add_patch(
+            Rectangle((0, 0), 0, 0, fill=False, hatch="///", edgecolor="#9e9e9e", lw=0, label="invariance region")
+        )
     ax.axvline(p0, color="#d4a017", lw=2)
     ax.axhline(c * K, color="#d4a017", lw=2)
     xs, placed, undefined = [], [], []
@@ -126,14 +139,28 @@ def fig3a_regime(results: dict, suite: dict | None, path: Path) -> Path:
             continue
         x, y = a["phi_bar"], a["members_at_kappa0"]
         xs.append(x)
-        ax.scatter(x, y, s=50, zorder=3,
-                   marker="o" if a["admissible"] else "X", color="#2b8cbe" if a["admissible"] else "#de2d26")
+        ax.scatter(
+            x,
+            y,
+            s=50,
+            zorder=3,
+            marker="o" if a["admissible"] else "X",
+            color="#2b8cbe" if a["admissible"] else "#de2d26",
+        )
         near = sum(1 for px, py in placed if py == y and abs(px - x) < 0.06)  # stagger labels that would collide
         placed.append((x, y))
         ax.annotate(n, (x, y), xytext=(5, 4 + 11 * near), textcoords="offset points", fontsize=8)
     if undefined:
-        ax.text(0.99, 0.02, f"φ̄ undefined, not shown: {', '.join(undefined)}", transform=ax.transAxes,
-                ha="right", va="bottom", fontsize=7, color="grey")
+        ax.text(
+            0.99,
+            0.02,
+            f"φ̄ undefined, not shown: {', '.join(undefined)}",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="grey",
+        )
     lo = min([0.0] + xs)
     ax.set_xlim(lo - 0.02, max([p0 + 0.2] + [x + 0.1 for x in xs]))
     ax.set_ylim(-0.5, K + 0.5)
@@ -164,8 +191,9 @@ def fig3b_deltas(results: dict, path: Path) -> Path:
         if xs:
             ax.errorbar(xs, ys, yerr=[lo, hi], fmt=marker, capsize=3, label=f"vs {label}", ms=6)
     ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 5 else 0,
-                  ha="right" if len(names) > 5 else "center")
+    ax.set_xticks(
+        range(len(names)), names, rotation=30 if len(names) > 5 else 0, ha="right" if len(names) > 5 else "center"
+    )
     ax.set_ylabel("paired Δκ (panel − comparator)")
     ax.set_title("Fig. 3b — paired deltas, 95% cluster-bootstrap intervals")
     ax.legend(fontsize=8, frameon=False)
@@ -176,12 +204,12 @@ def fig4_phi(suite: dict, path: Path) -> Path:
     """Fig. 4: pairwise error correlation φ per dataset, ascending φ̄, shared colour scale, diagonal masked."""
     plt = _plt()
     ds = suite["datasets"]
-    names = sorted(ds, key=lambda n: np.inf if ds[n]["admissibility"]["phi_bar"] is None
-                   else ds[n]["admissibility"]["phi_bar"])
+    names = sorted(
+        ds, key=lambda n: np.inf if ds[n]["admissibility"]["phi_bar"] is None else ds[n]["admissibility"]["phi_bar"]
+    )
     members = suite["members"]
     nr, nc = _grid(len(names))
-    fig, axes = plt.subplots(nr, nc, figsize=(3.1 * nc + 1.2, 3.1 * nr + 0.4), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(nr, nc, figsize=(3.1 * nc + 1.2, 3.1 * nr + 0.4), squeeze=False, layout="constrained")
     mats = [np.array([[np.nan if v is None else v for v in row] for row in ds[n]["phi"]], float) for n in names]
     for m in mats:
         np.fill_diagonal(m, np.nan)
@@ -193,7 +221,7 @@ def fig4_phi(suite: dict, path: Path) -> Path:
         ax.set_title(f"{n} (φ̄={pb:.2f})" if pb is not None else n, fontsize=9)
         ax.set_xticks(range(len(members)), members, rotation=90, fontsize=6)
         ax.set_yticks(range(len(members)), members if ax in axes[:, 0] else [], fontsize=6)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     fig.suptitle("Fig. 4 — pairwise error correlation φ (datasets by ascending φ̄)")
     fig.colorbar(im, ax=axes, shrink=0.8, label="φ (error correlation)")
@@ -212,11 +240,19 @@ def fig5_leave_one_out(suite: dict, path: Path, clip: float = 0.07) -> Path:
         col = M[:, j]
         extremes = {i for i in (int(np.argmin(col)), int(np.argmax(col))) if abs(col[i]) > 5e-4}
         for i in range(len(members)):
-            ax.text(j, i, f"{col[i]:+.3f}", ha="center", va="center", fontsize=7,
-                    fontweight="bold" if i in extremes else "normal",
-                    color="white" if abs(col[i]) > 0.6 * clip else "black")
-    ax.set_xticks(range(len(names)), names, rotation=30 if len(names) > 5 else 0,
-                  ha="right" if len(names) > 5 else "center")
+            ax.text(
+                j,
+                i,
+                f"{col[i]:+.3f}",
+                ha="center",
+                va="center",
+                fontsize=7,
+                fontweight="bold" if i in extremes else "normal",
+                color="white" if abs(col[i]) > 0.6 * clip else "black",
+            )
+    ax.set_xticks(
+        range(len(names)), names, rotation=30 if len(names) > 5 else 0, ha="right" if len(names) > 5 else "center"
+    )
     ax.set_yticks(range(len(members)), members)
     ax.set_title("Fig. 5 — leave-one-member-out Δκ (red: load-bearing)")
     fig.colorbar(im, ax=ax, label=f"Δκ (clipped at ±{clip:g})")
@@ -244,8 +280,15 @@ def fig6_curves(suite: dict, path_a: Path, path_b: Path) -> list[Path]:
         if pts:
             x = np.array([p[0] for p in pts])
             ax.plot(x, [p[1]["mean"] for p in pts], "-", color="#3182bd", label="stacked (mean)")
-            ax.fill_between(x, [p[1]["iqr"][0] for p in pts], [p[1]["iqr"][1] for p in pts], color="#9ecae1",
-                            alpha=0.5, lw=0, label="IQR")
+            ax.fill_between(
+                x,
+                [p[1]["iqr"][0] for p in pts],
+                [p[1]["iqr"][1] for p in pts],
+                color="#9ecae1",
+                alpha=0.5,
+                lw=0,
+                label="IQR",
+            )
             for b, v in pts:
                 mk = "o" if v["beats_best_cv"] else ("^" if v["beats_majority"] else "x")
                 ax.plot(b, v["mean"], mk, color="#08519c", ms=5)
@@ -256,8 +299,9 @@ def fig6_curves(suite: dict, path_a: Path, path_b: Path) -> list[Path]:
         ax.axhline(cv["best_cv"], color="#e6550d", lw=0.8, ls="--", label="CV-best single")
         ax.axhline(cv["full"], color="black", lw=0.6, ls="-.", label="full stacker")
         _label_panel(ax, f"{n} (train {cv['train_records']} records)", "labelled records")
-    _figure_legend(fig, axes[0], 5,
-                   "Fig. 6b — stacked κ against labelled records (● beats CV-best, ▲ beats majority, × neither)")
+    _figure_legend(
+        fig, axes[0], 5, "Fig. 6b — stacked κ against labelled records (● beats CV-best, ▲ beats majority, × neither)"
+    )
     out.append(_save(fig, path_b, tight=False))
     return out
 
@@ -284,8 +328,12 @@ def fig8_transfer(suite: dict, path: Path) -> Path | None:
         return None
     plt = _plt()
     names = list(tr)
-    keys = [("in_domain", "in-domain stacked"), ("lodo", "transferred (lodo)"), ("best_cv", "CV-best single"),
-            ("avg_member", "average member")]
+    keys = [
+        ("in_domain", "in-domain stacked"),
+        ("lodo", "transferred (lodo)"),
+        ("best_cv", "CV-best single"),
+        ("avg_member", "average member"),
+    ]
     fig, ax = plt.subplots(figsize=(1.6 * len(names) + 2.5, 4.0))
     w = 0.2
     for i, (k, label) in enumerate(keys):
@@ -321,8 +369,15 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
     for ax, (n, d) in zip(axes, ds.items()):
         pts = d["points"]
         x = [p["share"] for p in pts]
-        ax.fill_between(x, [p["kappa"]["ci"][0] for p in pts], [p["kappa"]["ci"][1] for p in pts],
-                        color="#9ecae1", alpha=0.5, lw=0, label="cascade 95% CI")
+        ax.fill_between(
+            x,
+            [p["kappa"]["ci"][0] for p in pts],
+            [p["kappa"]["ci"][1] for p in pts],
+            color="#9ecae1",
+            alpha=0.5,
+            lw=0,
+            label="cascade 95% CI",
+        )
         ax.plot(x, [p["kappa"]["estimate"] for p in pts], "o-", ms=3, color="#08519c", label="cascade")
         ax.plot(x, [p["random_kappa"] for p in pts], ":", color="grey", label="random escalation")
         k_exp = d["alone"]["expensive"]["kappa"]["estimate"]
@@ -334,7 +389,6 @@ def fig_cascade(suite: dict, path: Path) -> Path | None:
         _label_panel(ax, n, "share escalated")
     _figure_legend(fig, axes[0], 4, "Escalation cascade — κ against the share of items escalated")
     return _save(fig, path, tight=False)
-
 
 
 def noise_figure(doc: dict, path: Path) -> Path:
@@ -352,8 +406,14 @@ def noise_figure(doc: dict, path: Path) -> Path:
         for kind in dict.fromkeys(p["type"] for p in ds["points"]):
             pts = [p for p in ds["points"] if p["type"] == kind]
             for si, st in enumerate(stackers):
-                style = dict(color=colours.get(kind), ls="-" if si == 0 else "--", marker="o" if si == 0 else "s",
-                             ms=3, lw=1.2, label=f"{kind.upper()} · {st}")
+                style = dict(
+                    color=colours.get(kind),
+                    ls="-" if si == 0 else "--",
+                    marker="o" if si == 0 else "s",
+                    ms=3,
+                    lw=1.2,
+                    label=f"{kind.upper()} · {st}",
+                )
                 if pts[0]["rate"] == "native":
                     ax.plot([pts[0]["realised_rate"]], [pts[0]["train"][st]["kappa"]], **{**style, "ms": 7})
                     continue
@@ -363,11 +423,18 @@ def noise_figure(doc: dict, path: Path) -> Path:
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("calibration-label noise rate")
         ax.set_ylabel("stacked κ on clean gold")
-    for ax in list(axes.flat)[len(parts):]:
+    for ax in list(axes.flat)[len(parts) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=7, frameon=False,
-               bbox_to_anchor=(0.5, -0.02 - 0.03 * (len(labels) // 5)))
+    fig.legend(
+        handles,
+        labels,
+        loc="lower center",
+        ncol=min(len(labels), 5),
+        fontsize=7,
+        frameon=False,
+        bbox_to_anchor=(0.5, -0.02 - 0.03 * (len(labels) // 5)),
+    )
     fig.suptitle("Stacked κ trained on noisy calibration labels (solid: plain stacker; dashed: noise-robust)")
     return _save(fig, path)
 
@@ -416,10 +483,14 @@ def prevalence_figure(doc: dict, path: str | Path) -> Path:
     plt = _plt()
     sets = list(doc["datasets"])
     rows = [("brier", "Brier"), ("ece", "ECE"), ("f1", "F1 (hallucinated)"), ("bacc", "balanced accuracy")]
-    style = {"uncorrected": ("tab:gray", "uncorrected"), "true": ("tab:blue", "corrected, true π"),
-             "estimated": ("tab:orange", "corrected, EM-estimated π")}
-    fig, axes = plt.subplots(len(rows) + 1, len(sets), figsize=(2.9 * len(sets), 2.2 * (len(rows) + 1)),
-                             squeeze=False, sharex=True)
+    style = {
+        "uncorrected": ("tab:gray", "uncorrected"),
+        "true": ("tab:blue", "corrected, true π"),
+        "estimated": ("tab:orange", "corrected, EM-estimated π"),
+    }
+    fig, axes = plt.subplots(
+        len(rows) + 1, len(sets), figsize=(2.9 * len(sets), 2.2 * (len(rows) + 1)), squeeze=False, sharex=True
+    )
     for j, name in enumerate(sets):
         d = doc["datasets"][name]
         cells = d["prevalences"]
@@ -438,8 +509,15 @@ def prevalence_figure(doc: dict, path: str | Path) -> Path:
         pe = [cells[q]["prevalence_estimate"] for q in cells]
         ax.plot(x, x, color="black", lw=0.8, label="truth")
         ax.plot(x, [v["estimate"] for v in pe], "o-", color="tab:orange", ms=3, label="EM estimate")
-        ax.fill_between(x, [v["window_ci"][0] for v in pe], [v["window_ci"][1] for v in pe], color="tab:orange",
-                        alpha=0.15, lw=0, label="one window (95 %)")
+        ax.fill_between(
+            x,
+            [v["window_ci"][0] for v in pe],
+            [v["window_ci"][1] for v in pe],
+            color="tab:orange",
+            alpha=0.15,
+            lw=0,
+            label="one window (95 %)",
+        )
         ax.plot(x, [v["mean_posterior"]["estimate"] for v in pe], ":", color="tab:gray", label="mean posterior")
         ax.set_ylim(0, 1)
         ax.set_xlabel("deployment prevalence π")
@@ -453,9 +531,15 @@ def prevalence_figure(doc: dict, path: str | Path) -> Path:
 
 
 FIGURES = {
-    "fig2": "fig2_member_kappa.png", "fig3a": "fig3a_regime.png", "fig3b": "fig3b_deltas.png",
-    "fig4": "fig4_phi.png", "fig5": "fig5_leave_one_out.png", "fig6a": "fig6a_size.png",
-    "fig6b": "fig6b_budget.png", "fig8": "fig8_transfer.png", "cascade": "cascade.png",
+    "fig2": "fig2_member_kappa.png",
+    "fig3a": "fig3a_regime.png",
+    "fig3b": "fig3b_deltas.png",
+    "fig4": "fig4_phi.png",
+    "fig5": "fig5_leave_one_out.png",
+    "fig6a": "fig6a_size.png",
+    "fig6b": "fig6b_budget.png",
+    "fig8": "fig8_transfer.png",
+    "cascade": "cascade.png",
 }
 
 
@@ -465,8 +549,11 @@ def draw(results: dict | None, suite: dict | None, outdir: str | Path) -> list[P
     out = Path(outdir)
     paths: list[Path | None] = []
     if results and results.get("datasets"):
-        paths += [fig2_member_kappa(results, out / FIGURES["fig2"]), fig3a_regime(results, suite, out / FIGURES["fig3a"]),
-                  fig3b_deltas(results, out / FIGURES["fig3b"])]
+        paths += [
+            fig2_member_kappa(results, out / FIGURES["fig2"]),
+            fig3a_regime(results, suite, out / FIGURES["fig3a"]),
+            fig3b_deltas(results, out / FIGURES["fig3b"]),
+        ]
     if suite and suite.get("datasets"):
         paths += [fig4_phi(suite, out / FIGURES["fig4"]), fig5_leave_one_out(suite, out / FIGURES["fig5"])]
         paths += fig6_curves(suite, out / FIGURES["fig6a"], out / FIGURES["fig6b"])

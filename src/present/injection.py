@@ -23,8 +23,13 @@ def injection_figure(doc: dict, path: str | Path) -> Path:
     plt = _plt()
     sets, attacks = list(doc["datasets"]), _attacks(doc)
     judges = [*doc["members"], *AGGREGATES]
-    fig, axes = plt.subplots(max(len(sets), 1), len(attacks), figsize=(2.3 * len(attacks) + 1.2,
-                             0.28 * len(judges) * max(len(sets), 1) + 1.2), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        max(len(sets), 1),
+        len(attacks),
+        figsize=(2.3 * len(attacks) + 1.2, 0.28 * len(judges) * max(len(sets), 1) + 1.2),
+        squeeze=False,
+        sharex=True,
+    )
     y = np.arange(len(judges))
     for i, ds in enumerate(sets):
         d = doc["datasets"][ds]
@@ -39,8 +44,16 @@ def injection_figure(doc: dict, path: str | Path) -> Path:
                     est.append(np.nan if e is None else e)
                     lo.append(np.nan if e is None or ci[0] is None else e - ci[0])
                     hi.append(np.nan if e is None or ci[1] is None else ci[1] - e)
-                ax.barh(y + off, est, height=0.34, color=colour, alpha=0.75, label=label,
-                        xerr=np.array([lo, hi]), error_kw={"lw": 0.7, "capsize": 1.5})
+                ax.barh(
+                    y + off,
+                    est,
+                    height=0.34,
+                    color=colour,
+                    alpha=0.75,
+                    label=label,
+                    xerr=np.array([lo, hi]),
+                    error_kw={"lw": 0.7, "capsize": 1.5},
+                )
                 ax.plot(est, y + off, "|", color=colour, ms=6)  # an estimate of 0 has no bar
             ax.set_yticks(y)
             ax.set_yticklabels(judges if c == 0 else [""] * len(judges), fontsize=7)
@@ -90,8 +103,11 @@ def _missed(cell: dict | None) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|",
-            *["| " + " | ".join(str(c) for c in r) + " |" for r in rows]]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" for _ in header) + "|",
+        *["| " + " | ".join(str(c) for c in r) + " |" for r in rows],
+    ]
 
 
 def injection_section(doc: dict) -> list[str]:
@@ -100,18 +116,26 @@ def injection_section(doc: dict) -> list[str]:
     cluster-bootstrap intervals, bold when they exclude 0), the guarded − paper Δ, the panel against the members
     and with only one member attacked; then the detector's rates."""
     st = doc["settings"]
-    out = ["## Candidates that instruct the judges (beyond the paper)", "",
-           f"Roster `{doc['roster']}`; per dataset {st['n_items']} judged items (whole clusters, half hallucinated), "
-           f"each attacked once per class ({', '.join(_attacks(doc))}; seed {st['seed']}), judged under the "
-           f"paper frame and its guarded version. ASR: of the hallucinated items a judge votes hallucinated when "
-           f"clean, the share it votes supported once attacked; missed: the share of hallucinated items voted "
-           f"supported. Δκ: κ attacked − κ clean on the same items. "
-           f"Intervals: {round(100 * st['level'])} % paired cluster bootstrap ({st['n_boot']} draws). The "
-           f"stacker is cross-fitted on the clean verdicts and applied to the attacked ones.", "",
-           *[f"* {line}" for line in statements(doc)], ""]
+    out = [
+        "## Candidates that instruct the judges (beyond the paper)",
+        "",
+        f"Roster `{doc['roster']}`; per dataset {st['n_items']} judged items (whole clusters, half hallucinated), "
+        f"each attacked once per class ({', '.join(_attacks(doc))}; seed {st['seed']}), judged under the "
+        f"paper frame and its guarded version. ASR: of the hallucinated items a judge votes hallucinated when "
+        f"clean, the share it votes supported once attacked; missed: the share of hallucinated items voted "
+        f"supported. Δκ: κ attacked − κ clean on the same items. "
+        f"Intervals: {round(100 * st['level'])} % paired cluster bootstrap ({st['n_boot']} draws). The "
+        f"stacker is cross-fitted on the clean verdicts and applied to the attacked ones.",
+        "",
+        *[f"* {line}" for line in statements(doc)],
+        "",
+    ]
     for ds, d in doc["datasets"].items():
-        out += [f"### {ds} ({d['n']} items, {d['n_clusters']} clusters; frames {d['frames'].get('paper')} → "
-                f"{d['frames'].get('guarded', '—')})", ""]
+        out += [
+            f"### {ds} ({d['n']} items, {d['n_clusters']} clusters; frames {d['frames'].get('paper')} → "
+            f"{d['frames'].get('guarded', '—')})",
+            "",
+        ]
         rows = []
         for j, frames in d["judges"].items():
             for a in _attacks(doc):
@@ -119,39 +143,98 @@ def injection_section(doc: dict) -> list[str]:
                 if p is None and g is None:
                     continue
                 dd = (d["defence"].get(j) or {}).get(a) or {}
-                rows.append([j, a, _rate((p or {}).get("asr")), _rate((g or {}).get("asr")), _delta(dd.get("asr")),
-                             _delta((p or {}).get("delta_kappa")), _delta((g or {}).get("delta_kappa")),
-                             _missed(p), _missed(g)])
-        out += _table(["judge", "attack", "ASR paper", "ASR guarded", "Δ ASR (guarded − paper)", "Δκ attack, paper",
-                       "Δκ attack, guarded", "missed clean → attacked, paper", "missed clean → attacked, guarded"],
-                      rows) + [""]
+                rows.append(
+                    [
+                        j,
+                        a,
+                        _rate((p or {}).get("asr")),
+                        _rate((g or {}).get("asr")),
+                        _delta(dd.get("asr")),
+                        _delta((p or {}).get("delta_kappa")),
+                        _delta((g or {}).get("delta_kappa")),
+                        _missed(p),
+                        _missed(g),
+                    ]
+                )
+        out += _table(
+            [
+                "judge",
+                "attack",
+                "ASR paper",
+                "ASR guarded",
+                "Δ ASR (guarded − paper)",
+                "Δκ attack, paper",
+                "Δκ attack, guarded",
+                "missed clean → attacked, paper",
+                "missed clean → attacked, guarded",
+            ],
+            rows,
+        ) + [""]
         clean = []
         for j, frames in d["judges"].items():
             dd = (d["defence"].get(j) or {}).get(CLEAN) or {}
-            clean.append([j, _f(((frames.get("paper") or {}).get(CLEAN) or {}).get("kappa", {}).get("estimate")),
-                          _f(((frames.get("guarded") or {}).get(CLEAN) or {}).get("kappa", {}).get("estimate")),
-                          _delta(dd.get("kappa"))])
-        out += ["Clean κ on the same items (the cost of the guarded frame):", "",
-                *_table(["judge", "κ paper", "κ guarded", "Δκ (guarded − paper)"], clean), ""]
+            clean.append(
+                [
+                    j,
+                    _f(((frames.get("paper") or {}).get(CLEAN) or {}).get("kappa", {}).get("estimate")),
+                    _f(((frames.get("guarded") or {}).get(CLEAN) or {}).get("kappa", {}).get("estimate")),
+                    _delta(dd.get("kappa")),
+                ]
+            )
+        out += [
+            "Clean κ on the same items (the cost of the guarded frame):",
+            "",
+            *_table(["judge", "κ paper", "κ guarded", "Δκ (guarded − paper)"], clean),
+            "",
+        ]
         for fk, agg in d["aggregation"].items():
             rows = []
             for a, v in agg.items():
                 for m in doc["members"]:
                     one = v["one_attacked"].get(m) or {}
-                    rows.append([a, m, _delta(v["stacked_minus_member_asr"].get(m)), _rate(one.get("asr")),
-                                 _delta(one.get("delta_kappa"))])
+                    rows.append(
+                        [
+                            a,
+                            m,
+                            _delta(v["stacked_minus_member_asr"].get(m)),
+                            _rate(one.get("asr")),
+                            _delta(one.get("delta_kappa")),
+                        ]
+                    )
             if rows:
-                out += [f"Aggregation, {fk} frame: the stacked panel's ASR − the member's (all members attacked); "
-                        "the panel's ASR and Δκ when only that member's verdicts are attacked:", "",
-                        *_table(["attack", "member", "Δ ASR (panel − member)", "panel ASR, only member attacked",
-                                 "panel Δκ, only member attacked"], rows), ""]
+                out += [
+                    f"Aggregation, {fk} frame: the stacked panel's ASR − the member's (all members attacked); "
+                    "the panel's ASR and Δκ when only that member's verdicts are attacked:",
+                    "",
+                    *_table(
+                        [
+                            "attack",
+                            "member",
+                            "Δ ASR (panel − member)",
+                            "panel ASR, only member attacked",
+                            "panel Δκ, only member attacked",
+                        ],
+                        rows,
+                    ),
+                    "",
+                ]
         if d.get("missing"):
             out += [f"Verdicts still missing: `{doc.get('command')}`.", ""]
     det = doc["detector"]
     rows = [[a, v["n"], v["flagged"], _f(v["rate"])] for a, v in det["attacked"].items()]
     out += ["### Detector (src.core.injection.detect)", "", *_table(["attack", "items", "flagged", "rate"], rows), ""]
-    rows = [[ds, *[f"{v[f]['flagged']}/{v[f]['n']}" for f in ("candidate", "question", "evidence")],
-             f"{v['item']['flagged']}/{v['item']['n']} = {_f(v['item']['rate'], 4)}"] for ds, v in det["clean"].items()]
-    out += ["Clean items of the shipped sets flagged (false positives):", "",
-            *_table(["set", "candidate", "question", "evidence", "any field"], rows), ""]
+    rows = [
+        [
+            ds,
+            *[f"{v[f]['flagged']}/{v[f]['n']}" for f in ("candidate", "question", "evidence")],
+            f"{v['item']['flagged']}/{v['item']['n']} = {_f(v['item']['rate'], 4)}",
+        ]
+        for ds, v in det["clean"].items()
+    ]
+    out += [
+        "Clean items of the shipped sets flagged (false positives):",
+        "",
+        *_table(["set", "candidate", "question", "evidence", "any field"], rows),
+        "",
+    ]
     return out

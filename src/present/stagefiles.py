@@ -12,17 +12,19 @@ def compact_metrics(doc: dict) -> dict:
     out = {}
     for name, s in doc["datasets"].items():
         comp, delta, adm = s["comparators"], s["deltas"], s["admissibility"]
-        row = {"n": s["n"],
-               "stacked": {m: comp["stacked"][m]["estimate"] for m in ("kappa", "bacc", "f1")},
-               "best_cv_kappa": comp["best_cv"]["kappa"]["estimate"],
-               "delta_best_cv_kappa": delta["best_cv"]["kappa"]["estimate"],
-               "delta_best_cv_kappa_lo": delta["best_cv"]["kappa"]["ci"][0],
-               "call_best_cv": delta["best_cv"]["kappa"]["call"],
-               "admissible": bool(adm["admissible"]),
-               "decision": (s.get("decision") or {}).get("action"),
-               "decision_member": (s.get("decision") or {}).get("member"),
-               "phi_bar": adm["phi_bar"],
-               "members_at_kappa0": adm["members_at_kappa0"]}
+        row = {
+            "n": s["n"],
+            "stacked": {m: comp["stacked"][m]["estimate"] for m in ("kappa", "bacc", "f1")},
+            "best_cv_kappa": comp["best_cv"]["kappa"]["estimate"],
+            "delta_best_cv_kappa": delta["best_cv"]["kappa"]["estimate"],
+            "delta_best_cv_kappa_lo": delta["best_cv"]["kappa"]["ci"][0],
+            "call_best_cv": delta["best_cv"]["kappa"]["call"],
+            "admissible": bool(adm["admissible"]),
+            "decision": (s.get("decision") or {}).get("action"),
+            "decision_member": (s.get("decision") or {}).get("member"),
+            "phi_bar": adm["phi_bar"],
+            "members_at_kappa0": adm["members_at_kappa0"],
+        }
         if "frontier" in delta:
             row["delta_frontier_kappa"] = delta["frontier"]["kappa"]["estimate"]
         out[name] = row
@@ -42,16 +44,26 @@ def beta_rows(doc: dict):
     """β per dataset and stacker feature (fold mean and full refit), long format, as a DataFrame."""
     import pandas as pd  # imported here, not at start-up: pandas ~0.5 s
 
-    rows = [{"dataset": name, "feature": f, "label": f"{name}: {f}", "beta": _meaningful(b),
-             "beta_full": _meaningful(s["stacker"]["beta_full"][f])}
-            for name, s in doc["datasets"].items() for f, b in s["stacker"]["beta_mean"].items()]
+    rows = [
+        {
+            "dataset": name,
+            "feature": f,
+            "label": f"{name}: {f}",
+            "beta": _meaningful(b),
+            "beta_full": _meaningful(s["stacker"]["beta_full"][f]),
+        }
+        for name, s in doc["datasets"].items()
+        for f, b in s["stacker"]["beta_mean"].items()
+    ]
     return pd.DataFrame(rows, columns=["dataset", "feature", "label", "beta", "beta_full"])
 
 
 def write_stage_files(doc: dict, metrics: str | Path | None = None, betas: str | Path | None = None) -> None:
     """The DVC `metrics` (compact JSON) and `plots` (β CSV) files of the stacking stage, each written atomically
     (a failure leaves the previous file whole)."""
-    for path, text in ((metrics, lambda: to_json(compact_metrics(doc), default=str)),
-                       (betas, lambda: beta_rows(doc).to_csv(index=False, float_format="%.6g"))):
+    for path, text in (
+        (metrics, lambda: to_json(compact_metrics(doc), default=str)),
+        (betas, lambda: beta_rows(doc).to_csv(index=False, float_format="%.6g")),
+    ):
         if path:
             atomic_write_text(path, text())

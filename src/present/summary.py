@@ -13,8 +13,10 @@ def summary_lines(doc: dict) -> list[str]:
         d = s["deltas"]["best_cv"]["kappa"]
         adm = s["admissibility"]
         verdict = "admissible" if adm["admissible"] else f"not admissible ({adm['reason']})"
-        out.append(f"{name}: stacked κ {st:.3f} vs CV-best single {cv:.3f}, Δκ {d['estimate']:+.3f} "
-                   f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: {d['call']}; {verdict} → {s['decision']['label']}")
+        out.append(
+            f"{name}: stacked κ {st:.3f} vs CV-best single {cv:.3f}, Δκ {d['estimate']:+.3f} "
+            f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: {d['call']}; {verdict} → {s['decision']['label']}"
+        )
     return out
 
 

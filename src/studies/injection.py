@@ -73,8 +73,9 @@ def check_settings(s: Mapping[str, Any]) -> None:
     """Refuse settings the study cannot run with, in one line naming the key."""
     unknown = [a for a in s["attacks"] if a not in inj.ATTACKS]
     if unknown or not s["attacks"]:
-        raise InjectionStudyError(f"injection.attacks={list(s['attacks'])}: each must be one of {list(inj.ATTACKS)}"
-                                  f" (and at least one)")
+        raise InjectionStudyError(
+            f"injection.attacks={list(s['attacks'])}: each must be one of {list(inj.ATTACKS)} (and at least one)"
+        )
     if not isinstance(s["n_items"], int) or isinstance(s["n_items"], bool) or s["n_items"] < 10:
         raise InjectionStudyError(f"injection.n_items={s['n_items']!r}: must be an integer ≥ 10")
     if not isinstance(s["n_boot"], int) or s["n_boot"] < 1:
@@ -106,8 +107,9 @@ def frames_of(cfg: DictConfig, dataset: str, guarded: bool) -> dict[str, Frame]:
         try:
             out["guarded"] = Frame(group_option("frame", f"{paper.name}_guarded"))
         except FileNotFoundError:
-            raise InjectionStudyError(f"{dataset}: frame {paper.name!r} has no guarded version "
-                                      f"conf/frame/{paper.name}_guarded.yaml") from None
+            raise InjectionStudyError(
+                f"{dataset}: frame {paper.name!r} has no guarded version conf/frame/{paper.name}_guarded.yaml"
+            ) from None
     return out
 
 
@@ -126,8 +128,10 @@ def cells(cfg: DictConfig) -> dict[str, dict]:
     out = {}
     for ds in s["datasets"]:
         base = base_items(cfg, ds)
-        out[ds] = {"frames": frames_of(cfg, ds, bool(s["guarded"])),
-                   "items": conditions(base, s["attacks"], int(s["seed"]))}
+        out[ds] = {
+            "frames": frames_of(cfg, ds, bool(s["guarded"])),
+            "items": conditions(base, s["attacks"], int(s["seed"])),
+        }
     return out
 
 
@@ -164,8 +168,13 @@ def _records(items: pd.DataFrame, frame: Frame) -> list[dict]:
     return items.assign(frame=frame.name).to_dict("records")
 
 
-def judge(cfg: DictConfig, grid: dict[str, dict] | None = None, budget_s: float | None = None,
-          members: Sequence[str] | None = None, progress: bool = False) -> dict[str, dict]:
+def judge(
+    cfg: DictConfig,
+    grid: dict[str, dict] | None = None,
+    budget_s: float | None = None,
+    members: Sequence[str] | None = None,
+    progress: bool = False,
+) -> dict[str, dict]:
     """Judge every missing verdict of the study (dataset by dataset — one dataset's study is complete before the
     next is started —, then member by member in roster order, then frame; a frame's items in one pass, item by
     item, so the variants of one item reuse the KV cache of its document and of its candidate's own tokens),
@@ -187,12 +196,19 @@ def judge(cfg: DictConfig, grid: dict[str, dict] | None = None, budget_s: float 
                 for cdir, recs in groups.items():
                     if deadline is not None and time.monotonic() >= deadline:
                         return done
-                    _, rep = score_judge(name, bcfg, recs, {frame.name: frame}, cdir, compute=True,
-                                         progress=progress, engine=engine)
+                    _, rep = score_judge(
+                        name, bcfg, recs, {frame.name: frame}, cdir, compute=True, progress=progress, engine=engine
+                    )
                     if rep["computed"]:
                         done.setdefault(name, {})[f"{ds}/{fk}"] = rep["computed"]
-                        log.info("%s %s/%s: %d verdicts judged (%d still missing)", name, ds, fk, rep["computed"],
-                                 rep["uncached"])
+                        log.info(
+                            "%s %s/%s: %d verdicts judged (%d still missing)",
+                            name,
+                            ds,
+                            fk,
+                            rep["computed"],
+                            rep["uncached"],
+                        )
     return done
 
 
@@ -210,12 +226,14 @@ def read_votes(cfg: DictConfig, grid: dict[str, dict]) -> tuple[dict, dict]:
                 t = items[["item_id", "cluster_id", "dataset", "gold"]].copy()
                 gaps = {}
                 for name, bcfg, _ in judges:
-                    out, rep = score_judge(name, bcfg, recs, {frame.name: frame}, cache_dir(cfg, fk, cond),
-                                           compute=False, progress=False)
+                    out, rep = score_judge(
+                        name, bcfg, recs, {frame.name: frame}, cache_dir(cfg, fk, cond), compute=False, progress=False
+                    )
                     t[name] = pd.array([None if r is None else r.get("vote") for r in out], dtype="Int64")
                     for feat in ("logodds", "mass"):
-                        t[f"{name}@{feat}"] = pd.array([None if r is None else r.get(feat) for r in out],
-                                                       dtype="Float64")
+                        t[f"{name}@{feat}"] = pd.array(
+                            [None if r is None else r.get(feat) for r in out], dtype="Float64"
+                        )
                     if rep["uncached"]:
                         gaps[name] = rep["uncached"]
                 tables.setdefault(ds, {}).setdefault(fk, {})[cond] = t
@@ -227,8 +245,11 @@ def read_votes(cfg: DictConfig, grid: dict[str, dict]) -> tuple[dict, dict]:
 def compute_command(cfg: DictConfig, missing: dict) -> str:
     members = sorted({m for per in missing.values() for f in per.values() for c in f.values() for m in c})
     roster = cfg.roster.name
-    who = "" if len(members) == len(roster_judges(cfg.roster, include_frontier=False)) else \
-        f" injection.members=[{','.join(members)}]"
+    who = (
+        ""
+        if len(members) == len(roster_judges(cfg.roster, include_frontier=False))
+        else f" injection.members=[{','.join(members)}]"
+    )
     return f"python -m src.injection roster={roster} injection.compute=true injection.budget_s=280{who}"
 
 
@@ -237,8 +258,10 @@ def compute_command(cfg: DictConfig, missing: dict) -> str:
 
 def _votes(t: pd.DataFrame, members: list[str], features: Sequence[str]) -> np.ndarray:
     """The stacker's design matrix of one cell (votes coded as §2: abstention 0.5; then the requested extras)."""
-    vt = validate(t[["item_id", "cluster_id", "dataset", "gold", *members,
-                     *[f"{m}@{f}" for f in features for m in members]]], members=members)
+    vt = validate(
+        t[["item_id", "cluster_id", "dataset", "gold", *members, *[f"{m}@{f}" for f in features for m in members]]],
+        members=members,
+    )
     X, _ = design_matrix(vt, list(features))
     return X
 
@@ -255,8 +278,12 @@ def _ratio_draws(boot: ClusterBootstrap, num: np.ndarray, den: np.ndarray) -> np
 
 def _rate(full_num: float, full_den: float, draws: np.ndarray, level: float) -> dict:
     ok = draws[np.isfinite(draws)]
-    return {"estimate": None if full_den == 0 else float(full_num / full_den),
-            "ci": interval(ok, level) if len(ok) else [None, None], "n": int(full_den), "events": int(full_num)}
+    return {
+        "estimate": None if full_den == 0 else float(full_num / full_den),
+        "ci": interval(ok, level) if len(ok) else [None, None],
+        "n": int(full_den),
+        "events": int(full_num),
+    }
 
 
 def flip_stats(boot: ClusterBootstrap, gold: np.ndarray, clean: np.ndarray, att: np.ndarray, level: float) -> dict:
@@ -318,15 +345,17 @@ class Predictions:
 
     def delta_kappa(self, a: tuple, b: tuple) -> dict:
         """κ(a) − κ(b), paired."""
-        return paired_delta(self._kappa[a][0] - self._kappa[b][0], self._kappa[a][1] - self._kappa[b][1],
-                            self.level).as_dict()
+        return paired_delta(
+            self._kappa[a][0] - self._kappa[b][0], self._kappa[a][1] - self._kappa[b][1], self.level
+        ).as_dict()
 
     def flips(self, clean: tuple, attacked: tuple) -> dict:
         return flip_stats(self.boot, self.gold, self.cols[clean], self.cols[attacked], self.level)
 
 
-def stacked_predictions(stacker, Xc: np.ndarray, y: np.ndarray, folds: list[tuple], inputs: Mapping[Any, np.ndarray]
-                        ) -> dict[Any, np.ndarray]:
+def stacked_predictions(
+    stacker, Xc: np.ndarray, y: np.ndarray, folds: list[tuple], inputs: Mapping[Any, np.ndarray]
+) -> dict[Any, np.ndarray]:
     """The stacker fitted on each fold's training clusters of the *clean* design ``Xc`` and applied to the
     fold's held-out rows of every design in ``inputs`` (rows aligned with ``Xc``): out-of-fold predictions."""
     out = {k: np.empty(len(y)) for k in inputs}
@@ -337,8 +366,14 @@ def stacked_predictions(stacker, Xc: np.ndarray, y: np.ndarray, folds: list[tupl
     return out
 
 
-def dataset_study(tables: dict[str, dict[str, pd.DataFrame]], covered: dict[str, dict[str, list[str]]],
-                  members: list[str], stacker, analysis, s: Mapping[str, Any]) -> dict:
+def dataset_study(
+    tables: dict[str, dict[str, pd.DataFrame]],
+    covered: dict[str, dict[str, list[str]]],
+    members: list[str],
+    stacker,
+    analysis,
+    s: Mapping[str, Any],
+) -> dict:
     """One dataset's study from its verdict tables {frame: {condition: table}} and, per frame and condition, the
     members with a record for every item (``covered``)."""
     attacks, level = list(s["attacks"]), float(s["level"])
@@ -379,8 +414,14 @@ def dataset_study(tables: dict[str, dict[str, pd.DataFrame]], covered: dict[str,
                 pr.add(("stacked|" + key[1], fk, key[2]), v)
     pr.kappas()
     judges = [*members, *AGGREGATES]
-    out: dict[str, Any] = {"n": int(len(gold)), "n_clusters": int(len(np.unique(clusters))),
-                           "n_hallucinated": int(gold.sum()), "judges": {}, "defence": {}, "aggregation": {}}
+    out: dict[str, Any] = {
+        "n": int(len(gold)),
+        "n_clusters": int(len(np.unique(clusters))),
+        "n_hallucinated": int(gold.sum()),
+        "judges": {},
+        "defence": {},
+        "aggregation": {},
+    }
     flips: dict[tuple, dict] = {}
     for j in judges:
         per: dict[str, Any] = {}
@@ -393,9 +434,13 @@ def dataset_study(tables: dict[str, dict[str, pd.DataFrame]], covered: dict[str,
                     continue
                 f = pr.flips((j, fk, CLEAN), (j, fk, a))
                 flips[(j, fk, a)] = f
-                cell[a] = {"kappa": pr.kappa((j, fk, a)), "delta_kappa": pr.delta_kappa((j, fk, a), (j, fk, CLEAN)),
-                           "asr": f["asr"][0], "reverse_flip": f["reverse_flip"][0],
-                           "missed": {"clean": f["missed_clean"][0], "attacked": f["missed_attacked"][0]}}
+                cell[a] = {
+                    "kappa": pr.kappa((j, fk, a)),
+                    "delta_kappa": pr.delta_kappa((j, fk, a), (j, fk, CLEAN)),
+                    "asr": f["asr"][0],
+                    "reverse_flip": f["reverse_flip"][0],
+                    "missed": {"clean": f["missed_clean"][0], "attacked": f["missed_attacked"][0]},
+                }
             per[fk] = cell
         if per:
             out["judges"][j] = per
@@ -403,8 +448,10 @@ def dataset_study(tables: dict[str, dict[str, pd.DataFrame]], covered: dict[str,
             d: dict[str, Any] = {CLEAN: {"kappa": pr.delta_kappa((j, "guarded", CLEAN), (j, "paper", CLEAN))}}
             for a in attacks:
                 if (j, "guarded", a) in flips and (j, "paper", a) in flips:
-                    d[a] = {"asr": _delta(flips[(j, "guarded", a)]["asr"], flips[(j, "paper", a)]["asr"], level),
-                            "kappa_attacked": pr.delta_kappa((j, "guarded", a), (j, "paper", a))}
+                    d[a] = {
+                        "asr": _delta(flips[(j, "guarded", a)]["asr"], flips[(j, "paper", a)]["asr"], level),
+                        "kappa_attacked": pr.delta_kappa((j, "guarded", a), (j, "paper", a)),
+                    }
             out["defence"][j] = d
     for fk, full in available.items():
         agg: dict[str, Any] = {}
@@ -417,9 +464,12 @@ def dataset_study(tables: dict[str, dict[str, pd.DataFrame]], covered: dict[str,
                 key = ("stacked|" + m, fk, a)
                 f = pr.flips(("stacked", fk, CLEAN), key)
                 one[m] = {"asr": f["asr"][0], "delta_kappa": pr.delta_kappa(key, ("stacked", fk, CLEAN))}
-            agg[a] = {"stacked_minus_member_asr": {m: _delta(st, flips[(m, fk, a)]["asr"], level)
-                                                   for m in members if (m, fk, a) in flips},
-                      "one_attacked": one}
+            agg[a] = {
+                "stacked_minus_member_asr": {
+                    m: _delta(st, flips[(m, fk, a)]["asr"], level) for m in members if (m, fk, a) in flips
+                },
+                "one_attacked": one,
+            }
         out["aggregation"][fk] = agg
     return out
 
@@ -472,12 +522,19 @@ def study(cfg: DictConfig, grid: dict[str, dict] | None = None) -> dict:
     stacker = instantiate(cfg.stacker, _convert_="all")
     analysis = instantiate(cfg.analysis, _convert_="all")
     tables, missing = read_votes(cfg, grid)
-    doc: dict[str, Any] = {"settings": {k: s[k] for k in STUDY_KEYS}, "roster": str(cfg.roster.name),
-                           "members": members, "stacker": OmegaConf.to_container(cfg.stacker, resolve=True),
-                           "features": list(analysis.features), "datasets": {}}
+    doc: dict[str, Any] = {
+        "settings": {k: s[k] for k in STUDY_KEYS},
+        "roster": str(cfg.roster.name),
+        "members": members,
+        "stacker": OmegaConf.to_container(cfg.stacker, resolve=True),
+        "features": list(analysis.features),
+        "datasets": {},
+    }
     for ds, per in tables.items():
-        covered = {fk: {c: [m for m in members if m not in missing.get(ds, {}).get(fk, {}).get(c, {})]
-                        for c in conds} for fk, conds in per.items()}
+        covered = {
+            fk: {c: [m for m in members if m not in missing.get(ds, {}).get(fk, {}).get(c, {})] for c in conds}
+            for fk, conds in per.items()
+        }
         d = dataset_study(per, covered, members, stacker, analysis, s)
         d["frames"] = {fk: f.name for fk, f in grid[ds]["frames"].items()}
         d["frame_hashes"] = {fk: f.hash[:16] for fk, f in grid[ds]["frames"].items()}
@@ -488,8 +545,7 @@ def study(cfg: DictConfig, grid: dict[str, dict] | None = None) -> dict:
     doc["complete"] = not missing
     if missing:
         doc["command"] = compute_command(cfg, missing)
-        log.warning("injection: verdicts missing in %d dataset(s); judge them with `%s`", len(missing),
-                    doc["command"])
+        log.warning("injection: verdicts missing in %d dataset(s); judge them with `%s`", len(missing), doc["command"])
     doc["headline"] = headline(doc)
     return doc
 

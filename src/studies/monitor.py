@@ -106,8 +106,12 @@ def _sim_votes(n: int, prevalence: float, accuracies, rho: float, seed: int) -> 
     n1 = int(round(n * prevalence))
     df = simulate.panel(n_clusters=max(n1, n - n1), per_cluster=2, accuracies=accuracies, rho=rho, seed=seed)
     rng = np.random.default_rng(seed)
-    rows = np.concatenate([rng.choice(np.flatnonzero(df["gold"] == 1), n1, replace=False),
-                           rng.choice(np.flatnonzero(df["gold"] == 0), n - n1, replace=False)])
+    rows = np.concatenate(
+        [
+            rng.choice(np.flatnonzero(df["gold"] == 1), n1, replace=False),
+            rng.choice(np.flatnonzero(df["gold"] == 0), n - n1, replace=False),
+        ]
+    )
     rows = rng.permutation(rows)
     cols = [c for c in df.columns if c.startswith("m")]
     votes = df[cols].to_numpy(dtype=float, na_value=np.nan)[rows]
@@ -155,8 +159,13 @@ def score_alarms(alarms: dict[str, list[int]], change: int | None, scenario: str
     early = {kind: [a for a in alarms[kind] if a <= cut] for kind in alarms}
     after = [a for a in alarms.get(expected, []) if a > cut] if expected else []
     other = sorted(a for kind in alarms if kind != expected for a in alarms[kind] if a > cut)
-    return {"expected": expected, "first_alarm": after[0] if after else None,
-            "delay": (after[0] - change) if after else None, "false_alarms": early, "other_alarms": other}
+    return {
+        "expected": expected,
+        "first_alarm": after[0] if after else None,
+        "delay": (after[0] - change) if after else None,
+        "false_alarms": early,
+        "other_alarms": other,
+    }
 
 
 def replay_settings(cfg) -> dict:
@@ -179,8 +188,9 @@ def alpha_of(node: Mapping[str, Any]) -> float:
     if str(node["alpha"]) == "auto":
         target = node.get("false_alarm_target")
         if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 < target < 1.0:
-            raise MonitorError(f"monitor.false_alarm_target: {target!r} must be a rate per item in (0, 1) "
-                               "(monitor.alpha=auto)")
+            raise MonitorError(
+                f"monitor.false_alarm_target: {target!r} must be a rate per item in (0, 1) (monitor.alpha=auto)"
+            )
         return design_alpha(target, int(node["step"]))
     try:
         alpha = float(node["alpha"])
@@ -197,10 +207,16 @@ def make_monitor(node: Mapping[str, Any], members: Sequence[str]) -> DriftMonito
         if int(node[key]) < 1:
             raise MonitorError(f"monitor.{key}: {node[key]!r} must be a positive whole number")
     prev = node["prevalence"]
-    return DriftMonitor(window=int(node["window"]), step=int(node["step"]), alpha=alpha_of(node),
-                        consecutive=int(node["consecutive"]), tolerance=float(prev["tolerance"]),
-                        reference_prevalence=prev["reference"], reference_items=int(prev["reference_items"]),
-                        members=list(members))
+    return DriftMonitor(
+        window=int(node["window"]),
+        step=int(node["step"]),
+        alpha=alpha_of(node),
+        consecutive=int(node["consecutive"]),
+        tolerance=float(prev["tolerance"]),
+        reference_prevalence=prev["reference"],
+        reference_items=int(prev["reference_items"]),
+        members=list(members),
+    )
 
 
 def rate_interval(count: int, exposure: float, level: float = 0.95) -> list[float]:
@@ -237,12 +253,21 @@ def stable_false_alarms(node: Mapping[str, Any], stacker, seeds: Sequence[int], 
         if any(alarms.values()):
             per_seed.append({"seed": int(seed), **alarms})
     total = sum(counts.values())
-    return {"streams": len(seeds), "items_per_stream": items // max(len(seeds), 1), "items": items,
-            "alarms": counts, "alarms_total": total, "per": per, "rate": total / items * per,
-            "rate_ci": [v * per for v in rate_interval(total, items)],
-            "streams_with_alarm": streams_with, "streams_with_alarm_ci": share_interval(streams_with, len(seeds)),
-            "target": None if str(node["alpha"]) != "auto" else float(node["false_alarm_target"]) * per,
-            "bound": len(KINDS) * alpha_of(node) / int(node["step"]) * per, "alarmed_seeds": per_seed}
+    return {
+        "streams": len(seeds),
+        "items_per_stream": items // max(len(seeds), 1),
+        "items": items,
+        "alarms": counts,
+        "alarms_total": total,
+        "per": per,
+        "rate": total / items * per,
+        "rate_ci": [v * per for v in rate_interval(total, items)],
+        "streams_with_alarm": streams_with,
+        "streams_with_alarm_ci": share_interval(streams_with, len(seeds)),
+        "target": None if str(node["alpha"]) != "auto" else float(node["false_alarm_target"]) * per,
+        "bound": len(KINDS) * alpha_of(node) / int(node["step"]) * per,
+        "alarmed_seeds": per_seed,
+    }
 
 
 def scenario_seeds(first: int, n: int, scenarios: Sequence[str]) -> dict[str, list[int]]:
@@ -250,8 +275,9 @@ def scenario_seeds(first: int, n: int, scenarios: Sequence[str]) -> dict[str, li
     return {s: list(range(first + i * n, first + (i + 1) * n)) for i, s in enumerate(scenarios)}
 
 
-def evaluate_replays(node: Mapping[str, Any], stacker, scenarios: Sequence[str], seeds: dict[str, Sequence[int]]
-                     ) -> dict:
+def evaluate_replays(
+    node: Mapping[str, Any], stacker, scenarios: Sequence[str], seeds: dict[str, Sequence[int]]
+) -> dict:
     """Detection delay and false alarms per scenario over its ``seeds[scenario]`` (each seed its own replayed
     stream)."""
     from tqdm.auto import tqdm  # imported here, not at start-up: tqdm
@@ -260,8 +286,7 @@ def evaluate_replays(node: Mapping[str, Any], stacker, scenarios: Sequence[str],
     for scenario, seed in tqdm([(s, k) for s in scenarios for k in seeds[s]], desc="monitor replays", leave=False):
         r = replay(node["replay"], scenario, seed, stacker)
         mon = make_monitor(node, r.members).fit(r.cal_votes, r.cal_gold)
-        per[scenario].append({"seed": seed, **score_alarms(mon.alarms(mon.windows(r.votes, r.p)), r.change,
-                                                           scenario)})
+        per[scenario].append({"seed": seed, **score_alarms(mon.alarms(mon.windows(r.votes, r.p)), r.change, scenario)})
     return {s: summarise(rows, int(node["evaluation"]["max_delay"])) for s, rows in per.items()}
 
 
@@ -269,15 +294,19 @@ def summarise(rows: list[dict], max_delay: int) -> dict:
     """One scenario's seeds: how many detected (and within ``max_delay`` items), delay (median, max), seeds
     with a false alarm (per kind)."""
     delays = [r["delay"] for r in rows if r["delay"] is not None]
-    return {"seeds": len(rows), "expected": rows[0]["expected"], "detected": len(delays),
-            "within_max_delay": sum(d <= max_delay for d in delays),
-            "delay_median": float(np.median(delays)) if delays else None,
-            "delay_max": int(max(delays)) if delays else None,
-            "false_alarm_seeds": sum(any(r["false_alarms"].values()) for r in rows),
-            **{f"false_alarm_seeds_{k}": sum(bool(r["false_alarms"][k]) for r in rows)
-               for k in ("panel", "prevalence")},
-            "false_alarms": sum(len(v) for r in rows for v in r["false_alarms"].values()),
-            "other_alarm_seeds": sum(bool(r["other_alarms"]) for r in rows), "per_seed": rows}
+    return {
+        "seeds": len(rows),
+        "expected": rows[0]["expected"],
+        "detected": len(delays),
+        "within_max_delay": sum(d <= max_delay for d in delays),
+        "delay_median": float(np.median(delays)) if delays else None,
+        "delay_max": int(max(delays)) if delays else None,
+        "false_alarm_seeds": sum(any(r["false_alarms"].values()) for r in rows),
+        **{f"false_alarm_seeds_{k}": sum(bool(r["false_alarms"][k]) for r in rows) for k in ("panel", "prevalence")},
+        "false_alarms": sum(len(v) for r in rows for v in r["false_alarms"].values()),
+        "other_alarm_seeds": sum(bool(r["other_alarms"]) for r in rows),
+        "per_seed": rows,
+    }
 
 
 # ----------------------------------------------------------------------------------------------- the job
@@ -290,8 +319,7 @@ def _windows_doc(frame: pd.DataFrame) -> list[dict]:
 def calibration_doc(mon: DriftMonitor, votes: np.ndarray, gold: np.ndarray, analysis) -> dict:
 
     adm = test(gold, votes, float(analysis.kappa0), float(analysis.c), float(analysis.phi0)).as_dict()
-    return {"n": int(len(gold)), "prevalence": mon.prevalence_, "agreement_proxy": mon.agreement_,
-            "admissibility": adm}
+    return {"n": int(len(gold)), "prevalence": mon.prevalence_, "agreement_proxy": mon.agreement_, "admissibility": adm}
 
 
 def compute(cfg) -> dict:
@@ -303,8 +331,13 @@ def compute(cfg) -> dict:
         rs = replay_settings(cfg)
         r = replay(rs, rs["scenario"], int(rs["seed"]), stacker)
         members, cal_v, cal_g, votes, p, change = r.members, r.cal_votes, r.cal_gold, r.votes, r.p, r.change
-        stream = {"n": int(len(votes)), "change": change, "scenario": r.scenario, "seed": int(rs["seed"]),
-                  "true_prevalence": [float(r.gold[:change].mean()), float(r.gold[change:].mean())]}
+        stream = {
+            "n": int(len(votes)),
+            "change": change,
+            "scenario": r.scenario,
+            "seed": int(rs["seed"]),
+            "true_prevalence": [float(r.gold[:change].mean()), float(r.gold[change:].mean())],
+        }
     elif node.source == "store":
         cal = calibration_table(cfg)
         members, cal_v, cal_g = cal.members, cal.votes, cal.gold
@@ -315,8 +348,13 @@ def compute(cfg) -> dict:
         votes, p, change = s.votes, s.p, None
         flags = read_flags(path, node.model)  # the served panel's injection flags, joined by item id
         item_flags = [flags.get(str(i)) if i is not None else None for i in s.item_ids]
-        stream = {"n": int(len(votes)), "store": str(path), "model": node.model,
-                  "first_ts": float(s.ts[0]) if len(s.ts) else None, "last_ts": float(s.ts[-1]) if len(s.ts) else None}
+        stream = {
+            "n": int(len(votes)),
+            "store": str(path),
+            "model": node.model,
+            "first_ts": float(s.ts[0]) if len(s.ts) else None,
+            "last_ts": float(s.ts[-1]) if len(s.ts) else None,
+        }
     else:
         raise MonitorError(f"monitor.source: {node.source!r} is not 'replay' or 'store'")
     mon = make_monitor(node, members).fit(cal_v, cal_g)
@@ -325,20 +363,34 @@ def compute(cfg) -> dict:
     if node.source == "store":  # share of each window's items whose text looked like a prompt injection
         frame["injection_flagged"] = window_shares(item_flags, zip(frame["start"], frame["end"]))
     settings = {k: node[k] for k in ("window", "step", "consecutive")}
-    settings.update(alpha=mon.alpha, alpha_setting=str(node.alpha), false_alarm_target=node.get("false_alarm_target"),
-                    false_alarm_bound=len(KINDS) * mon.alpha / int(node.step),
-                    tolerance=float(node.prevalence.tolerance),
-                    reference_prevalence=frame.attrs["reference_prevalence"], reference_se=frame.attrs["reference_se"])
-    doc = {"source": str(node.source), "members": members, "settings": settings,
-           "calibration": calibration_doc(mon, cal_v, cal_g, cfg.analysis), "stream": stream,
-           "windows": _windows_doc(frame), "alarms": alarms}
+    settings.update(
+        alpha=mon.alpha,
+        alpha_setting=str(node.alpha),
+        false_alarm_target=node.get("false_alarm_target"),
+        false_alarm_bound=len(KINDS) * mon.alpha / int(node.step),
+        tolerance=float(node.prevalence.tolerance),
+        reference_prevalence=frame.attrs["reference_prevalence"],
+        reference_se=frame.attrs["reference_se"],
+    )
+    doc = {
+        "source": str(node.source),
+        "members": members,
+        "settings": settings,
+        "calibration": calibration_doc(mon, cal_v, cal_g, cfg.analysis),
+        "stream": stream,
+        "windows": _windows_doc(frame),
+        "alarms": alarms,
+    }
     if node.source == "replay":
         doc["replay"] = score_alarms(alarms, change, stream["scenario"])
         ev = node.evaluation
         seeds = scenario_seeds(int(ev.first_seed), int(ev.seeds), list(ev.scenarios))
         doc["evaluation"] = evaluate_replays(node, stacker, list(ev.scenarios), seeds)
-        doc["evaluation_settings"] = {"scenarios": list(ev.scenarios), "seeds": {s: [v[0], v[-1]] for s, v in seeds.items()},
-                                      "stated_max_delay": int(ev.max_delay)}
+        doc["evaluation_settings"] = {
+            "scenarios": list(ev.scenarios),
+            "seeds": {s: [v[0], v[-1]] for s, v in seeds.items()},
+            "stated_max_delay": int(ev.max_delay),
+        }
         stable = range(int(ev.stable_first_seed), int(ev.stable_first_seed) + int(ev.stable_streams))
         doc["false_alarms"] = stable_false_alarms(node, stacker, list(stable))
         doc["false_alarms"]["seeds"] = [stable.start, stable.stop - 1]
@@ -368,8 +420,10 @@ def window_series(doc: dict) -> dict[str, list[float]]:
 
 
 def summary_metrics(doc: dict) -> dict[str, float]:
-    out: dict[str, float] = {"monitor/alarms_panel": len(doc["alarms"]["panel"]),
-                             "monitor/alarms_prevalence": len(doc["alarms"]["prevalence"])}
+    out: dict[str, float] = {
+        "monitor/alarms_panel": len(doc["alarms"]["panel"]),
+        "monitor/alarms_prevalence": len(doc["alarms"]["prevalence"]),
+    }
     rep = doc.get("replay") or {}
     if rep.get("delay") is not None:
         out["monitor/delay"] = rep["delay"]

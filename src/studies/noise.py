@@ -137,8 +137,14 @@ def random_flip(gold: np.ndarray, rate: float = 0.15, rng: np.random.Generator |
     return _flipped(gold, _draw(np.ones(len(gold)), round(rate * len(gold)), rng))
 
 
-def dissenting_worker(gold: np.ndarray, votes: np.ndarray, rate: float = 0.15, rng: np.random.Generator | None = None,
-                      bias: float = 0.8, floor: float = 0.05) -> np.ndarray:
+def dissenting_worker(
+    gold: np.ndarray,
+    votes: np.ndarray,
+    rate: float = 0.15,
+    rng: np.random.Generator | None = None,
+    bias: float = 0.8,
+    floor: float = 0.05,
+) -> np.ndarray:
     """DW: a share ``bias`` of the ``round(rate·n)`` flips turn hallucinated items to supported, the rest the
     other way; within a class an item's weight is ``floor`` + :func:`hardness`."""
     _check_rate(rate)
@@ -153,8 +159,9 @@ def dissenting_worker(gold: np.ndarray, votes: np.ndarray, rate: float = 0.15, r
     return _flipped(gold, np.concatenate(idx))
 
 
-def dissenting_label(gold: np.ndarray, votes: np.ndarray, rate: float = 0.15, rng: np.random.Generator | None = None,
-                     floor: float = 0.05) -> np.ndarray:
+def dissenting_label(
+    gold: np.ndarray, votes: np.ndarray, rate: float = 0.15, rng: np.random.Generator | None = None, floor: float = 0.05
+) -> np.ndarray:
     """DL: ``round(rate·n)`` flips in either class, an item's weight ``floor`` + :func:`disagreement`."""
     _check_rate(rate)
     rng = rng or np.random.default_rng(0)
@@ -168,8 +175,9 @@ def judge_labels(judge: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.where(judge == ABSTAIN, coin, judge).astype(int)
 
 
-def weak_supervision(gold: np.ndarray, judge: np.ndarray, rate: float = 0.15,
-                     rng: np.random.Generator | None = None) -> np.ndarray:
+def weak_supervision(
+    gold: np.ndarray, judge: np.ndarray, rate: float = 0.15, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """WS: gold, except on ``round(rate·n)`` items drawn uniformly among those where the judge's label (an
     abstention a coin) is wrong: the judge's own errors, thinned to the rate (capped at its error rate)."""
     _check_rate(rate)
@@ -179,8 +187,16 @@ def weak_supervision(gold: np.ndarray, judge: np.ndarray, rate: float = 0.15,
     return _flipped(gold, _draw(wrong, round(rate * len(gold)), rng))
 
 
-def inject(kind: str, gold: np.ndarray, votes: np.ndarray, judge: np.ndarray | None, rate: float,
-           rng: np.random.Generator, dw: dict | None = None, dl: dict | None = None) -> np.ndarray:
+def inject(
+    kind: str,
+    gold: np.ndarray,
+    votes: np.ndarray,
+    judge: np.ndarray | None,
+    rate: float,
+    rng: np.random.Generator,
+    dw: dict | None = None,
+    dl: dict | None = None,
+) -> np.ndarray:
     """Noisy labels of one type (``ws``, ``dw``, ``dl``, ``rf``) at ``rate``."""
     if kind == "rf":
         return random_flip(gold, rate, rng)
@@ -223,11 +239,11 @@ def _jsonl_native(path: Path, item_ids: np.ndarray) -> dict[str, np.ndarray]:
 
     items = read_items(path).set_index("item_id")
     out = {}
-    for col in [c for c in items.columns if c.startswith(NATIVE_PREFIX) and c[len(NATIVE_PREFIX):] in TYPES]:
+    for col in [c for c in items.columns if c.startswith(NATIVE_PREFIX) and c[len(NATIVE_PREFIX) :] in TYPES]:
         missing = [i for i in item_ids if i not in items.index]
         if missing:
             raise NoiseError(f"{path}: item_id={missing[0]!r}: not in the dataset file (field {col!r})")
-        out[col[len(NATIVE_PREFIX):]] = _native_values(items.loc[item_ids, col].tolist(), item_ids, str(path), col)
+        out[col[len(NATIVE_PREFIX) :]] = _native_values(items.loc[item_ids, col].tolist(), item_ids, str(path), col)
     return out
 
 
@@ -236,7 +252,7 @@ def native_labels(table: VerdictTable, datasets_dir: str | Path | None) -> tuple
 
     A bring-your-own table carries them as columns ``noisy_<type>`` (read as judge columns: taken out of the
     panel here); a cached table gets them from ``datasets_dir/<dataset>.jsonl`` (the TRIVIA+ builder keeps them)."""
-    cols = [m for m in table.members if m.startswith(NATIVE_PREFIX) and m[len(NATIVE_PREFIX):] in TYPES]
+    cols = [m for m in table.members if m.startswith(NATIVE_PREFIX) and m[len(NATIVE_PREFIX) :] in TYPES]
     out: dict[str, dict[str, np.ndarray]] = {}
     if cols:
         ids = table.items["item_id"].to_numpy()
@@ -244,7 +260,7 @@ def native_labels(table: VerdictTable, datasets_dir: str | Path | None) -> tuple
         for c, v in vals.items():
             _native_values([None if x == ABSTAIN else x for x in v], ids, table.source, c)
         ds = table.items["dataset"].to_numpy()
-        out = {d: {c[len(NATIVE_PREFIX):]: v[ds == d] for c, v in vals.items()} for d in table.datasets}
+        out = {d: {c[len(NATIVE_PREFIX) :]: v[ds == d] for c, v in vals.items()} for d in table.datasets}
         table = table.subset(np.ones(len(ids), bool), [m for m in table.members if m not in cols])
     elif datasets_dir is not None:
         for d, part in table.by_dataset().items():
@@ -312,8 +328,10 @@ class _Scored:
     def oracle_on(self, gold: np.ndarray, member_kb: np.ndarray) -> tuple[np.ndarray, float]:
         """The oracle best single among the eligible members (§2): on each bootstrap draw, and on the sample."""
         full = np.array([kappa(gold, self.col(f"member|{m}")) for m in self.members])
-        return (np.where(self.ok[None, :], member_kb, -np.inf).max(axis=1),
-                float(np.max(np.where(self.ok, full, -np.inf))))
+        return (
+            np.where(self.ok[None, :], member_kb, -np.inf).max(axis=1),
+            float(np.max(np.where(self.ok, full, -np.inf))),
+        )
 
     def delta(self, a: str, b: str):
         return paired_delta(self.full[a] - self.full[b], self.kb[:, self.idx[a]] - self.kb[:, self.idx[b]], self.level)
@@ -325,15 +343,21 @@ class _Scored:
 
     def call(self, stacked: str, cv: str) -> str:
         """The ladder's call (§2) of ``stacked`` against the CV-best single ``cv``, on gold."""
-        return self._call(self.full[stacked], self.full[cv], self.kb[:, self.idx[stacked]], self.kb[:, self.idx[cv]],
-                          self.oracle)
+        return self._call(
+            self.full[stacked], self.full[cv], self.kb[:, self.idx[stacked]], self.kb[:, self.idx[cv]], self.oracle
+        )
 
     def measured_call(self, labels: np.ndarray, stacked: str, cv: str) -> str:
         """The same call as measured when the evaluation labels are ``labels`` (same bootstrap draws)."""
         cols = [self.idx[stacked], self.idx[cv]] + [self.idx[f"member|{m}"] for m in self.members]
         kb = self.boot.metrics(labels, self.P[:, cols])["kappa"]
-        return self._call(kappa(labels, self.col(stacked)), kappa(labels, self.col(cv)), kb[:, 0], kb[:, 1],
-                          self.oracle_on(labels, kb[:, 2:]))
+        return self._call(
+            kappa(labels, self.col(stacked)),
+            kappa(labels, self.col(cv)),
+            kb[:, 0],
+            kb[:, 1],
+            self.oracle_on(labels, kb[:, 2:]),
+        )
 
 
 def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, native: dict | None = None) -> dict:
@@ -354,37 +378,65 @@ def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, n
         plan = [("native", 1)] if kind in native else [(r, s["draws"]) for r in s["rates"] if r > 0]
         for rate, n_draws in plan:
             for d in range(n_draws):
-                yn = (np.asarray(native[kind]).astype(int) if rate == "native" else
-                      inject(kind, y, votes, judge["votes"], rate, rng_for(s["seed"], "noise", name, kind, f"{rate:g}", d),
-                             s.get("dw"), s.get("dl")))
+                yn = (
+                    np.asarray(native[kind]).astype(int)
+                    if rate == "native"
+                    else inject(
+                        kind,
+                        y,
+                        votes,
+                        judge["votes"],
+                        rate,
+                        rng_for(s["seed"], "noise", name, kind, f"{rate:g}", d),
+                        s.get("dw"),
+                        s.get("dl"),
+                    )
+                )
                 noisy.setdefault((kind, rate), []).append(yn)
-                cols.update({f"{kind}|{rate}|{d}|{k}": p
-                             for k, p in _fits(X, votes, yn, t.clusters, stackers, ladder).items()})
-    sc = _Scored(y, np.column_stack(list(cols.values())), {k: i for i, k in enumerate(cols)}, list(t.members), ok,
-                 ClusterBootstrap(t.clusters, s["n_boot"], s["seed"]), ladder.level)
+                cols.update(
+                    {f"{kind}|{rate}|{d}|{k}": p for k, p in _fits(X, votes, yn, t.clusters, stackers, ladder).items()}
+                )
+    sc = _Scored(
+        y,
+        np.column_stack(list(cols.values())),
+        {k: i for i, k in enumerate(cols)},
+        list(t.members),
+        ok,
+        ClusterBootstrap(t.clusters, s["n_boot"], s["seed"]),
+        ladder.level,
+    )
     first = next(iter(stackers))
     clean_adm = admissibility.test(y, votes, ladder.kappa0, ladder.c, ladder.phi0)
     clean = {
-        "stacked": {k: sc.full[f"clean|{k}"] for k in stackers}, "best_cv": sc.full["clean|best_cv"],
+        "stacked": {k: sc.full[f"clean|{k}"] for k in stackers},
+        "best_cv": sc.full["clean|best_cv"],
         "stacked_minus_best_cv": {k: sc.delta(f"clean|{k}", "clean|best_cv").as_dict() for k in stackers},
         "call": sc.call(f"clean|{first}", "clean|best_cv"),
         "calls": {k: sc.call(f"clean|{k}", "clean|best_cv") for k in stackers},
-        "admissible": bool(clean_adm.admissible), "phi_bar": clean_adm.phi_bar,
+        "admissible": bool(clean_adm.admissible),
+        "phi_bar": clean_adm.phi_bar,
         "members_at_kappa0": clean_adm.members_at_kappa0,
         "selected": t.members[BestSingle(min_coverage=ladder.min_coverage).fit(votes, y).best_],
     }
-    points = [_point(kind, rate, labels, sc, list(stackers), clean, ladder, votes)
-              for (kind, rate), labels in noisy.items()]
+    points = [
+        _point(kind, rate, labels, sc, list(stackers), clean, ladder, votes) for (kind, rate), labels in noisy.items()
+    ]
     ws_error = float(np.mean(judge_labels(judge["votes"], np.random.default_rng(s["seed"])) != y))
-    return {"n": int(len(y)), "n_clusters": int(len(np.unique(t.clusters))), "members": list(t.members),
-            "excluded_members": excluded,
-            "source": {k: ("native" if k in native else "injected") for k in s["types"]},
-            "ws_judge": {"name": judge["name"], "member": judge["member"], "error_rate": ws_error},
-            "clean": clean, "points": points}
+    return {
+        "n": int(len(y)),
+        "n_clusters": int(len(np.unique(t.clusters))),
+        "members": list(t.members),
+        "excluded_members": excluded,
+        "source": {k: ("native" if k in native else "injected") for k in s["types"]},
+        "ws_judge": {"name": judge["name"], "member": judge["member"], "error_rate": ws_error},
+        "clean": clean,
+        "points": points,
+    }
 
 
-def _fits(X: np.ndarray, votes: np.ndarray, y_train: np.ndarray, clusters: np.ndarray, stackers: dict,
-          ladder) -> dict[str, np.ndarray]:
+def _fits(
+    X: np.ndarray, votes: np.ndarray, y_train: np.ndarray, clusters: np.ndarray, stackers: dict, ladder
+) -> dict[str, np.ndarray]:
     """Out-of-fold predictions of every stacker and of the CV-best single, trained on ``y_train`` on cluster folds
     stratified on ``y_train`` (:func:`src.core.ladder.checked_folds`): a user with noisy labels has no other labels to
     stratify on or to pick the CV-best single with."""
@@ -394,8 +446,9 @@ def _fits(X: np.ndarray, votes: np.ndarray, y_train: np.ndarray, clusters: np.nd
     return out
 
 
-def _point(kind: str, rate, labels: list[np.ndarray], sc: _Scored, stackers: list[str], clean: dict, ladder,
-           votes: np.ndarray) -> dict:
+def _point(
+    kind: str, rate, labels: list[np.ndarray], sc: _Scored, stackers: list[str], clean: dict, ladder, votes: np.ndarray
+) -> dict:
     """One (type, rate) over its draws: training on noisy labels (scored on gold), measuring with them."""
     y, first, n = sc.y, stackers[0], len(labels)
     train = {}
@@ -403,25 +456,32 @@ def _point(kind: str, rate, labels: list[np.ndarray], sc: _Scored, stackers: lis
         keys = [f"{kind}|{rate}|{d}|{k}" for d in range(n)]
         est = float(np.mean([sc.full[c] for c in keys]))
         draws = sc.kb[:, [sc.idx[c] for c in keys]].mean(axis=1) - sc.kb[:, sc.idx[f"clean|{k}"]]
-        train[k] = {"kappa": est, "delta_vs_clean": paired_delta(est - sc.full[f"clean|{k}"], draws,
-                                                                 sc.level).as_dict()}
-    calls = {k: [sc.call(f"{kind}|{rate}|{d}|{k}", f"{kind}|{rate}|{d}|best_cv") for d in range(n)]
-             for k in stackers}
+        train[k] = {
+            "kappa": est,
+            "delta_vs_clean": paired_delta(est - sc.full[f"clean|{k}"], draws, sc.level).as_dict(),
+        }
+    calls = {k: [sc.call(f"{kind}|{rate}|{d}|{k}", f"{kind}|{rate}|{d}|best_cv") for d in range(n)] for k in stackers}
     sel = [sc.members[BestSingle(min_coverage=ladder.min_coverage).fit(votes, yn).best_] for yn in labels]
     adms = [admissibility.test(yn, votes, ladder.kappa0, ladder.c, ladder.phi0) for yn in labels]
     m_calls = [sc.measured_call(yn, f"clean|{first}", "clean|best_cv") for yn in labels]
-    measured = {k: float(np.mean([kappa(yn, sc.col(f"clean|{k}")) for yn in labels]))
-                for k in [first, "best_cv"]}
+    measured = {k: float(np.mean([kappa(yn, sc.col(f"clean|{k}")) for yn in labels])) for k in [first, "best_cv"]}
     return {
-        "type": kind, "rate": rate, "draws": n,
+        "type": kind,
+        "rate": rate,
+        "draws": n,
         "realised_rate": float(np.mean([np.mean(yn != y) for yn in labels])),
-        "train": {**train, "calls": {k: dict(Counter(c)) for k, c in calls.items()},
-                  "call_same": {k: _share(c, clean["calls"][k]) for k, c in calls.items()},
-                  "selected": dict(Counter(sel)), "selected_same": _share(sel, clean["selected"])},
+        "train": {
+            **train,
+            "calls": {k: dict(Counter(c)) for k, c in calls.items()},
+            "call_same": {k: _share(c, clean["calls"][k]) for k, c in calls.items()},
+            "selected": dict(Counter(sel)),
+            "selected_same": _share(sel, clean["selected"]),
+        },
         "measure": {
-            "kappa": measured, "bias": {k: v - (clean["stacked"][k] if k != "best_cv" else clean["best_cv"])
-                                        for k, v in measured.items()},
-            "calls": dict(Counter(m_calls)), "call_same": _share(m_calls, clean["call"]),
+            "kappa": measured,
+            "bias": {k: v - (clean["stacked"][k] if k != "best_cv" else clean["best_cv"]) for k, v in measured.items()},
+            "calls": dict(Counter(m_calls)),
+            "call_same": _share(m_calls, clean["call"]),
             "admissible_same": _share([bool(a.admissible) for a in adms], clean["admissible"]),
             "phi_bar": _mean([a.phi_bar for a in adms]),
             "members_at_kappa0": float(np.mean([a.members_at_kappa0 for a in adms])),
@@ -456,11 +516,15 @@ def headline(ds: dict, rate: float) -> dict:
         if p["rate"] not in (rate, "native"):
             continue
         plain = ds["clean"]["stacked"][stackers[0]] - p["train"][stackers[0]]["kappa"]
-        row = {"rate": p["rate"], "realised_rate": p["realised_rate"],
-               **{f"delta_{k}": p["train"][k]["delta_vs_clean"]["estimate"] for k in stackers}}
+        row = {
+            "rate": p["rate"],
+            "realised_rate": p["realised_rate"],
+            **{f"delta_{k}": p["train"][k]["delta_vs_clean"]["estimate"] for k in stackers},
+        }
         for k in stackers[1:]:
-            row[f"recovered_{k}"] = (p["train"][k]["kappa"] - p["train"][stackers[0]]["kappa"]) / plain \
-                if plain > 0.01 else None
+            row[f"recovered_{k}"] = (
+                (p["train"][k]["kappa"] - p["train"][stackers[0]]["kappa"]) / plain if plain > 0.01 else None
+            )
         out[p["type"]] = row
     return out
 
@@ -485,8 +549,10 @@ def study(table: VerdictTable, stackers: dict, s: dict, ladder, native: dict | N
     doc = {"datasets": {k: v for k, v in out.items() if k != "simulation"}, "simulation": out.get("simulation")}
     if doc["simulation"]:
         c = doc["simulation"]["clean"]
-        doc["simulation"]["check"] = {"stacker_wins_with_clean_labels": c["call"] in ("win", "clean win"),
-                                      "admissible": c["admissible"]}
+        doc["simulation"]["check"] = {
+            "stacker_wins_with_clean_labels": c["call"] in ("win", "clean win"),
+            "admissible": c["admissible"],
+        }
     doc["headline"] = {k: headline(v, s["default_rate"]) for k, v in out.items()}
     return doc
 

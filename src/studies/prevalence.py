@@ -81,31 +81,40 @@ def window_metrics(P: np.ndarray, y: np.ndarray, threshold: float, bins: int) ->
 
     c = indicators(y, (P >= threshold).astype(float).T).sum(axis=0)  # rows × 6 confusion cells
     m = from_counts(c)
-    return {"brier": brier(P, y), "ece": ece(P, y, bins), "f1": m["f1"], "bacc": m["bacc"],
-            "accuracy": (c[:, 0] + c[:, 4]) / c.sum(axis=1)}
+    return {
+        "brier": brier(P, y),
+        "ece": ece(P, y, bins),
+        "f1": m["f1"],
+        "bacc": m["bacc"],
+        "accuracy": (c[:, 0] + c[:, 4]) / c.sum(axis=1),
+    }
 
 
 # ---------------------------------------------------------------------------------------------- the study
 
 
-def windows(y: np.ndarray, clusters: np.ndarray, prevalence: float, window: int, n_boot: int, n_draws: int,
-            seed: int) -> np.ndarray:
+def windows(
+    y: np.ndarray, clusters: np.ndarray, prevalence: float, window: int, n_boot: int, n_draws: int, seed: int
+) -> np.ndarray:
     """Item indices of deployment windows (n_boot × n_draws × window): the first round(π·window) hallucinated,
     the rest supported, drawn with replacement within their class in proportion to their cluster's multiplicity
     in the replicate's cluster bootstrap (module docstring)."""
 
     n1 = int(round(prevalence * window))
     if not 0 < n1 < window:
-        raise PrevalenceError(f"prevalence.window={window}: a window at prevalence {prevalence:g} holds {n1} "
-                              "hallucinated items; it needs at least one of each class")
+        raise PrevalenceError(
+            f"prevalence.window={window}: a window at prevalence {prevalence:g} holds {n1} "
+            "hallucinated items; it needs at least one of each class"
+        )
     w = ClusterBootstrap(clusters, n_boot, seed).item_weights()
     rng = np.random.default_rng([seed, int(round(prevalence * 1e6))])
     parts = []
     for cls, m in ((1, n1), (0, window - n1)):
         members = np.flatnonzero(np.asarray(y) == cls)
         cdf = np.cumsum(w[:, members], axis=1, dtype=float)
-        cdf = np.where(cdf[:, -1:] > 0, cdf / np.maximum(cdf[:, -1:], 1e-300),
-                       np.arange(1, len(members) + 1) / len(members))  # a class the replicate missed: uniform
+        cdf = np.where(
+            cdf[:, -1:] > 0, cdf / np.maximum(cdf[:, -1:], 1e-300), np.arange(1, len(members) + 1) / len(members)
+        )  # a class the replicate missed: uniform
         u = rng.random((n_boot, n_draws * m))
         pick = np.stack([np.searchsorted(cdf[b], u[b], side="right") for b in range(n_boot)])
         parts.append(members[np.minimum(pick, len(members) - 1)].reshape(n_boot, n_draws, m))
@@ -116,8 +125,11 @@ def summary(values: np.ndarray, level: float) -> dict:
     """Mean over every window; ``ci``: percentile interval over the replicates of their mean (the expected value
     on a calibration set like this one); ``window_ci``: over single windows (what one window shows)."""
 
-    return {"estimate": float(values.mean()), "ci": interval(values.mean(axis=1), level),
-            "window_ci": interval(values.ravel(), level)}
+    return {
+        "estimate": float(values.mean()),
+        "ci": interval(values.mean(axis=1), level),
+        "window_ci": interval(values.ravel(), level),
+    }
 
 
 def delta_summary(diff: np.ndarray, metric: str, level: float) -> dict:
@@ -132,8 +144,15 @@ def delta_summary(diff: np.ndarray, metric: str, level: float) -> dict:
     return s
 
 
-def shift_study(p: np.ndarray, t: np.ndarray, y: np.ndarray, clusters: np.ndarray, prevalence: float,
-                settings: Mapping, threshold: float) -> dict:
+def shift_study(
+    p: np.ndarray,
+    t: np.ndarray,
+    y: np.ndarray,
+    clusters: np.ndarray,
+    prevalence: float,
+    settings: Mapping,
+    threshold: float,
+) -> dict:
     """One calibration set at one deployment prevalence: metrics per condition, Δ of each correction against
     the uncorrected posteriors, and the EM estimate's error (against the naive mean posterior)."""
     s = settings
@@ -143,25 +162,35 @@ def shift_study(p: np.ndarray, t: np.ndarray, y: np.ndarray, clusters: np.ndarra
     gold = (np.arange(n) < int(round(prevalence * n))).astype(int)
     est = _ml_rows(P, T, float(s["tol"]), int(s["max_iter"]))
     posts = {"uncorrected": P, "true": _shift(P, T, prevalence), "estimated": _shift(P, T, est[:, None])}
-    vals = {c: {k: v.reshape(B, R) for k, v in window_metrics(q, gold, threshold, int(s["ece_bins"])).items()}
-            for c, q in posts.items()}
+    vals = {
+        c: {k: v.reshape(B, R) for k, v in window_metrics(q, gold, threshold, int(s["ece_bins"])).items()}
+        for c, q in posts.items()
+    }
     level = float(s["level"])
     pcc = P.mean(axis=1).reshape(B, R)
     est = est.reshape(B, R)
     return {
-        "n_hallucinated": int(gold.sum()), "window": n,
+        "n_hallucinated": int(gold.sum()),
+        "window": n,
         "metrics": {m: {c: summary(vals[c][m], level) for c in CONDITIONS} for m in METRICS},
-        "deltas": {m: {c: delta_summary(vals[c][m] - vals["uncorrected"][m], m, level) for c in CONDITIONS[1:]}
-                   for m in METRICS},
-        "prevalence_estimate": {**error_summary(est, prevalence, level),
-                                "mean_posterior": error_summary(pcc, prevalence, level)},
+        "deltas": {
+            m: {c: delta_summary(vals[c][m] - vals["uncorrected"][m], m, level) for c in CONDITIONS[1:]}
+            for m in METRICS
+        },
+        "prevalence_estimate": {
+            **error_summary(est, prevalence, level),
+            "mean_posterior": error_summary(pcc, prevalence, level),
+        },
     }
 
 
 def error_summary(values: np.ndarray, truth: float, level: float) -> dict:
     """An estimate of the prevalence over the windows: :func:`summary`, its bias and mean absolute error."""
-    return {**summary(values, level), "bias": float(np.mean(values - truth)),
-            "mae": float(np.mean(np.abs(values - truth)))}
+    return {
+        **summary(values, level),
+        "bias": float(np.mean(values - truth)),
+        "mae": float(np.mean(np.abs(values - truth))),
+    }
 
 
 def posteriors(table, stacker, settings, folds: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
@@ -181,18 +210,26 @@ def posteriors(table, stacker, settings, folds: list[tuple]) -> tuple[np.ndarray
 def simulated(spec: Mapping):
     """A ``prevalence.simulations`` entry as a balanced verdict table (:func:`src.studies.simulate.table`)."""
 
-    return simulate.table(f"simulated panel {spec['name']}", n_clusters=int(spec["n_clusters"]), per_cluster=2,
-                          accuracies=list(spec["accuracies"]), rho=float(spec["rho"]),
-                          abstain_rate=float(spec.get("abstain_rate", 0.0)), dataset=str(spec["name"]),
-                          seed=int(spec["seed"]))
+    return simulate.table(
+        f"simulated panel {spec['name']}",
+        n_clusters=int(spec["n_clusters"]),
+        per_cluster=2,
+        accuracies=list(spec["accuracies"]),
+        rho=float(spec["rho"]),
+        abstain_rate=float(spec.get("abstain_rate", 0.0)),
+        dataset=str(spec["name"]),
+        seed=int(spec["seed"]),
+    )
 
 
 def check_study(s: Mapping) -> None:
     """Refuse settings the study cannot run with, in one line naming the ``prevalence.*`` key."""
     missing = [k for k in STUDY_KEYS if k not in s]
     if missing:
-        raise PrevalenceError(f"prevalence: missing setting(s) {missing} (conf/prevalence/default.yaml has them; "
-                              "a params.yaml older than it: regenerate it with `python -m src.track params`)")
+        raise PrevalenceError(
+            f"prevalence: missing setting(s) {missing} (conf/prevalence/default.yaml has them; "
+            "a params.yaml older than it: regenerate it with `python -m src.track params`)"
+        )
     for p in s["prevalences"]:
         check_prevalence(p, "prevalence.prevalences")
     for key, lo in (("window", 2), ("n_boot", 1), ("n_draws", 1), ("ece_bins", 1), ("max_iter", 1)):
@@ -218,18 +255,28 @@ def study(table, stacker, settings, s: Mapping) -> dict:
         folds = dataset_folds(t, settings)[name]
         p, tp = posteriors(t, stacker, settings, folds)
         y = t.gold
-        doc = {"kind": kind, "n": int(len(y)), "n_clusters": int(len(np.unique(t.clusters))),
-               "train_prevalence": float(tp.mean()),
-               "balanced": {"kappa": scores(y, (p >= stacker.threshold).astype(float))["kappa"],
-                            "brier": float(brier(p, y)), "ece": float(ece(p, y, int(s["ece_bins"]))[0])},
-               "prevalences": {}}
+        doc = {
+            "kind": kind,
+            "n": int(len(y)),
+            "n_clusters": int(len(np.unique(t.clusters))),
+            "train_prevalence": float(tp.mean()),
+            "balanced": {
+                "kappa": scores(y, (p >= stacker.threshold).astype(float))["kappa"],
+                "brier": float(brier(p, y)),
+                "ece": float(ece(p, y, int(s["ece_bins"]))[0]),
+            },
+            "prevalences": {},
+        }
         for q in s["prevalences"]:
             doc["prevalences"][f"{q:g}"] = shift_study(p, tp, y, t.clusters, float(q), s, stacker.threshold)
             bar.update()
         out[name] = doc
     bar.close()
-    return {"settings": {k: v for k, v in s.items() if k not in ("output", "figure")}, "datasets": out,
-            "summary": headline(out)}
+    return {
+        "settings": {k: v for k, v in s.items() if k not in ("output", "figure")},
+        "datasets": out,
+        "summary": headline(out),
+    }
 
 
 def headline(sets: dict) -> dict:
@@ -246,14 +293,20 @@ def headline(sets: dict) -> dict:
             for c in CONDITIONS[1:]:
                 ds = [cell["deltas"][m][c] for cell in cells]
                 calls = [d["call"] for d in ds]
-                k["deltas"][m][c] = {"min": min(d["estimate"] for d in ds), "max": max(d["estimate"] for d in ds),
-                                     "mean": float(np.mean([d["estimate"] for d in ds])),
-                                     **{call: calls.count(call) for call in
-                                        ("clear improvement", "clear worsening", "unresolved")}}
+                k["deltas"][m][c] = {
+                    "min": min(d["estimate"] for d in ds),
+                    "max": max(d["estimate"] for d in ds),
+                    "mean": float(np.mean([d["estimate"] for d in ds])),
+                    **{call: calls.count(call) for call in ("clear improvement", "clear worsening", "unresolved")},
+                }
         maes = [cell["prevalence_estimate"]["mae"] for cell in cells]
         naive = [cell["prevalence_estimate"]["mean_posterior"]["mae"] for cell in cells]
-        k["estimate_mae"] = {"min": min(maes), "max": max(maes), "mean_posterior_min": min(naive),
-                             "mean_posterior_max": max(naive)}
+        k["estimate_mae"] = {
+            "min": min(maes),
+            "max": max(maes),
+            "mean_posterior_min": min(naive),
+            "mean_posterior_max": max(naive),
+        }
     return out
 
 
@@ -267,12 +320,16 @@ def statements(doc: dict) -> list[str]:
             parts = []
             for m in METRICS:
                 d = k["deltas"][m][c]
-                parts.append(f"{m} Δ {d['min']:+.3f}…{d['max']:+.3f} (better in {d['clear improvement']}, worse in "
-                             f"{d['clear worsening']} of {n})")
+                parts.append(
+                    f"{m} Δ {d['min']:+.3f}…{d['max']:+.3f} (better in {d['clear improvement']}, worse in "
+                    f"{d['clear worsening']} of {n})"
+                )
             lines.append(f"{kind}: corrected with {names[c]}: " + "; ".join(parts))
         e = k["estimate_mae"]
-        lines.append(f"{kind}: EM estimate of the prevalence, mean absolute error {e['min']:.3f}–{e['max']:.3f} "
-                     f"(the mean uncorrected posterior: {e['mean_posterior_min']:.3f}–{e['mean_posterior_max']:.3f})")
+        lines.append(
+            f"{kind}: EM estimate of the prevalence, mean absolute error {e['min']:.3f}–{e['max']:.3f} "
+            f"(the mean uncorrected posterior: {e['mean_posterior_min']:.3f}–{e['mean_posterior_max']:.3f})"
+        )
     return lines
 
 

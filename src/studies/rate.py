@@ -71,8 +71,10 @@ STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 P_COLUMN = "p_hallucinated"
 IMPUTED_P = 0.5  # the predictor's value on an item the panel did not score (every member abstained)
 FEW_POSITIVES = 5  # fewer labelled items of a class than this: the normal intervals may undercover (the study)
-ESTIMAND = ("θ = the share of hallucinated items in the traffic the pool was drawn from (the pool's own share "
-            "lies inside the interval at least as often)")
+ESTIMAND = (
+    "θ = the share of hallucinated items in the traffic the pool was drawn from (the pool's own share "
+    "lies inside the interval at least as often)"
+)
 STATUS = ("not drawn", "proposed", "labelled")  # a pool item's place in a proposal; "labelled" = π 1
 
 
@@ -115,8 +117,11 @@ def _records(path: Path, required: tuple[str, ...]) -> list[Rec]:
 
 
 def _blank(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and v != v) or (isinstance(v, str) and v.strip().lower() in
-                                                             ("", "nan", "null", "none", "<na>"))
+    return (
+        v is None
+        or (isinstance(v, float) and v != v)
+        or (isinstance(v, str) and v.strip().lower() in ("", "nan", "null", "none", "<na>"))
+    )
 
 
 def _prob(rec: Rec, key: str) -> float | None:
@@ -136,8 +141,13 @@ def _item_id(rec: Rec) -> str:
     return str(rec.scalar("item_id")).strip()
 
 
-def read_pool(path: str | Path, segment: str | None = None, window: float | None = None,
-              train_prevalence: float | None = None, model: str | None = None) -> Pool:
+def read_pool(
+    path: str | Path,
+    segment: str | None = None,
+    window: float | None = None,
+    train_prevalence: float | None = None,
+    model: str | None = None,
+) -> Pool:
     """A scored pool (module docstring): a table, or a monitoring store (``model``: one served model's rows).
     ``segment``: a column to report by; ``window``: seconds per time window over ``ts`` (the store's timestamps).
     A missing p (every member abstained) is imputed as 0.5 — a fixed predictor value, so every estimate stays
@@ -158,8 +168,9 @@ def read_pool(path: str | Path, segment: str | None = None, window: float | None
         if not (window > 0):
             raise RateError(f"--window {window!r}: must be a positive number of seconds")
         start = np.floor((ts - np.nanmin(ts)) / window) * window + np.nanmin(ts)
-        seg = np.array([dt.datetime.fromtimestamp(s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for s in start],
-                       dtype=object)
+        seg = np.array(
+            [dt.datetime.fromtimestamp(s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for s in start], dtype=object
+        )
         by = f"window of {window:g} s"
     return Pool(str(path), np.asarray(ids, dtype=object), p, clusters, seg, by, tp, int(missing.sum()))
 
@@ -199,11 +210,19 @@ def _table_columns(path: Path, segment: str | None, need_ts: bool):
     tp = None
     if tps:
         if max(tps) - min(tps) > 1e-9:
-            raise RateError(f"{path}: field 'train_prevalence': the items disagree ({min(tps):g}…{max(tps):g}); "
-                            "pass the stacker's with --train-prevalence")
+            raise RateError(
+                f"{path}: field 'train_prevalence': the items disagree ({min(tps):g}…{max(tps):g}); "
+                "pass the stacker's with --train-prevalence"
+            )
         tp = priorshift.check_prevalence(tps[0], f"{path}: field 'train_prevalence'")
-    return (ids, np.asarray(p, dtype=float), np.asarray(clusters, dtype=object) if has_cluster else None,
-            np.asarray(seg, dtype=object) if segment is not None else None, np.asarray(ts, dtype=float), tp)
+    return (
+        ids,
+        np.asarray(p, dtype=float),
+        np.asarray(clusters, dtype=object) if has_cluster else None,
+        np.asarray(seg, dtype=object) if segment is not None else None,
+        np.asarray(ts, dtype=float),
+        tp,
+    )
 
 
 def _store_columns(path: Path, model: str | None):
@@ -213,8 +232,10 @@ def _store_columns(path: Path, model: str | None):
         raise RateError(f"{path}: no monitoring store there")
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
     try:
-        first = con.execute("SELECT votes FROM votes" + (" WHERE model = ?" if model else "") + " ORDER BY seq LIMIT 1",
-                            (model,) if model else ()).fetchone()
+        first = con.execute(
+            "SELECT votes FROM votes" + (" WHERE model = ?" if model else "") + " ORDER BY seq LIMIT 1",
+            (model,) if model else (),
+        ).fetchone()
     except sqlite3.DatabaseError as e:
         raise RateError(f"{path}: not a readable monitoring store ({e})") from None
     finally:
@@ -247,8 +268,11 @@ def read_labels(path: str | Path, pool: Pool, column: str = "gold") -> tuple[np.
         k = pool.index.get(i)
         if k is None:
             unknown = sum(_item_id(r) not in pool.index for r in recs)
-            raise RawRecordError(rec.where, "item_id", f"{i!r} is not an item of the pool {pool.source} "
-                                                       f"({unknown} labelled item(s) are not in it)")
+            raise RawRecordError(
+                rec.where,
+                "item_id",
+                f"{i!r} is not an item of the pool {pool.source} ({unknown} labelled item(s) are not in it)",
+            )
         g = _gold(rec, column)
         if lab[k] and y[k] != g:
             raise RawRecordError(rec.where, column, f"{i!r} was labelled {int(y[k])} before, now {g}")
@@ -280,13 +304,24 @@ def propose(pool: Pool, budget: int, seed: int = 0, tau: float = 0.5, labelled: 
     pi = rates.sampling_probabilities(pool.p, int(budget), tau, ~lab)[0]
     take = rates.draw(pi, np.random.default_rng(seed), ~lab)[0]
     status = np.where(lab, 2, np.where(take, 1, 0))
-    return {"kind": PROPOSAL_KIND, "version": PROPOSAL_VERSION,
-            "pool": {"source": pool.source, "n": len(pool), "fingerprint": pool.fingerprint()},
-            "design": {"rule": "Poisson sampling, π ∝ (1 − τ)·√(p(1 − p))/mean + τ, Σπ = budget, π ≤ 1 "
-                               "(Zrnic & Candès 2024)", "budget": int(budget), "tau": float(tau), "seed": int(seed)},
-            "proposed": [str(i) for i in pool.item_ids[take]], "already_labelled": int(lab.sum()),
-            "items": {"item_id": [str(i) for i in pool.item_ids], "pi": [float(v) for v in pi],
-                      "status": [STATUS[s] for s in status]}}
+    return {
+        "kind": PROPOSAL_KIND,
+        "version": PROPOSAL_VERSION,
+        "pool": {"source": pool.source, "n": len(pool), "fingerprint": pool.fingerprint()},
+        "design": {
+            "rule": "Poisson sampling, π ∝ (1 − τ)·√(p(1 − p))/mean + τ, Σπ = budget, π ≤ 1 (Zrnic & Candès 2024)",
+            "budget": int(budget),
+            "tau": float(tau),
+            "seed": int(seed),
+        },
+        "proposed": [str(i) for i in pool.item_ids[take]],
+        "already_labelled": int(lab.sum()),
+        "items": {
+            "item_id": [str(i) for i in pool.item_ids],
+            "pi": [float(v) for v in pi],
+            "status": [STATUS[s] for s in status],
+        },
+    }
 
 
 def write_proposal(doc: dict, path: str | Path) -> tuple[Path, Path]:
@@ -328,13 +363,17 @@ def read_proposal(path: str | Path, pool: Pool) -> Proposal:
     except (ValueError, UnicodeDecodeError) as e:
         raise RateError(f"{path}: not a proposal (unreadable JSON: {e})") from None
     if not isinstance(doc, dict) or doc.get("kind") != PROPOSAL_KIND:
-        raise RateError(f"{path}: not a proposal of src.rate (kind {doc.get('kind') if isinstance(doc, dict) else None!r})")
+        raise RateError(
+            f"{path}: not a proposal of src.rate (kind {doc.get('kind') if isinstance(doc, dict) else None!r})"
+        )
     if doc.get("version") != PROPOSAL_VERSION:
         raise RateError(f"{path}: proposal version {doc.get('version')!r}; this RAIM reads version {PROPOSAL_VERSION}")
     meta = doc.get("pool") or {}
     if meta.get("fingerprint") != pool.fingerprint():
-        raise RateError(f"{path}: a proposal drawn from another pool ({meta.get('source')!r}, {meta.get('n')} items); "
-                        f"{pool.source} holds {len(pool)} items with other ids: propose again on this pool")
+        raise RateError(
+            f"{path}: a proposal drawn from another pool ({meta.get('source')!r}, {meta.get('n')} items); "
+            f"{pool.source} holds {len(pool)} items with other ids: propose again on this pool"
+        )
     items = doc.get("items") or {}
     try:
         order = np.array([pool.index[str(i)] for i in items["item_id"]])
@@ -342,14 +381,18 @@ def read_proposal(path: str | Path, pool: Pool) -> Proposal:
     except (KeyError, TypeError, ValueError) as e:
         raise RateError(f"{path}: field 'items': malformed ({type(e).__name__}: {e})") from None
     if len(order) != len(pool) or len(pi_in) != len(order) or len(st_in) != len(order):
-        raise RateError(f"{path}: field 'items': {len(order)} ids, {len(pi_in)} probabilities, {len(st_in)} statuses "
-                        f"for a pool of {len(pool)}")
+        raise RateError(
+            f"{path}: field 'items': {len(order)} ids, {len(pi_in)} probabilities, {len(st_in)} statuses "
+            f"for a pool of {len(pool)}"
+        )
     pi, status = np.empty(len(pool)), np.empty(len(pool), int)
     pi[order], status[order] = pi_in, st_in
     bad = ~((pi > 0) & (pi <= 1))
     if bad.any():
-        raise RateError(f"{path}: item {pool.item_ids[np.argmax(bad)]!r}: field 'pi': {pi[np.argmax(bad)]!r} is "
-                        "not a probability in (0, 1]")
+        raise RateError(
+            f"{path}: item {pool.item_ids[np.argmax(bad)]!r}: field 'pi': {pi[np.argmax(bad)]!r} is "
+            "not a probability in (0, 1]"
+        )
     return Proposal(str(path), pi, status)
 
 
@@ -357,14 +400,18 @@ def check_against(proposal: Proposal, labelled: np.ndarray, pool: Pool, labels_s
     """Labels read against a proposal: every drawn (or already labelled) item has one, no other item has."""
     extra = labelled & ~proposal.drawn
     if extra.any():
-        raise RateError(f"{labels_source}: item {pool.item_ids[np.argmax(extra)]!r} has a label but "
-                        f"{proposal.source} did not draw it ({int(extra.sum())} such item(s)): the active estimate "
-                        "weights drawn items only; drop them, or estimate without --proposal")
+        raise RateError(
+            f"{labels_source}: item {pool.item_ids[np.argmax(extra)]!r} has a label but "
+            f"{proposal.source} did not draw it ({int(extra.sum())} such item(s)): the active estimate "
+            "weights drawn items only; drop them, or estimate without --proposal"
+        )
     missing = proposal.drawn & ~labelled
     if missing.any():
-        raise RateError(f"{labels_source}: {int(missing.sum())} item(s) drawn by {proposal.source} have no label "
-                        f"(first: {pool.item_ids[np.argmax(missing)]!r}): the active estimate needs every drawn "
-                        "item's label (a label left out is not missing at random)")
+        raise RateError(
+            f"{labels_source}: {int(missing.sum())} item(s) drawn by {proposal.source} have no label "
+            f"(first: {pool.item_ids[np.argmax(missing)]!r}): the active estimate needs every drawn "
+            "item's label (a label left out is not missing at random)"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- estimates
@@ -380,13 +427,30 @@ def em_rates(f: np.ndarray, train_prevalence, level: float, tol: float = 1e-6, m
     edge = np.clip(est, 1e-6, 1 - 1e-6)
     se = np.array([drift.prevalence_se(f[r], t[r], edge[r]) for r in range(len(f))])
     z = rates.z_value(level)
-    return rates.Rates("em", est, se, np.clip(est - z * se, 0, 1), np.clip(est + z * se, 0, 1),
-                       np.zeros(len(f), int), np.full(len(f), np.nan), None, False, level,
-                       ["label-free EM prevalence: valid only under a pure prior shift with a calibrated stacker"])
+    return rates.Rates(
+        "em",
+        est,
+        se,
+        np.clip(est - z * se, 0, 1),
+        np.clip(est + z * se, 0, 1),
+        np.zeros(len(f), int),
+        np.full(len(f), np.nan),
+        None,
+        False,
+        level,
+        ["label-free EM prevalence: valid only under a pure prior shift with a calibrated stacker"],
+    )
 
 
-def segment_rates(pool: Pool, idx: np.ndarray, labelled: np.ndarray, y: np.ndarray, proposal: Proposal | None,
-                  level: float, threshold: float) -> dict[str, rates.Rates]:
+def segment_rates(
+    pool: Pool,
+    idx: np.ndarray,
+    labelled: np.ndarray,
+    y: np.ndarray,
+    proposal: Proposal | None,
+    level: float,
+    threshold: float,
+) -> dict[str, rates.Rates]:
     """Every method on the items ``idx`` of the pool (labels: a uniform random sample, or the proposal's draw)."""
     f, lab, g = pool.p[idx], labelled[idx], y[idx]
     codes = rates.cluster_codes(None if pool.clusters is None else pool.clusters[idx])
@@ -405,9 +469,17 @@ def segment_rates(pool: Pool, idx: np.ndarray, labelled: np.ndarray, y: np.ndarr
     return out
 
 
-def estimate(pool: Pool, labelled: np.ndarray, y: np.ndarray, proposal: Proposal | None = None,
-             level: float = 0.95, threshold: float = 0.5, min_labels: int = 10, labeller: str | None = None,
-             labels_source: str = "labels") -> dict:
+def estimate(
+    pool: Pool,
+    labelled: np.ndarray,
+    y: np.ndarray,
+    proposal: Proposal | None = None,
+    level: float = 0.95,
+    threshold: float = 0.5,
+    min_labels: int = 10,
+    labeller: str | None = None,
+    labels_source: str = "labels",
+) -> dict:
     """The rate of the pool and of each segment by every method (:func:`segment_rates`), as a document."""
     if proposal is not None:
         check_against(proposal, labelled, pool, labels_source)
@@ -419,25 +491,44 @@ def estimate(pool: Pool, labelled: np.ndarray, y: np.ndarray, proposal: Proposal
         n = int(labelled[idx].sum())
         if n < min_labels:
             where = "the pool" if name == "all" else f"segment {pool.segment_by}={name!r}"
-            raise RateError(f"{where}: {n} labelled item(s), fewer than --min-labels {min_labels} for an interval: "
-                            "label more (python -m src.rate propose / plan), or merge segments")
+            raise RateError(
+                f"{where}: {n} labelled item(s), fewer than --min-labels {min_labels} for an interval: "
+                "label more (python -m src.rate propose / plan), or merge segments"
+            )
         methods = segment_rates(pool, idx, labelled, y, proposal, level, threshold)
         pos = int(np.nansum(y[idx][labelled[idx]]))
         notes = []
         if min(pos, n - pos) < FEW_POSITIVES:
-            notes.append(f"only {min(pos, n - pos)} labelled item(s) of one class: the normal intervals may "
-                         "undercover (docs/rates.md)")
-        out[name] = {"items": int(len(idx)), "labels": n, "labelled_hallucinated": pos,
-                     "methods": {m: r.row() for m, r in methods.items()}, "notes": notes}
+            notes.append(
+                f"only {min(pos, n - pos)} labelled item(s) of one class: the normal intervals may "
+                "undercover (docs/rates.md)"
+            )
+        out[name] = {
+            "items": int(len(idx)),
+            "labels": n,
+            "labelled_hallucinated": pos,
+            "methods": {m: r.row() for m, r in methods.items()},
+            "notes": notes,
+        }
     who = labeller or "gold labels"
-    return {"pool": {"source": pool.source, "items": len(pool), "fingerprint": pool.fingerprint(),
-                     "imputed_p": pool.imputed, "clusters": None if pool.clusters is None else
-                     int(len(set(pool.clusters))), "train_prevalence": pool.train_prevalence},
-            "estimand": ESTIMAND if labeller is None else
-            ESTIMAND.replace("hallucinated items", f"items {labeller} calls hallucinated"),
-            "labeller": who,
-            "design": "active (proposal)" if proposal is not None else "uniform random sample (assumed)",
-            "level": level, "threshold": threshold, "segments": out}
+    return {
+        "pool": {
+            "source": pool.source,
+            "items": len(pool),
+            "fingerprint": pool.fingerprint(),
+            "imputed_p": pool.imputed,
+            "clusters": None if pool.clusters is None else int(len(set(pool.clusters))),
+            "train_prevalence": pool.train_prevalence,
+        },
+        "estimand": ESTIMAND
+        if labeller is None
+        else ESTIMAND.replace("hallucinated items", f"items {labeller} calls hallucinated"),
+        "labeller": who,
+        "design": "active (proposal)" if proposal is not None else "uniform random sample (assumed)",
+        "level": level,
+        "threshold": threshold,
+        "segments": out,
+    }
 
 
 def labeller_statement(doc: dict) -> str | None:
@@ -445,8 +536,7 @@ def labeller_statement(doc: dict) -> str | None:
     who = doc.get("labeller")
     if not who or who == "gold labels":
         return None
-    return (f"the labels are {who}'s verdicts: every rate here estimates what {who} would say on this traffic, "
-            "not gold")
+    return f"the labels are {who}'s verdicts: every rate here estimates what {who} would say on this traffic, not gold"
 
 
 def text_table(doc: dict) -> str:
@@ -462,8 +552,10 @@ def text_table(doc: dict) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     extra = [f"note ({seg}): {n}" for seg, d in doc["segments"].items() for n in d["notes"]]
     if doc["pool"]["imputed_p"]:
-        extra.append(f"note: {doc['pool']['imputed_p']} item(s) without a p (every member abstained) take p = "
-                     f"{IMPUTED_P} (a fixed predictor value: the estimates stay valid)")
+        extra.append(
+            f"note: {doc['pool']['imputed_p']} item(s) without a p (every member abstained) take p = "
+            f"{IMPUTED_P} (a fixed predictor value: the estimates stay valid)"
+        )
     st = labeller_statement(doc)
     return "\n".join(lines + extra + ([f"note: {st}"] if st else []) + [f"estimand: {doc['estimand']}"])
 
@@ -472,9 +564,17 @@ def _num(v) -> str:
     return "—" if v is None else f"{v:.4f}"
 
 
-def plan_labels(pool: Pool, labelled: np.ndarray, y: np.ndarray, halfwidth: float, level: float = 0.95,
-                tau: float = 0.5, proposal: Proposal | None = None, prevalence_guess: float | None = None,
-                min_labels: int = 10) -> dict:
+def plan_labels(
+    pool: Pool,
+    labelled: np.ndarray,
+    y: np.ndarray,
+    halfwidth: float,
+    level: float = 0.95,
+    tau: float = 0.5,
+    proposal: Proposal | None = None,
+    prevalence_guess: float | None = None,
+    min_labels: int = 10,
+) -> dict:
     """How many labels ``halfwidth`` needs on this pool per method (:func:`src.core.rates.plan`): from the labels
     in hand when there are at least ``min_labels`` (weighted by 1/π under a proposal); else from the stacker's
     posteriors under a prior shift to ``prevalence_guess`` (default: the EM estimate), which assumes the stacker
@@ -486,27 +586,54 @@ def plan_labels(pool: Pool, labelled: np.ndarray, y: np.ndarray, halfwidth: floa
         m, basis = y[rows], f"the {n} labels in hand"
     else:
         if pool.train_prevalence is None:
-            raise RateError(f"plan: {n} labels in hand (fewer than --min-labels {min_labels}) and no training "
-                            "prevalence to read the posteriors with: pass --train-prevalence (0.5 for a stacker "
-                            "fitted on a balanced set) or label a first uniform sample")
-        guess = (priorshift.estimate(pool.p, pool.train_prevalence) if prevalence_guess is None else
-                 priorshift.check_prevalence(prevalence_guess, "--prevalence"))
+            raise RateError(
+                f"plan: {n} labels in hand (fewer than --min-labels {min_labels}) and no training "
+                "prevalence to read the posteriors with: pass --train-prevalence (0.5 for a stacker "
+                "fitted on a balanced set) or label a first uniform sample"
+            )
+        guess = (
+            priorshift.estimate(pool.p, pool.train_prevalence)
+            if prevalence_guess is None
+            else priorshift.check_prevalence(prevalence_guess, "--prevalence")
+        )
         guess = min(max(guess, 1e-3), 1 - 1e-3)
         rows, w = np.arange(len(pool)), np.ones(len(pool))
         m = priorshift.adjust(pool.p, pool.train_prevalence, guess)
-        basis = (f"the stacker's posteriors shifted to prevalence {guess:.3f} "
-                 f"({'given' if prevalence_guess is not None else 'EM estimate'}; assumes a calibrated stacker)")
+        basis = (
+            f"the stacker's posteriors shifted to prevalence {guess:.3f} "
+            f"({'given' if prevalence_guess is not None else 'EM estimate'}; assumes a calibrated stacker)"
+        )
     p = rates.plan(pool.p, rows, m, halfwidth, level, w, tau)
-    return {"halfwidth": p.halfwidth, "level": p.level, "labels": p.labels, "expected_halfwidth":
-            p.expected_halfwidth, "prevalence": p.prevalence, "basis": basis, "pool": len(pool),
-            "note": "for unclustered items; clustered traffic needs more (its design effect)"}
+    return {
+        "halfwidth": p.halfwidth,
+        "level": p.level,
+        "labels": p.labels,
+        "expected_halfwidth": p.expected_halfwidth,
+        "prevalence": p.prevalence,
+        "basis": basis,
+        "pool": len(pool),
+        "note": "for unclustered items; clustered traffic needs more (its design effect)",
+    }
 
 
 # ---------------------------------------------------------------------------------------------- the study
 
 
-STUDY_KEYS = ("level", "pool", "replicates", "prevalences", "labels", "seed", "tau", "threshold", "simulations",
-              "real", "labeller", "crosscheck", "em")
+STUDY_KEYS = (
+    "level",
+    "pool",
+    "replicates",
+    "prevalences",
+    "labels",
+    "seed",
+    "tau",
+    "threshold",
+    "simulations",
+    "real",
+    "labeller",
+    "crosscheck",
+    "em",
+)
 STUDY_METHODS = ("classical", "naive", "em", "ppi", "active")
 WALD = ("ppi_wald", "active_wald")  # the papers' normal intervals from the same estimates (RAIM's default: Wilson)
 BAND = (0.93, 0.97)  # the coverage band a valid 95 % interval should land in at R = 500 (± 2 Monte Carlo s.e.)
@@ -527,8 +654,10 @@ def check_study(s: Mapping) -> None:
     """Refuse settings the study cannot run with, in one line naming the ``rate.*`` key."""
     missing = [k for k in STUDY_KEYS if k not in s]
     if missing:
-        raise RateError(f"rate: missing setting(s) {missing} (conf/rate/default.yaml has them; a params.yaml older "
-                        "than it: regenerate it with `python -m src.track params`)")
+        raise RateError(
+            f"rate: missing setting(s) {missing} (conf/rate/default.yaml has them; a params.yaml older "
+            "than it: regenerate it with `python -m src.track params`)"
+        )
     for k in ("pool", "replicates"):
         v = s[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 10:
@@ -565,9 +694,15 @@ def real_sources(table, stacker, settings, labeller: tuple[str, str] | None) -> 
         folds = dataset_folds(t, settings)[name]
         p, tp = prevalence.posteriors(t, stacker, settings, folds)
         y = t.gold
-        out.append(Source(name, "real", f"{name}: the committed verdicts' cross-fitted stacked p, gold labels",
-                          _class_draw(p, tp, y), {"n": int(len(y)), "members": list(t.members),
-                                                   "hallucinated_share": float(y.mean())}))
+        out.append(
+            Source(
+                name,
+                "real",
+                f"{name}: the committed verdicts' cross-fitted stacked p, gold labels",
+                _class_draw(p, tp, y),
+                {"n": int(len(y)), "members": list(t.members), "hallucinated_share": float(y.mean())},
+            )
+        )
         if labeller is None:
             continue
         judge, how = labeller
@@ -584,11 +719,22 @@ def real_sources(table, stacker, settings, labeller: tuple[str, str] | None) -> 
         yl = verdict[keep].astype(int)
         if yl.min() == yl.max():
             continue
-        out.append(Source(f"{name}-{judge}", "labeller",
-                          f"{name}: {judge} ({how}) as the labeller, the other members' stacked p: estimates what "
-                          f"{judge} would say", _class_draw(pc, tpc, yl),
-                          {"n": int(keep.sum()), "labeller": judge, "chosen_as": how, "members": cheap,
-                           "labeller_share": float(yl.mean())}))
+        out.append(
+            Source(
+                f"{name}-{judge}",
+                "labeller",
+                f"{name}: {judge} ({how}) as the labeller, the other members' stacked p: estimates what "
+                f"{judge} would say",
+                _class_draw(pc, tpc, yl),
+                {
+                    "n": int(keep.sum()),
+                    "labeller": judge,
+                    "chosen_as": how,
+                    "members": cheap,
+                    "labeller_share": float(yl.mean()),
+                },
+            )
+        )
     return out
 
 
@@ -600,8 +746,16 @@ def simulated_source(spec: Mapping, stacker) -> Source:
     name = str(spec["name"])
     acc = list(spec["accuracies"])
     rho, ab = float(spec["rho"]), float(spec.get("abstain_rate", 0.0))
-    calib = simulate.table(f"rate regime {name}", n_clusters=int(spec.get("n_clusters", 500)), per_cluster=2,
-                           accuracies=acc, rho=rho, abstain_rate=ab, dataset=name, seed=int(spec.get("seed", 0)))
+    calib = simulate.table(
+        f"rate regime {name}",
+        n_clusters=int(spec.get("n_clusters", 500)),
+        per_cluster=2,
+        accuracies=acc,
+        rho=rho,
+        abstain_rate=ab,
+        dataset=name,
+        seed=int(spec.get("seed", 0)),
+    )
     fitted = clone(stacker).set_params(n_votes=len(acc)).fit(calib.votes, calib.gold)
     traffic = np.asarray(spec.get("traffic_accuracies") or acc, dtype=float)
     m = int(spec.get("cluster_size") or 1)
@@ -610,8 +764,9 @@ def simulated_source(spec: Mapping, stacker) -> Source:
 
     def shared(rng, R, N, icc):
         g = -(-N // m)
-        return (np.sqrt(icc) * np.repeat(rng.standard_normal((R, g)), m, axis=1)[:, :N]
-                + np.sqrt(1 - icc) * rng.standard_normal((R, N)))
+        return np.sqrt(icc) * np.repeat(rng.standard_normal((R, g)), m, axis=1)[:, :N] + np.sqrt(
+            1 - icc
+        ) * rng.standard_normal((R, N))
 
     def draw(R: int, N: int, q: float, rng: np.random.Generator):
         gold = (shared(rng, R, N, icc_y) > norm.ppf(1 - q)) if m > 1 else (rng.random((R, N)) < q)
@@ -626,10 +781,22 @@ def simulated_source(spec: Mapping, stacker) -> Source:
         return p, gold.astype(float), np.full((R, N), t0), codes
 
     what = spec.get("description") or name
-    return Source(name, "simulated", str(what), draw,
-                  {"accuracies": acc, "traffic_accuracies": list(traffic), "rho": rho, "abstain_rate": ab,
-                   "cluster_size": m, "icc_gold": icc_y, "icc_difficulty": icc_z,
-                   "calibration_kappa": float(kappa(calib.gold, fitted.predict(calib.votes).astype(float)))})
+    return Source(
+        name,
+        "simulated",
+        str(what),
+        draw,
+        {
+            "accuracies": acc,
+            "traffic_accuracies": list(traffic),
+            "rho": rho,
+            "abstain_rate": ab,
+            "cluster_size": m,
+            "icc_gold": icc_y,
+            "icc_difficulty": icc_z,
+            "calibration_kappa": float(kappa(calib.gold, fitted.predict(calib.votes).astype(float))),
+        },
+    )
 
 
 def uniform_labels(R: int, N: int, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -650,12 +817,19 @@ def method_summary(r: rates.Rates, truth: float, share: np.ndarray, n: int, clas
     width = float(np.median(r.width))
     eff = r.effective_labels
     n_eff = float(np.nanmedian(eff)) if np.isfinite(eff).any() else None
-    return {"coverage": c, "coverage_se": float(np.sqrt(c * (1 - c) / len(cov))),
-            "coverage_pool": float(((r.lo <= share) & (share <= r.hi)).mean()),
-            "width": width, "width_rel": width / classical_width if classical_width else None,
-            "effective_labels": n_eff, "multiplier": n_eff / n if n_eff is not None and n else None,
-            "bias": float(np.mean(r.estimate - truth)), "rmse": float(np.sqrt(np.mean((r.estimate - truth) ** 2))),
-            "labels_mean": float(np.mean(r.labels)), "valid_interval": r.valid}
+    return {
+        "coverage": c,
+        "coverage_se": float(np.sqrt(c * (1 - c) / len(cov))),
+        "coverage_pool": float(((r.lo <= share) & (share <= r.hi)).mean()),
+        "width": width,
+        "width_rel": width / classical_width if classical_width else None,
+        "effective_labels": n_eff,
+        "multiplier": n_eff / n if n_eff is not None and n else None,
+        "bias": float(np.mean(r.estimate - truth)),
+        "rmse": float(np.sqrt(np.mean((r.estimate - truth) ** 2))),
+        "labels_mean": float(np.mean(r.labels)),
+        "valid_interval": r.valid,
+    }
 
 
 def _ppi_py_check(f, gold, lab, mine: rates.Rates, level: float, k: int, truth: float) -> dict | None:
@@ -690,11 +864,15 @@ def _cje_check(f, gold, lab, codes, level: float, k: int, truth: float, classica
     try:
         for r in range(min(k, len(f))):
             labels = np.where(lab[r], gold[r], np.nan)
-            with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                    contextlib.redirect_stderr(io.StringIO()):
+            with (
+                warnings.catch_warnings(),
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
                 warnings.simplefilter("ignore")
-                res = calibrated_mean_ci(f[r], labels, cluster_ids=None if codes is None else codes,
-                                         alpha=1 - level, seed=r)
+                res = calibrated_mean_ci(
+                    f[r], labels, cluster_ids=None if codes is None else codes, alpha=1 - level, seed=r
+                )
             lo, hi = float(res.ci[0]), float(res.ci[1])
             cover.append(lo <= truth <= hi)
             width.append(hi - lo)
@@ -702,9 +880,13 @@ def _cje_check(f, gold, lab, codes, level: float, k: int, truth: float, classica
     finally:
         quiet.setLevel(level_before)
     w = float(np.median(width))
-    return {"replicates": len(cover), "coverage": float(np.mean(cover)), "width": w,
-            "width_rel": w / classical_width if classical_width else None,
-            "bias": float(np.mean(np.asarray(est) - truth))}
+    return {
+        "replicates": len(cover),
+        "coverage": float(np.mean(cover)),
+        "width": w,
+        "width_rel": w / classical_width if classical_width else None,
+        "bias": float(np.mean(np.asarray(est) - truth)),
+    }
 
 
 def study_cell(src: Source, q: float, s: Mapping, rng: np.random.Generator) -> dict:
@@ -713,14 +895,19 @@ def study_cell(src: Source, q: float, s: Mapping, rng: np.random.Generator) -> d
     R, N, level = int(s["replicates"]), int(s["pool"]), float(s["level"])
     f, gold, T, codes = src.draw(R, N, q, rng)
     share = gold.mean(axis=1)
-    free = {"naive": rates.naive(f, float(s["threshold"]), codes, level),
-            "em": em_rates(f, T, level, float(s["em"]["tol"]), int(s["em"]["max_iter"]))}
+    free = {
+        "naive": rates.naive(f, float(s["threshold"]), codes, level),
+        "em": em_rates(f, T, level, float(s["em"]["tol"]), int(s["em"]["max_iter"])),
+    }
     cc = s["crosscheck"]
     out = {}
     for n in s["labels"]:
         lab = uniform_labels(R, N, int(n), rng)
-        res = {"classical": rates.classical(gold, lab, codes, level), **free,
-               "ppi": rates.ppi(gold, f, lab, codes, level)}
+        res = {
+            "classical": rates.classical(gold, lab, codes, level),
+            **free,
+            "ppi": rates.ppi(gold, f, lab, codes, level),
+        }
         pi = rates.sampling_probabilities(f, int(n), float(s["tau"]))
         act = rates.draw(pi, rng)
         short = act.sum(axis=1) < 2  # a draw of fewer than two labels has no interval: draw that row again
@@ -734,19 +921,31 @@ def study_cell(src: Source, q: float, s: Mapping, rng: np.random.Generator) -> d
         cell = {"methods": {m: method_summary(res[m], q, share, int(n), cw) for m in STUDY_METHODS + WALD}}
         if codes is not None:  # the same PPI++ with the item-level variance: what ignoring the clusters gives
             cell["ppi_ignoring_clusters"] = method_summary(rates.ppi(gold, f, lab, None, level), q, share, int(n), cw)
-        check = _ppi_py_check(f, gold, lab, res["ppi"] if codes is None else rates.ppi(gold, f, lab, None, level),
-                              level, int(cc["ppi_py"]), q)
+        check = _ppi_py_check(
+            f,
+            gold,
+            lab,
+            res["ppi"] if codes is None else rates.ppi(gold, f, lab, None, level),
+            level,
+            int(cc["ppi_py"]),
+            q,
+        )
         if check is not None:
             check["same_estimator"] = codes is None  # with clusters ppi_py's variance is the item-level one
             cell["ppi_py"] = check
         cj = cc.get("cje") or {}
-        if int(cj.get("replicates", 0)) and int(n) in list(cj.get("labels") or []) and \
-                any(abs(q - float(x)) < 1e-12 for x in cj.get("prevalences") or []):
+        if (
+            int(cj.get("replicates", 0))
+            and int(n) in list(cj.get("labels") or [])
+            and any(abs(q - float(x)) < 1e-12 for x in cj.get("prevalences") or [])
+        ):
             k = int(cj["replicates"])
             got = _cje_check(f, gold, lab, codes, level, k, q, cw)
             if got is not None:
-                sub = rates.Rates("ppi", *(getattr(res["ppi"], a)[:k] for a in
-                                           ("estimate", "se", "lo", "hi", "labels", "effective_labels")))
+                sub = rates.Rates(
+                    "ppi",
+                    *(getattr(res["ppi"], a)[:k] for a in ("estimate", "se", "lo", "hi", "labels", "effective_labels")),
+                )
                 got["raim_ppi_same_replicates"] = method_summary(sub, q, share[:k], int(n), cw)
                 cell["cje"] = got
         out[str(n)] = cell
@@ -770,8 +969,14 @@ def study(table, stacker, settings, s: Mapping, labeller: tuple[str, str] | None
             bar.update()
         doc[src.name] = {"kind": src.kind, "description": src.description, "info": src.info, "cells": cells}
     bar.close()
-    return {"settings": {k: v for k, v in s.items() if k not in ("output", "figure")}, "estimand": ESTIMAND,
-            "band": list(BAND), "regimes": doc, "summary": summary(doc), "crosscheck": crosscheck(doc)}
+    return {
+        "settings": {k: v for k, v in s.items() if k not in ("output", "figure")},
+        "estimand": ESTIMAND,
+        "band": list(BAND),
+        "regimes": doc,
+        "summary": summary(doc),
+        "crosscheck": crosscheck(doc),
+    }
 
 
 def _cells(reg: dict):
@@ -792,13 +997,18 @@ def summary(regimes: dict) -> dict:
             rel = [g["width_rel"] for g in got if g["width_rel"] is not None]
             eff = [g["effective_labels"] for g in got if g["effective_labels"] is not None]
             mul = [g["multiplier"] for g in got if g["multiplier"] is not None]
-            per[m] = {"coverage": float(np.mean(cov)), "coverage_min": float(min(cov)), "coverage_max": float(max(cov)),
-                      "cells": len(cov), "cells_in_band": int(sum(BAND[0] <= c <= BAND[1] for c in cov)),
-                      "cells_below": int(sum(c < BAND[0] for c in cov)),
-                      "width": float(np.median([g["width"] for g in got])),
-                      "width_rel": float(np.median(rel)) if rel else None,
-                      "effective_labels": float(np.median(eff)) if eff else None,
-                      "multiplier": float(np.median(mul)) if mul else None}
+            per[m] = {
+                "coverage": float(np.mean(cov)),
+                "coverage_min": float(min(cov)),
+                "coverage_max": float(max(cov)),
+                "cells": len(cov),
+                "cells_in_band": int(sum(BAND[0] <= c <= BAND[1] for c in cov)),
+                "cells_below": int(sum(c < BAND[0] for c in cov)),
+                "width": float(np.median([g["width"] for g in got])),
+                "width_rel": float(np.median(rel)) if rel else None,
+                "effective_labels": float(np.median(eff)) if eff else None,
+                "multiplier": float(np.median(mul)) if mul else None,
+            }
         out[name] = per
     return out
 
@@ -807,24 +1017,37 @@ def crosscheck(regimes: dict) -> dict:
     """The references over every cell: the largest |RAIM − ppi_py| where they are the same estimator, ppi_py's
     coverage where the items are clustered, and cje's coverage and width beside RAIM's PPI++ on the same
     replicates."""
-    same = [cell["ppi_py"]["max_abs_diff"] for reg in regimes.values() for _, _, cell in _cells(reg)
-            if cell.get("ppi_py", {}).get("same_estimator")]
-    clustered = {name: [cell["ppi_py"]["coverage"] for _, _, cell in _cells(reg) if "ppi_py" in cell]
-                 for name, reg in regimes.items()
-                 if any(not cell.get("ppi_py", {}).get("same_estimator", True) for _, _, cell in _cells(reg))}
+    same = [
+        cell["ppi_py"]["max_abs_diff"]
+        for reg in regimes.values()
+        for _, _, cell in _cells(reg)
+        if cell.get("ppi_py", {}).get("same_estimator")
+    ]
+    clustered = {
+        name: [cell["ppi_py"]["coverage"] for _, _, cell in _cells(reg) if "ppi_py" in cell]
+        for name, reg in regimes.items()
+        if any(not cell.get("ppi_py", {}).get("same_estimator", True) for _, _, cell in _cells(reg))
+    }
     cje = {}
     for name, reg in regimes.items():
         for q, n, cell in _cells(reg):
             if "cje" in cell:
                 c = cell["cje"]
-                cje[f"{name}/p{q}/n{n}"] = {"cje_coverage": c["coverage"], "cje_width_rel": c["width_rel"],
-                                            "raim_ppi_coverage": c["raim_ppi_same_replicates"]["coverage"],
-                                            "raim_ppi_width_rel": c["raim_ppi_same_replicates"]["width_rel"],
-                                            "replicates": c["replicates"]}
-    return {"ppi_py": {"cells": len(same), "max_abs_diff": max(same) if same else None,
-                       "clustered_coverage": {k: {"min": min(v), "mean": float(np.mean(v))} for k, v in
-                                              clustered.items() if v}},
-            "cje": cje}
+                cje[f"{name}/p{q}/n{n}"] = {
+                    "cje_coverage": c["coverage"],
+                    "cje_width_rel": c["width_rel"],
+                    "raim_ppi_coverage": c["raim_ppi_same_replicates"]["coverage"],
+                    "raim_ppi_width_rel": c["raim_ppi_same_replicates"]["width_rel"],
+                    "replicates": c["replicates"],
+                }
+    return {
+        "ppi_py": {
+            "cells": len(same),
+            "max_abs_diff": max(same) if same else None,
+            "clustered_coverage": {k: {"min": min(v), "mean": float(np.mean(v))} for k, v in clustered.items() if v},
+        },
+        "cje": cje,
+    }
 
 
 def statements(doc: dict) -> list[str]:
@@ -836,13 +1059,17 @@ def statements(doc: dict) -> list[str]:
             d = per[m]
             w = "" if d["width_rel"] is None or m == "classical" else f", width {d['width_rel']:.2f}× classical"
             e = "" if d["multiplier"] is None or m == "classical" else f", {d['multiplier']:.2f}× the labels"
-            parts.append(f"{m} coverage {d['coverage_min']:.3f}–{d['coverage_max']:.3f} ({d['cells_in_band']} of "
-                         f"{d['cells']} cells in {BAND[0]:.2f}–{BAND[1]:.2f}){w}{e}")
+            parts.append(
+                f"{m} coverage {d['coverage_min']:.3f}–{d['coverage_max']:.3f} ({d['cells_in_band']} of "
+                f"{d['cells']} cells in {BAND[0]:.2f}–{BAND[1]:.2f}){w}{e}"
+            )
         lines.append(f"{name}: " + "; ".join(parts))
     pp = doc["crosscheck"]["ppi_py"]
     if pp["max_abs_diff"] is not None:
-        lines.append(f"ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ {pp['max_abs_diff']:.1e} over "
-                     f"{pp['cells']} cells")
+        lines.append(
+            f"ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ {pp['max_abs_diff']:.1e} over "
+            f"{pp['cells']} cells"
+        )
     for name, c in pp["clustered_coverage"].items():
         lines.append(f"{name}: ppi_py (item-level variance) covers {c['mean']:.3f} on average (min {c['min']:.3f})")
     return lines

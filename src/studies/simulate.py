@@ -36,12 +36,14 @@ def panel(
     n = n_clusters * per_cluster
     gold, votes = draw(rng, n_clusters, per_cluster, acc, rho, abstain_rate)
     votes[votes == ABSTAIN] = np.nan
-    df = pd.DataFrame({
-        "item_id": [f"{dataset}-{i:06d}" for i in range(n)],
-        "cluster_id": [f"{dataset}-c{i // per_cluster:05d}" for i in range(n)],
-        "dataset": dataset,
-        "gold": gold,
-    })
+    df = pd.DataFrame(
+        {
+            "item_id": [f"{dataset}-{i:06d}" for i in range(n)],
+            "cluster_id": [f"{dataset}-c{i // per_cluster:05d}" for i in range(n)],
+            "dataset": dataset,
+            "gold": gold,
+        }
+    )
     for j in range(len(acc)):
         df[f"m{j:02d}"] = pd.array(votes[:, j], dtype="Float64").astype("Int64")
     if frontier_accuracy is not None:
@@ -50,8 +52,14 @@ def panel(
     return df
 
 
-def draw(rng: np.random.Generator, n_clusters: int, per_cluster: int, accuracies: np.ndarray, rho: float,
-         abstain_rate: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def draw(
+    rng: np.random.Generator,
+    n_clusters: int,
+    per_cluster: int,
+    accuracies: np.ndarray,
+    rho: float,
+    abstain_rate: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
     """The panel's gold (n,) and votes (n × K, abstentions as :data:`src.core.verdicts.ABSTAIN`) as arrays, drawn from
     ``rng`` in :func:`panel`'s order (its tables, without the item and cluster ids)."""
     acc = np.asarray(accuracies, dtype=float)
@@ -79,6 +87,16 @@ def suite(n_datasets: int = 8, n_items: int = 2000, n_members: int = 10, seed: i
     parts = []
     for d in range(n_datasets):
         acc = rng.uniform(0.55, 0.9, n_members)
-        parts.append(panel(n_items // 2, 2, acc, rho=rng.uniform(0.1, 0.7), abstain_rate=0.02,
-                           dataset=f"sim{d}", seed=seed + d, frontier_accuracy=0.85))
+        parts.append(
+            panel(
+                n_items // 2,
+                2,
+                acc,
+                rho=rng.uniform(0.1, 0.7),
+                abstain_rate=0.02,
+                dataset=f"sim{d}",
+                seed=seed + d,
+                frontier_accuracy=0.85,
+            )
+        )
     return pd.concat(parts, ignore_index=True)

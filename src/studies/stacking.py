@@ -34,9 +34,14 @@ def analyse(cfg: DictConfig) -> tuple[VerdictTable, dict, dict]:
     settings, stacker = configured(cfg)
     table = load_table(cfg)
     results = ladder.analyze(table, stacker, settings)
-    meta = {"verdicts": table.source, "members": table.members, "frontier": table.frontier_name,
-            "roster": cfg.roster.name if cfg.get("roster") and not cfg.verdicts else None,
-            "stacker": OmegaConf.to_container(cfg.stacker), "frame": cfg.frame.name}
+    meta = {
+        "verdicts": table.source,
+        "members": table.members,
+        "frontier": table.frontier_name,
+        "roster": cfg.roster.name if cfg.get("roster") and not cfg.verdicts else None,
+        "stacker": OmegaConf.to_container(cfg.stacker),
+        "frame": cfg.frame.name,
+    }
     doc = ladder.to_json(results, settings, meta)
     if table.provenance.get("skipped"):
         doc["skipped"] = table.provenance["skipped"]

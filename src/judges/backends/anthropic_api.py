@@ -142,8 +142,13 @@ class AnthropicBackend(Backend):
         self.usage["input_tokens"] += tin
         self.usage["output_tokens"] += tout
         self.usage["usd"] += usd
-        rec.update(answer=text, input_tokens=tin, output_tokens=tout, usd=usd, truncated=False,
-                   n_prompt_tokens=tin, seconds=time.perf_counter() - t0)
+        rec.update(
+            answer=text,
+            input_tokens=tin,
+            output_tokens=tout,
+            usd=usd,
+            truncated=False,
+            n_prompt_tokens=tin,
+            seconds=time.perf_counter() - t0,
+        )
         return rec
-
-

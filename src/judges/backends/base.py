@@ -120,8 +120,15 @@ def verdict_token_ids(frame: Frame, encode, decode) -> tuple[list[int], list[int
 def abstention(reason: str, t0: float, **extra: Any) -> dict:
     """A verdict record for an item the judge could not score (counted, never NaN or random)."""
 
-    rec = {"vote": None, "p_hal": None, "logodds": None, "mass": None, "abstain": reason,
-           "truncated": False, "n_prompt_tokens": None}
+    rec = {
+        "vote": None,
+        "p_hal": None,
+        "logodds": None,
+        "mass": None,
+        "abstain": reason,
+        "truncated": False,
+        "n_prompt_tokens": None,
+    }
     rec.update(extra)
     rec["seconds"] = _t.perf_counter() - t0
     return rec

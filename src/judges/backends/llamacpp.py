@@ -53,7 +53,6 @@ class LlamaCppBackend(Backend):
         if not model and not model_path:
             raise ValueError("llama_cpp backend needs `model` (a key of src.judges.weights.WEIGHTS) or `model_path`")
         if model and not sha256:
-
             sha256 = WEIGHTS[model].sha256
         self.model = model
         self.model_path = model_path
@@ -211,8 +210,6 @@ class LlamaCppBackend(Backend):
         rec = parse_free_text(answer, frame.supported_words, frame.hallucinated_words)
         rec["answer"] = answer
         return rec
-
-
 
 
 __all__ = ["LlamaCppBackend", "ABSTAIN_TOO_LONG", "ABSTAIN_LOW_MASS"]

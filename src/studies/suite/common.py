@@ -52,8 +52,14 @@ class Design:
         return self._patterns
 
 
-def design(table: VerdictTable, stacker: StackedLogit, n_splits: int, seed: int,
-           features: list[str] = (), folds: list[tuple] | None = None) -> Design:
+def design(
+    table: VerdictTable,
+    stacker: StackedLogit,
+    n_splits: int,
+    seed: int,
+    features: list[str] = (),
+    folds: list[tuple] | None = None,
+) -> Design:
     """The reported stacker's features (votes, abstention encoding, extras) and its cluster folds (§2; ``folds``
     when already computed)."""
 
@@ -104,9 +110,17 @@ class Patterns:
         return cls(np.column_stack([np.ones(len(pat)), pat[:, :-1]]), pat[:, -1], S)
 
 
-def fit_logit_many(F: np.ndarray, y: np.ndarray, W: np.ndarray, mask: np.ndarray | None = None,
-                   C: float = 1.0, max_iter: int = 100, tol: float = 1e-9, merge: bool = True,
-                   patterns: Patterns | None = None) -> np.ndarray:
+def fit_logit_many(
+    F: np.ndarray,
+    y: np.ndarray,
+    W: np.ndarray,
+    mask: np.ndarray | None = None,
+    C: float = 1.0,
+    max_iter: int = 100,
+    tol: float = 1e-9,
+    merge: bool = True,
+    patterns: Patterns | None = None,
+) -> np.ndarray:
     """M weighted L2 logistic regressions on one design; returns B (M × (1+d)), intercept first.
 
     ``W`` (M × n) weights the items of each problem (0 = left out); ``mask`` (M × d) switches features on.
@@ -151,8 +165,9 @@ def _merge_masked(Z, y, r, c, w, on):
     sel = ~on.all(axis=1)[r]
     if not sel.any():
         return r, c, w
-    codes = np.column_stack([np.unique(Z[:, j], return_inverse=True)[1].ravel() for j in range(Z.shape[1])]
-                            + [(y > 0.5).astype(int)])
+    codes = np.column_stack(
+        [np.unique(Z[:, j], return_inverse=True)[1].ravel() for j in range(Z.shape[1])] + [(y > 0.5).astype(int)]
+    )
     radix = codes.max(axis=0) + 1
     if np.sum(np.log2(radix)) > 60:  # keys would not fit in int64: no merging
         return r, c, w
@@ -253,8 +268,9 @@ def predict_proba(B: np.ndarray, F: np.ndarray) -> np.ndarray:
     return _sigmoid(B[:, :1] + B[:, 1:] @ np.asarray(F, float).T)
 
 
-def oof_many(d: Design, W: np.ndarray | None = None, mask: np.ndarray | None = None,
-             draws: list[np.ndarray] | None = None) -> np.ndarray:
+def oof_many(
+    d: Design, W: np.ndarray | None = None, mask: np.ndarray | None = None, draws: list[np.ndarray] | None = None
+) -> np.ndarray:
     """Out-of-fold stacked predictions (M × n, values 0/1) of M problems, pooled over the design's folds.
 
     Per fold the problems are fitted on its training clusters, weighted by ``W`` (M × n, default 1), or by
@@ -267,8 +283,11 @@ def oof_many(d: Design, W: np.ndarray | None = None, mask: np.ndarray | None = N
     predictions are those of the unmerged fit.
     """
     n = len(d.y)
-    M = len(draws[0]) if draws is not None else (1 if W is None and mask is None else
-                                                 len(W) if W is not None else len(mask))
+    M = (
+        len(draws[0])
+        if draws is not None
+        else (1 if W is None and mask is None else len(W) if W is not None else len(mask))
+    )
     pred = np.empty((M, n))
     for f, (tr, te) in enumerate(d.folds):
         train = np.zeros(n, bool)
@@ -324,8 +343,9 @@ def cluster_sums(clusters: np.ndarray, per_item: np.ndarray) -> tuple[np.ndarray
 # ------------------------------------------------------------------------------------------------- draws
 
 
-def draw_clusters(n_clusters: int, size: int, n_draws: int, rng: np.random.Generator,
-                  pool: np.ndarray | None = None) -> np.ndarray:
+def draw_clusters(
+    n_clusters: int, size: int, n_draws: int, rng: np.random.Generator, pool: np.ndarray | None = None
+) -> np.ndarray:
     """0/1 selection matrix (n_draws × n_clusters): ``size`` whole clusters without replacement per draw,
     from ``pool`` (cluster indices; default all)."""
     pool = np.arange(n_clusters) if pool is None else np.asarray(pool)
@@ -341,7 +361,7 @@ def smallest(r: np.ndarray, size: int) -> np.ndarray:
     if 0 < size < r.shape[1]:
         part = np.argpartition(r, size, axis=1)
         inside = np.take_along_axis(r, part[:, :size], axis=1).max(axis=1)
-        if not (inside == np.take_along_axis(r, part[:, size:size + 1], axis=1)[:, 0]).any():
+        if not (inside == np.take_along_axis(r, part[:, size : size + 1], axis=1)[:, 0]).any():
             return part[:, :size]
     return np.argsort(r, axis=1)[:, :size]
 

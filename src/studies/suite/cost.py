@@ -30,8 +30,7 @@ def member_per_1k(price_per_hour: float, items_per_second: float) -> float:
     return float(price_per_hour) / (float(items_per_second) * 3600.0) * 1000.0
 
 
-def frontier_per_1k(tokens_in: float, tokens_out: float, price_in_per_mtok: float,
-                     price_out_per_mtok: float) -> float:
+def frontier_per_1k(tokens_in: float, tokens_out: float, price_in_per_mtok: float, price_out_per_mtok: float) -> float:
     """USD per 1,000 items for an API judge priced per million input/output tokens."""
     return 1000.0 * (tokens_in * price_in_per_mtok + tokens_out * price_out_per_mtok) / 1e6
 
@@ -56,8 +55,13 @@ def _frontier(cfg: CostSettings, measured_tokens: float | None = None) -> dict:
     tin = measured_tokens if measured_tokens is not None else float(f.tokens_per_item.input)
     tout = float(f.tokens_per_item.output)
     pin, pout = float(f.price_per_mtok.input), float(f.price_per_mtok.output)
-    return {"tokens_in": tin, "tokens_out": tout, "tokens_source": "measured" if measured_tokens else "config",
-            "price_per_mtok": {"input": pin, "output": pout}, "per_1k": frontier_per_1k(tin, tout, pin, pout)}
+    return {
+        "tokens_in": tin,
+        "tokens_out": tout,
+        "tokens_source": "measured" if measured_tokens else "config",
+        "price_per_mtok": {"input": pin, "output": pout},
+        "per_1k": frontier_per_1k(tin, tout, pin, pout),
+    }
 
 
 def _calibration(cfg: CostSettings, panel_1k: float, front_1k: float, labels_per_record: float) -> dict:
@@ -69,8 +73,13 @@ def _calibration(cfg: CostSettings, panel_1k: float, front_1k: float, labels_per
     return {"price_per_label": price, "labels_per_record": float(labels_per_record), "records": out}
 
 
-def compute(cfg: CostSettings | Mapping, members: list[str], labels_per_record: Mapping[str, float] | None = None,
-            measured: Mapping[str, Mapping] | None = None, frontier_name: str | None = None) -> dict:
+def compute(
+    cfg: CostSettings | Mapping,
+    members: list[str],
+    labels_per_record: Mapping[str, float] | None = None,
+    measured: Mapping[str, Mapping] | None = None,
+    frontier_name: str | None = None,
+) -> dict:
     """The cost block of suite.json for a panel of ``members``.
 
     ``measured``: per judge name, ``seconds_per_item`` and/or ``prompt_tokens_per_item`` (e.g. from
@@ -96,12 +105,18 @@ def compute(cfg: CostSettings | Mapping, members: list[str], labels_per_record: 
     if lpr_cfg is not None:  # one labelling rate for every dataset
         calib = {"all": _calibration(cfg, panel, front["per_1k"], float(lpr_cfg))}
     else:  # each dataset's own records: its mean items per cluster
-        calib = {ds: _calibration(cfg, panel, front["per_1k"], float(lpr))
-                 for ds, lpr in (labels_per_record or {}).items()}
-    return {"price_per_gpu_hour": price, "members": per_member, "panel_per_1k": panel, "frontier": front,
-            "ratio": front["per_1k"] / panel if panel > 0 else None,
-            "panel_share_of_frontier": panel / front["per_1k"] if front["per_1k"] > 0 else None,
-            "calibration": calib}
+        calib = {
+            ds: _calibration(cfg, panel, front["per_1k"], float(lpr)) for ds, lpr in (labels_per_record or {}).items()
+        }
+    return {
+        "price_per_gpu_hour": price,
+        "members": per_member,
+        "panel_per_1k": panel,
+        "frontier": front,
+        "ratio": front["per_1k"] / panel if panel > 0 else None,
+        "panel_share_of_frontier": panel / front["per_1k"] if front["per_1k"] > 0 else None,
+        "calibration": calib,
+    }
 
 
 def paper(cfg: CostSettings | Mapping) -> dict:
@@ -128,7 +143,9 @@ def measured_from_cache(cache_dir: str | Path, names: list[str]) -> dict[str, di
             if rec.get("n_prompt_tokens") is not None:
                 toks.append(float(rec["n_prompt_tokens"]))
         if secs or toks:
-            out[name] = {"seconds_per_item": float(np.mean(secs)) if secs else None,
-                         "prompt_tokens_per_item": float(np.mean(toks)) if toks else None,
-                         "records": max(len(secs), len(toks))}
+            out[name] = {
+                "seconds_per_item": float(np.mean(secs)) if secs else None,
+                "prompt_tokens_per_item": float(np.mean(toks)) if toks else None,
+                "records": max(len(secs), len(toks)),
+            }
     return out

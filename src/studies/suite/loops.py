@@ -82,8 +82,7 @@ def leave_one_out(ref: Reference, stacker: StackedLogit, n_boot: int, seed: int,
     return out
 
 
-def subpanels(ref: Reference, stacker: StackedLogit, subsets: np.ndarray, n_boot: int, seed: int,
-              level: float) -> dict:
+def subpanels(ref: Reference, stacker: StackedLogit, subsets: np.ndarray, n_boot: int, seed: int, level: float) -> dict:
     y, votes = ref.gold, ref.table.votes
     boot = ClusterBootstrap(ref.table.clusters, n_boot, seed)
     ks, kb, lo = [], [], []

@@ -46,16 +46,26 @@ def recovery_items(ref: Reference) -> pd.DataFrame:
     others_correct = correct.sum(1) - correct[rows, best]
     with np.errstate(invalid="ignore", divide="ignore"):
         share = np.where(others_voted > 0, others_correct / np.maximum(others_voted, 1), 0.0)
-    return pd.DataFrame({
-        "dataset": ref.name, "members_correct": correct.sum(1)[wrong], "share_correct": share[wrong],
-        "recovered": (ref.stacked == y)[wrong].astype(int),
-    })
+    return pd.DataFrame(
+        {
+            "dataset": ref.name,
+            "members_correct": correct.sum(1)[wrong],
+            "share_correct": share[wrong],
+            "recovered": (ref.stacked == y)[wrong].astype(int),
+        }
+    )
 
 
 def _by_count(df: pd.DataFrame, K: int) -> list[dict]:
     g = df.groupby("members_correct")["recovered"].agg(["mean", "size"])
-    return [{"members_correct": k, "p_recovers": float(g.loc[k, "mean"]) if k in g.index else None,
-             "n": int(g.loc[k, "size"]) if k in g.index else 0} for k in range(K + 1)]
+    return [
+        {
+            "members_correct": k,
+            "p_recovers": float(g.loc[k, "mean"]) if k in g.index else None,
+            "n": int(g.loc[k, "size"]) if k in g.index else 0,
+        }
+        for k in range(K + 1)
+    ]
 
 
 def _pointbiserial(df: pd.DataFrame) -> dict | None:
@@ -83,10 +93,17 @@ def fixed_effects_logit(df: pd.DataFrame) -> dict | None:
     except Exception as e:  # perfect separation, singular design
         return {"error": f"{type(e).__name__}: {e}", "datasets": datasets}
     lo, hi = res.conf_int().loc["share_correct"]
-    return {"coef": float(res.params["share_correct"]), "se": float(res.bse["share_correct"]),
-            "z": float(res.tvalues["share_correct"]), "p": float(res.pvalues["share_correct"]),
-            "ci": [float(lo), float(hi)], "n": int(len(used)), "datasets": datasets,
-            "dropped": sorted(set(df["dataset"]) - set(datasets)), "converged": bool(res.mle_retvals["converged"])}
+    return {
+        "coef": float(res.params["share_correct"]),
+        "se": float(res.bse["share_correct"]),
+        "z": float(res.tvalues["share_correct"]),
+        "p": float(res.pvalues["share_correct"]),
+        "ci": [float(lo), float(hi)],
+        "n": int(len(used)),
+        "datasets": datasets,
+        "dropped": sorted(set(df["dataset"]) - set(datasets)),
+        "converged": bool(res.mle_retvals["converged"]),
+    }
 
 
 def recovery(refs: dict[str, Reference]) -> dict:
@@ -98,12 +115,21 @@ def recovery(refs: dict[str, Reference]) -> dict:
     per = {}
     for name, part in df.groupby("dataset", sort=False):
         slope = _pointbiserial(part)
-        per[name] = {"n": int(len(part)), "p_recovers": float(part["recovered"].mean()),
-                     "by_members_correct": _by_count(part, K), "pointbiserial": slope}
-    return {"n_items": int(len(df)), "p_recovers": float(df["recovered"].mean()) if len(df) else None,
-            "by_members_correct": _by_count(df, K), "logit_fe": fixed_effects_logit(df),
-            "pointbiserial": _pointbiserial(df), "per_dataset": per,
-            "positive_within": sorted(n for n, v in per.items() if v["pointbiserial"] and v["pointbiserial"]["r"] > 0)}
+        per[name] = {
+            "n": int(len(part)),
+            "p_recovers": float(part["recovered"].mean()),
+            "by_members_correct": _by_count(part, K),
+            "pointbiserial": slope,
+        }
+    return {
+        "n_items": int(len(df)),
+        "p_recovers": float(df["recovered"].mean()) if len(df) else None,
+        "by_members_correct": _by_count(df, K),
+        "logit_fe": fixed_effects_logit(df),
+        "pointbiserial": _pointbiserial(df),
+        "per_dataset": per,
+        "positive_within": sorted(n for n, v in per.items() if v["pointbiserial"] and v["pointbiserial"]["r"] > 0),
+    }
 
 
 # ------------------------------------------------------------------------------------------------ Table 5
@@ -115,8 +141,12 @@ def cross_dataset(refs: dict[str, Reference], kappa0: float, held_back: list[str
     for name, r in refs.items():
         pb = r.admissibility.phi_bar
         n_ok = int(np.sum(admissibility.reaches(r.member_kappa, kappa0)))
-        rows[name] = {"gap": kappa(r.gold, r.stacked) - kappa(r.gold, r.best_cv), "phi_bar": pb,
-                      "members_at_kappa0": n_ok, "composite": None if pb is None else (1 - pb) * n_ok}
+        rows[name] = {
+            "gap": kappa(r.gold, r.stacked) - kappa(r.gold, r.best_cv),
+            "phi_bar": pb,
+            "members_at_kappa0": n_ok,
+            "composite": None if pb is None else (1 - pb) * n_ok,
+        }
     subsets = [("all", list(rows))]
     dropped = []
     for h in held_back:
@@ -163,8 +193,9 @@ def draw_subpanels(K: int, n: int, min_size: int, rng: np.random.Generator) -> n
     return np.array(subs)
 
 
-def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level: float,
-              min_coverage: float = 0.5) -> dict:
+def subpanels(
+    ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level: float, min_coverage: float = 0.5
+) -> dict:
     """Per (sub-)panel on one dataset: coordinates, stacked and CV-best κ, paired Δ interval, frontier κ.
     The CV-best member is taken among those answering ``min_coverage`` of the fold's training items (as
     :class:`src.core.aggregate.BestSingle`), falling back to the others only for a sub-panel that has none."""
@@ -187,9 +218,13 @@ def subpanels(ref: Reference, subsets: np.ndarray, n_boot: int, seed: int, level
     phi_pairs = np.where(pairs_on, ref.phi[iu][None, :], np.nan)
     has_front = t.has_frontier
     return {
-        "size": subsets.sum(1), "member_kappa": np.where(subsets, ref.member_kappa[None, :], np.nan),
-        "phi_bar": admissibility.phi_bar_from(phi_pairs), "stacked": ks, "best_cv": kb,
-        "delta_ci": ci, "frontier": kappa(y, t.frontier) if has_front else None,
+        "size": subsets.sum(1),
+        "member_kappa": np.where(subsets, ref.member_kappa[None, :], np.nan),
+        "phi_bar": admissibility.phi_bar_from(phi_pairs),
+        "stacked": ks,
+        "best_cv": kb,
+        "delta_ci": ci,
+        "frontier": kappa(y, t.frontier) if has_front else None,
     }
 
 
@@ -211,21 +246,30 @@ def _outcomes(entries: list[dict], calls: list[np.ndarray], near: float) -> dict
             if sp["frontier"] is not None:
                 near_f.append(sp["stacked"][m] >= sp["frontier"] - near)
                 d_front.append(sp["stacked"][m] - sp["frontier"])
+
         def cat(xs):
-            return (np.concatenate(xs) if xs else np.array([]))
+            return np.concatenate(xs) if xs else np.array([])
+
         a, cl, nf, db, dfr = map(cat, (above, clear, near_f, d_best, d_front))
-        out[side] = {"n": count,
-                     "share_above_best": float(a.mean()) if a.size else None,
-                     "clear_gains": int(cl.sum()),
-                     "share_near_frontier": float(nf.mean()) if nf.size else None,
-                     "mean_delta_best": float(db.mean()) if db.size else None,
-                     "mean_delta_frontier": float(dfr.mean()) if dfr.size else None}
+        out[side] = {
+            "n": count,
+            "share_above_best": float(a.mean()) if a.size else None,
+            "clear_gains": int(cl.sum()),
+            "share_near_frontier": float(nf.mean()) if nf.size else None,
+            "mean_delta_best": float(db.mean()) if db.size else None,
+            "mean_delta_frontier": float(dfr.mean()) if dfr.size else None,
+        }
     a, r = out["admitted"], out["rejected"]
     out["direction_holds"] = bool(
-        a["n"] > 0 and r["n"] > 0
+        a["n"] > 0
+        and r["n"] > 0
         and (a["share_above_best"] >= r["share_above_best"])
-        and (a["share_near_frontier"] is None or r["share_near_frontier"] is None
-             or a["share_near_frontier"] >= r["share_near_frontier"]))
+        and (
+            a["share_near_frontier"] is None
+            or r["share_near_frontier"] is None
+            or a["share_near_frontier"] >= r["share_near_frontier"]
+        )
+    )
     out["rejected_with_clear_gain"] = r["clear_gains"]
     return out
 
@@ -239,17 +283,35 @@ def threshold_grid(sps: dict[str, dict], grid: dict, near: float, operating: tup
             for p0 in grid["phi0"]:
                 calls = [_admits(sps[n], k0, c, p0) for n in names]
                 full = [n for n, cl in zip(names, calls) if cl[0]]
-                points.append({"kappa0": k0, "c": c, "phi0": p0, "admitted_full": full,
-                               "subpanels": _outcomes([sps[n] for n in names], calls, near)})
+                points.append(
+                    {
+                        "kappa0": k0,
+                        "c": c,
+                        "phi0": p0,
+                        "admitted_full": full,
+                        "subpanels": _outcomes([sps[n] for n in names], calls, near),
+                    }
+                )
     k0, c, p0 = operating
     op_calls = [_admits(sps[n], k0, c, p0) for n in names]
     op = _outcomes([sps[n] for n in names], op_calls, near)
-    holds = [p["subpanels"]["direction_holds"] for p in points
-             if p["subpanels"]["admitted"]["n"] and p["subpanels"]["rejected"]["n"]]
-    return {"operating": {"kappa0": k0, "c": c, "phi0": p0, **op,
-                          "admitted_full": [n for n, cl in zip(names, op_calls) if cl[0]]},
-            "n_panels": int(sum(len(sp["stacked"]) for sp in sps.values())),
-            "points": points, "share_points_direction_holds": float(np.mean(holds)) if holds else None}
+    holds = [
+        p["subpanels"]["direction_holds"]
+        for p in points
+        if p["subpanels"]["admitted"]["n"] and p["subpanels"]["rejected"]["n"]
+    ]
+    return {
+        "operating": {
+            "kappa0": k0,
+            "c": c,
+            "phi0": p0,
+            **op,
+            "admitted_full": [n for n, cl in zip(names, op_calls) if cl[0]],
+        },
+        "n_panels": int(sum(len(sp["stacked"]) for sp in sps.values())),
+        "points": points,
+        "share_points_direction_holds": float(np.mean(holds)) if holds else None,
+    }
 
 
 def invariance(refs: dict[str, Reference], kappa0: float, c: float, phi0: float, step: float = 0.01) -> dict:
@@ -262,9 +324,19 @@ def invariance(refs: dict[str, Reference], kappa0: float, c: float, phi0: float,
     cs = np.arange(K + 1) / K
 
     def admitted(cc, pp):  # per dataset, over the grid of (c, φ₀) given
-        return np.stack([admissibility.admits(r.member_kappa, np.nan if r.admissibility.phi_bar is None
-                                              else r.admissibility.phi_bar, kappa0, cc, pp, len(r.member_kappa))
-                         for r in refs.values()])
+        return np.stack(
+            [
+                admissibility.admits(
+                    r.member_kappa,
+                    np.nan if r.admissibility.phi_bar is None else r.admissibility.phi_bar,
+                    kappa0,
+                    cc,
+                    pp,
+                    len(r.member_kappa),
+                )
+                for r in refs.values()
+            ]
+        )
 
     base = admitted(np.array(c), np.array(phi0))
     same = (admitted(cs[:, None], phis[None, :]) == base[:, None, None]).all(axis=0)

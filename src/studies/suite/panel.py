@@ -50,11 +50,19 @@ def size_curve(ref: Reference) -> dict:
         subsets[k, order[: k + 1]] = True
     stacked = common.kappas(d.y, common.oof_many(d, mask=common.member_masks(d, subsets)))
     majority = common.kappas(d.y, np.array([(t.votes[:, s].mean(axis=1) >= 0.5) for s in subsets], float))
-    mean_phi = [None] + [jsonable(admissibility.phi_bar_from(ref.phi[np.ix_(order[:k], order[:k])][
-        admissibility.pair_index(k)])) for k in range(2, K + 1)]
-    return {"order": [t.members[j] for j in order], "k": list(range(1, K + 1)),
-            "stacked": stacked.tolist(), "majority": majority.tolist(), "phi_bar": mean_phi,
-            "full_stacked": float(stacked[-1]), "best_single": float(ref.member_kappa.max())}
+    mean_phi = [None] + [
+        jsonable(admissibility.phi_bar_from(ref.phi[np.ix_(order[:k], order[:k])][admissibility.pair_index(k)]))
+        for k in range(2, K + 1)
+    ]
+    return {
+        "order": [t.members[j] for j in order],
+        "k": list(range(1, K + 1)),
+        "stacked": stacked.tolist(),
+        "majority": majority.tolist(),
+        "phi_bar": mean_phi,
+        "full_stacked": float(stacked[-1]),
+        "best_single": float(ref.member_kappa.max()),
+    }
 
 
 def leave_one_out(ref: Reference, n_boot: int, seed: int, level: float) -> dict:
@@ -74,8 +82,9 @@ def leave_one_out(ref: Reference, n_boot: int, seed: int, level: float) -> dict:
     return {"full_stacked": float(full_k[0]), "members": out, "most_load_bearing": most}
 
 
-def transfer(refs: dict[str, Reference], stacker: StackedLogit, s: LadderSettings, datasets: list[str],
-             n_boot: int, seed: int) -> dict:
+def transfer(
+    refs: dict[str, Reference], stacker: StackedLogit, s: LadderSettings, datasets: list[str], n_boot: int, seed: int
+) -> dict:
     """Fig. 8: leave-one-dataset-out transfer of the stacker onto each of ``datasets`` (those in the table)."""
     names = list(refs)
     if len(names) < 2:
@@ -97,9 +106,14 @@ def transfer(refs: dict[str, Reference], stacker: StackedLogit, s: LadderSetting
         draws = ref.bootstrap(n_boot, seed).metrics(y, np.column_stack([lodo, ref.stacked]))
         k_lodo, k_in = kappa(y, lodo), kappa(y, ref.stacked)
         d = paired_delta(k_lodo - k_in, draws["kappa"][:, 0] - draws["kappa"][:, 1])
-        out[target] = {"in_domain": k_in, "lodo": k_lodo, "best_cv": kappa(y, ref.best_cv),
-                       "avg_member": float(ref.member_kappa.mean()), "delta_lodo_minus_in": d.as_dict(),
-                       "trained_on": others}
+        out[target] = {
+            "in_domain": k_in,
+            "lodo": k_lodo,
+            "best_cv": kappa(y, ref.best_cv),
+            "avg_member": float(ref.member_kappa.mean()),
+            "delta_lodo_minus_in": d.as_dict(),
+            "trained_on": others,
+        }
     return out
 
 
@@ -110,5 +124,7 @@ def label_free(ref: Reference, n_boot: int, seed: int, level: float) -> dict:
     P = np.column_stack([ref.majority, ds, ref.best_cv])
     k = ref.bootstrap(n_boot, seed).metrics(y, P)["kappa"]
     full = [kappa(y, P[:, i]) for i in range(3)]
-    return {"majority_minus_best_cv": paired_delta(full[0] - full[2], k[:, 0] - k[:, 2], level).as_dict(),
-            "dawid_skene_minus_best_cv": paired_delta(full[1] - full[2], k[:, 1] - k[:, 2], level).as_dict()}
+    return {
+        "majority_minus_best_cv": paired_delta(full[0] - full[2], k[:, 0] - k[:, 2], level).as_dict(),
+        "dawid_skene_minus_best_cv": paired_delta(full[1] - full[2], k[:, 1] - k[:, 2], level).as_dict(),
+    }

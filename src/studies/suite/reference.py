@@ -53,8 +53,9 @@ class Reference:
         return have.head(n_boot)
 
 
-def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
-              folds: list[tuple] | None = None) -> Reference:
+def reference(
+    name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSettings, folds: list[tuple] | None = None
+) -> Reference:
     """``folds``: the dataset's cluster folds when already computed (else :func:`src.core.aggregate.cluster_folds`)."""
     y, votes = table.gold, table.votes
     d = common.design(table, stacker, s.n_splits, s.seed, s.features, folds)
@@ -65,7 +66,12 @@ def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSe
     for (_, te), est in zip(d.folds, cv.estimators):
         best_member[te] = est.best_
     return Reference(
-        name=name, table=table, design=d, stacked=stk.pred, best_cv=cv.pred, best_member=best_member,
+        name=name,
+        table=table,
+        design=d,
+        stacked=stk.pred,
+        best_cv=cv.pred,
+        best_member=best_member,
         majority=MajorityVote().fit(votes).predict(votes).astype(float),
         member_kappa=admissibility.member_kappas(y, votes),
         phi=admissibility.phi_matrix(y, votes),
@@ -73,10 +79,13 @@ def reference(name: str, table: VerdictTable, stacker: StackedLogit, s: LadderSe
     )
 
 
-def references(table: VerdictTable, stacker: StackedLogit, s: LadderSettings,
-               folds: dict[str, list[tuple]] | None = None) -> dict[str, Reference]:
-    return {name: reference(name, t, stacker, s, None if folds is None else folds[name])
-            for name, t in table.by_dataset().items()}
+def references(
+    table: VerdictTable, stacker: StackedLogit, s: LadderSettings, folds: dict[str, list[tuple]] | None = None
+) -> dict[str, Reference]:
+    return {
+        name: reference(name, t, stacker, s, None if folds is None else folds[name])
+        for name, t in table.by_dataset().items()
+    }
 
 
 def rng_for(seed: int, *keys: str | int) -> np.random.Generator:
