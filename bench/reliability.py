@@ -759,7 +759,7 @@ def boundary_datasets(tmp: Path) -> list[dict]:
         if how == "fifo":
             (raw / "bench" / "b.jsonl").unlink()
             os.mkfifo(raw / "bench" / "b.jsonl")
-            how = dict(needle="b.jsonl")
+            how = dict(needle="b.jsonl: is a named pipe")
         elif how == "ids":
             how = dict(check=_built(out, 4, clusters=3))
         elif how == "nan":

@@ -755,6 +755,26 @@ def test_a_data_file_that_is_a_fifo_is_one_line(tmp_path):
         read_items(tmp_path / "items.jsonl")
 
 
+def test_a_raw_file_that_is_a_fifo_is_named_as_one_not_as_absent(tmp_path, capsys):
+    """A named pipe in the raw folder was reported "absent" (a glob kept regular files only); it is there, and
+    reading it would wait for a writer: the one line says so, at once."""
+    import os
+
+    from src.io import datasets as data
+
+    from malformed import raw_dataset
+
+    raw, specs = raw_dataset(tmp_path, records=[{"q": "q", "c": "c", "g": 0}], **POOLED)
+    (raw / "bench" / "b.jsonl").unlink()
+    os.mkfifo(raw / "bench" / "b.jsonl")
+    argv = ["--raw-dir", str(raw), "--spec-dir", str(specs), "--datasets", "bench", "--out-dir", str(tmp_path / "o")]
+    with pytest.raises(SystemExit) as exit_:
+        data.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "b.jsonl: is a named pipe (FIFO)" in err and "absent" not in err, err
+
+
 def test_a_missing_weight_package_is_one_line(tmp_path, monkeypatch, capsys):
     from src.core.errors import RaimError
     from src.judges import __main__ as judges_main

@@ -506,6 +506,67 @@ def test_a_monitoring_store_is_a_pool(tmp_path, capsys):
     assert "2023-11-14T22:13:20Z" in out and "em" in out
 
 
+def _stacker(train_share: float, seed: int = 0) -> StackedLogit:
+    rng = np.random.default_rng(seed)
+    y = (rng.random(400) < train_share).astype(int)
+    X = np.where(rng.random((400, 3)) < 0.8, y[:, None], 1 - y[:, None]).astype(float)
+    return StackedLogit().fit(X, y)
+
+
+def test_served_and_predicted_rows_carry_the_prior_their_p_assumes(tmp_path):
+    """A served model's (and so ``src.predict``'s) rows carry ``train_prevalence``: the stacker's training share,
+    or the prevalence the p was corrected to; ``src.rate`` reads it from the table, so its EM estimate needs no flag."""
+    from src.mlops.serving import stacked_output
+
+    stacker = _stacker(0.3)
+    X = np.array([[1, 1, 0], [0, 0, 0], [0.5, 0.5, 0.5], [1, 1, 1]], dtype=float)
+    out = stacked_output(stacker, X)
+    assert out["train_prevalence"].tolist() == [stacker.train_prevalence_] * 4
+    assert abs(stacker.train_prevalence_ - 0.3) < 0.06
+    assert stacked_output(stacker, X, "0.1")["train_prevalence"].tolist() == [0.1] * 4  # p was shifted to 0.1
+    out.insert(0, "item_id", [f"i{k}" for k in range(4)])
+    out.to_csv(tmp_path / "predicted.csv", index=False)
+    assert study.read_pool(tmp_path / "predicted.csv").train_prevalence == stacker.train_prevalence_
+
+
+def test_a_store_records_the_training_prevalence_and_an_old_store_gains_the_column(tmp_path):
+    import sqlite3
+
+    old = tmp_path / "old.db"  # a store written before rows carried it
+    con = sqlite3.connect(old)
+    con.execute(
+        "CREATE TABLE votes (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, model TEXT NOT NULL, "
+        "item_id TEXT, votes TEXT NOT NULL, p_hallucinated REAL)"
+    )
+    con.execute(
+        "INSERT INTO votes (ts, model, item_id, votes, p_hallucinated) VALUES (1.7e9, 'm', 'o1', ?, 0.2)",
+        ('{"a": 1, "b": 0}',),
+    )
+    con.commit()
+    con.close()
+    assert study.read_pool(old).train_prevalence is None  # nothing recorded it: --train-prevalence is needed
+    votestore.record(old, "m", ["a", "b"], np.array([[1.0, 1.0]]), [0.9], ["n1"], ts=1.7e9, train_prevalence=0.5)
+    stream = votestore.read_store(old, ["a", "b"])
+    assert np.isnan(stream.train_prevalence[0]) and stream.train_prevalence[1] == 0.5
+    assert study.read_pool(old).train_prevalence == 0.5
+    votestore.record(old, "m2", ["a", "b"], np.array([[0.0, 0.0]]), [0.1], ["n2"], ts=1.7e9, train_prevalence=0.3)
+    with pytest.raises(RateError, match=r"field 'train_prevalence': the rows disagree \(0.3…0.5\)"):
+        study.read_pool(old)
+    assert study.read_pool(old, model="m2").train_prevalence == 0.3
+
+
+def test_a_served_panel_records_its_prior_in_the_store(tmp_path, monkeypatch):
+    from src.mlops.serving import StackerModel
+
+    stacker = _stacker(0.5)
+    monkeypatch.setenv(votestore.STORE_ENV, str(tmp_path / "live.db"))
+    StackerModel(stacker, ["a", "b", "c"]).predict(None, pd.DataFrame({"a": [1, 0], "b": [1, 0], "c": [0, 0]}))
+    assert (
+        votestore.read_store(tmp_path / "live.db", ["a", "b", "c"]).train_prevalence.tolist()
+        == [stacker.train_prevalence_] * 2
+    )
+
+
 # ------------------------------------------------------------------------------------------- the study
 
 

@@ -369,16 +369,22 @@ def raw_roots(raw_dir: str | Path | Sequence[str | Path], own_dir: str | Path | 
     return roots + ([Path(own_dir)] if own_dir else [])
 
 
+def _entry(path: Path) -> bool:
+    """A raw file found: anything there but a folder or a dangling link, so that a named pipe or a device is
+    reported as what it is when it is read (:func:`src.io.files.check_regular`), not as absent."""
+    return path.exists() and not path.is_dir()
+
+
 def _found(roots: Sequence[Path], pattern: str) -> tuple[Path | None, list[Path]] | None:
     """The files matching ``pattern`` (sorted) in the first root holding any, and that root;
     an absolute pattern is used as is (root None)."""
     path = Path(pattern)
     if path.is_absolute():
         anchor = Path(path.anchor)
-        files = sorted(p for p in anchor.glob(str(path.relative_to(anchor))) if p.is_file())
+        files = sorted(p for p in anchor.glob(str(path.relative_to(anchor))) if _entry(p))
         return (None, files) if files else None
     for root in roots:
-        files = sorted(p for p in root.glob(pattern) if p.is_file())
+        files = sorted(p for p in root.glob(pattern) if _entry(p))
         if files:
             return root, files
     return None

@@ -30,8 +30,14 @@ CONFIG_KEY = "monitor_store"
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS votes (seq INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, "
-    "model TEXT NOT NULL, item_id TEXT, votes TEXT NOT NULL, p_hallucinated REAL)"
+    "model TEXT NOT NULL, item_id TEXT, votes TEXT NOT NULL, p_hallucinated REAL, train_prevalence REAL)"
 )
+# A store written before rows carried the stacker's training prevalence gains the column (null in its old rows).
+_TRAIN_PREVALENCE = "ALTER TABLE votes ADD COLUMN train_prevalence REAL"
+
+
+def _columns(con: sqlite3.Connection) -> set[str]:
+    return {row[1] for row in con.execute("PRAGMA table_info(votes)")}
 
 
 def store_path(config: Mapping[str, Any] | None = None) -> Path | None:
@@ -56,6 +62,12 @@ def connect(path: str | Path) -> sqlite3.Connection:
         with file_lock(f"{path}.lock", f"monitor store {path}", timeout_s=60.0):
             con.execute("PRAGMA journal_mode = WAL")
     con.execute(_SCHEMA)
+    if "train_prevalence" not in _columns(con):
+        try:
+            con.execute(_TRAIN_PREVALENCE)
+        except sqlite3.OperationalError as e:  # another process added it first
+            if "duplicate column" not in str(e):
+                raise
     return con
 
 
@@ -71,21 +83,25 @@ def record(
     p: Sequence | None = None,
     item_ids: Sequence | None = None,
     ts: float | None = None,
+    train_prevalence: float | None = None,
 ) -> int:
     """Append one request's items to the store in one transaction; returns the rows written. ``votes`` is
     n × K (0 / 1; 0.5 or NaN = abstained), ``p`` the stacker's p(hallucinated) (null when every member
-    abstained)."""
+    abstained), ``train_prevalence`` the hallucinated share that p assumes (the stacker's training prevalence)."""
     votes = np.asarray(votes, dtype=float)
     n = len(votes)
     p = [None] * n if p is None else [None if pd.isna(x) else float(x) for x in p]
     ids = [None] * n if item_ids is None else [None if pd.isna(x) else str(x) for x in item_ids]
     now = time.time() if ts is None else ts
-    rows = [(now, model, ids[i], _vote_json(votes[i], members), p[i]) for i in range(n)]
+    tp = None if train_prevalence is None else float(train_prevalence)
+    rows = [(now, model, ids[i], _vote_json(votes[i], members), p[i], tp) for i in range(n)]
     con = connect(path)
     try:
         with con:
             con.executemany(
-                "INSERT INTO votes (ts, model, item_id, votes, p_hallucinated) VALUES (?, ?, ?, ?, ?)", rows
+                "INSERT INTO votes (ts, model, item_id, votes, p_hallucinated, train_prevalence) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                rows,
             )
     finally:
         con.close()
@@ -99,10 +115,11 @@ def record_from(
     votes: np.ndarray,
     p: Sequence | None = None,
     item_ids: Sequence | None = None,
+    train_prevalence: float | None = None,
 ) -> int:
     """:func:`record` to the configured store (:func:`store_path`); 0 when recording is off."""
     path = store_path(config)
-    return 0 if path is None else record(path, model, members, votes, p, item_ids)
+    return 0 if path is None else record(path, model, members, votes, p, item_ids, None, train_prevalence)
 
 
 @dataclass
@@ -114,6 +131,7 @@ class Stream:
     p: np.ndarray
     ts: np.ndarray
     item_ids: list
+    train_prevalence: np.ndarray | None = None  # per row (NaN: recorded before rows carried it); None: no column
 
 
 def _stream_vote(v: Any, where: str) -> float:
@@ -141,7 +159,10 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
         raise MonitorError(f"{path}: no monitoring store there (record with {STORE_ENV}=… on the served model)")
     con = connect_readonly(path)
     try:
-        sql = "SELECT seq, ts, item_id, votes, p_hallucinated FROM votes"
+        has_tp = "train_prevalence" in _columns(con)
+        sql = (
+            "SELECT seq, ts, item_id, votes, p_hallucinated" + (", train_prevalence" if has_tp else "") + " FROM votes"
+        )
         rows = con.execute(
             sql + (" WHERE model = ?" if model else "") + " ORDER BY seq", (model,) if model else ()
         ).fetchall()
@@ -150,7 +171,7 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
     finally:
         con.close()
     votes = np.empty((len(rows), len(members)))
-    for r, (seq, _, _, text, _) in enumerate(rows):
+    for r, (seq, _, _, text, *_) in enumerate(rows):
         where = f"{path}: row seq={seq}"
         try:
             doc = json.loads(text)
@@ -160,8 +181,12 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
             got = sorted(doc) if isinstance(doc, dict) else type(doc).__name__
             raise MonitorError(f"{where}: field 'votes': members {got}, the calibration set's are {list(members)}")
         votes[r] = [_stream_vote(doc[m], f"{where}: field 'votes.{m}'") for m in members]
-    for seq, ts, _, _, p in rows:
-        for name, v, nullable in (("ts", ts, False), ("p_hallucinated", p, True)):
+    for seq, ts, _, _, p, *tp in rows:
+        for name, v, nullable in (
+            ("ts", ts, False),
+            ("p_hallucinated", p, True),
+            *(("train_prevalence", t, True) for t in tp),
+        ):
             if not (v is None and nullable) and (
                 isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v)
             ):
@@ -170,4 +195,5 @@ def read_store(path: str | Path, members: Sequence[str], model: str | None = Non
                     f"{'a number or null' if nullable else 'a number (seconds since the epoch)'}"
                 )
     p = np.array([np.nan if r[4] is None else r[4] for r in rows], dtype=float)
-    return Stream(list(members), votes, p, np.array([r[1] for r in rows], dtype=float), [r[2] for r in rows])
+    tps = np.array([np.nan if r[5] is None else r[5] for r in rows], dtype=float) if has_tp else None
+    return Stream(list(members), votes, p, np.array([r[1] for r in rows], dtype=float), [r[2] for r in rows], tps)

@@ -43,7 +43,7 @@ from src.judges.runner import verdict_table
 from src.mlops.redact import persistable, resolved
 
 SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
-OUTPUT_COLUMNS = ("p_hallucinated", "verdict", "label")
+OUTPUT_COLUMNS = ("p_hallucinated", "verdict", "label", "train_prevalence")
 ITEM_INPUT = ("item_id", "question", "evidence", "candidate")
 PANEL_OPTIONAL = ("question", "evidence", "item_id", "frame", "dataset")
 
@@ -113,6 +113,8 @@ def vote_matrix(frame: pd.DataFrame, columns: list[str], n_votes: int | None = N
 def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFrame:
     """p(hallucinated), verdict and label per row; a row where every member abstained has no verdict: its
     p and verdict are null and its label is ``abstained`` (the intercept alone is not an answer).
+    ``train_prevalence``: the hallucinated share the row's p assumes (the stacker's training prevalence, or the
+    corrected prevalence), what :mod:`src.studies.rate` needs for its label-free EM estimate.
     ``prevalence`` (the inference parameter): p under that deployment prevalence, or ``"estimate"`` its EM
     estimate over the batch's answered rows (:func:`src.studies.prevalence.served`); the verdict is then corrected
     p ≥ threshold. ``attrs``: the prevalence used and the uncorrected p."""
@@ -127,14 +129,17 @@ def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFra
         raise _invalid(InputError(str(e))) from None
     verdict = (p >= stacker.threshold).astype(int)
     label = np.where(none, "abstained", np.where(verdict == 1, "hallucinated", "supported"))
+    fitted = getattr(stacker, "train_prevalence_", None)  # None: a stacker fitted before RAIM recorded it
+    prior = used if used is not None else fitted
     out = pd.DataFrame(
         {
             "p_hallucinated": pd.array(np.where(none, np.nan, p), dtype="Float64"),
             "verdict": pd.array([pd.NA if n else int(v) for n, v in zip(none, verdict)], dtype="Int64"),
             "label": label,
+            "train_prevalence": pd.array([prior] * len(p), dtype="Float64"),
         }
     )
-    out.attrs.update(prevalence=used, p_uncorrected=np.where(none, np.nan, p_fit))
+    out.attrs.update(prevalence=used, p_uncorrected=np.where(none, np.nan, p_fit), train_prevalence=fitted)
     return out
 
 
@@ -213,7 +218,15 @@ def record_votes(
 
     k = len(columns) if n_votes is None else n_votes
     try:
-        record_from(config, kind, columns[:k], np.asarray(X, dtype=float)[:, :k], out.attrs["p_uncorrected"], item_ids)
+        record_from(
+            config,
+            kind,
+            columns[:k],
+            np.asarray(X, dtype=float)[:, :k],
+            out.attrs["p_uncorrected"],
+            item_ids,
+            out.attrs.get("train_prevalence"),
+        )
     except Exception as e:  # noqa: BLE001 - recording is best effort by contract
         logging.getLogger("raim.serve").warning(
             "monitor: votes of %d item(s) not recorded (%s: %s)", len(X), type(e).__name__, e
@@ -512,6 +525,7 @@ def stacker_signature(columns: list[str], n_votes: int | None = None):
             ColSpec("double", "p_hallucinated", required=False),
             ColSpec("long", "verdict", required=False),
             ColSpec("string", "label"),
+            ColSpec("double", "train_prevalence", required=False),
         ]
     )
     return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())

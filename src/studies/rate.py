@@ -253,7 +253,21 @@ def _store_columns(path: Path, model: str | None):
         if i in seen:
             raise RateError(f"{path}: item_id {i!r} was recorded twice (a rate counts each item once)")
         seen.add(i)
-    return ids, stream.p, None, None, stream.ts, None
+    return ids, stream.p, None, None, stream.ts, _store_prevalence(path, stream.train_prevalence)
+
+
+def _store_prevalence(path: Path, recorded: np.ndarray | None) -> float | None:
+    """The one training prevalence the store's rows recorded (None: none did; the stacker's p of a served model
+    assumes it); rows that disagree come from several stackers: name the model (``--model``)."""
+    known = recorded[np.isfinite(recorded)] if recorded is not None else np.empty(0)
+    if not known.size:
+        return None
+    if known.min() != known.max():
+        raise RateError(
+            f"{path}: field 'train_prevalence': the rows disagree ({known.min():g}…{known.max():g}); "
+            "read one model's rows, or pass the stacker's with --train-prevalence"
+        )
+    return priorshift.check_prevalence(float(known[0]), f"{path}: field 'train_prevalence'")
 
 
 def read_labels(path: str | Path, pool: Pool, column: str = "gold") -> tuple[np.ndarray, np.ndarray]:
