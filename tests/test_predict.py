@@ -132,6 +132,7 @@ def test_predictions_are_the_stacker_applied_to_the_cached_votes(store, judged):
         "p_hallucinated",
         "verdict",
         "label",
+        "train_prevalence",
         "uncached",
         "injection_flag",
         "injection_reasons",

@@ -278,6 +278,7 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
         "p_hallucinated",
         "verdict",
         "label",
+        "train_prevalence",
         "uncached",
         "injection_flag",
         "injection_reasons",
@@ -288,6 +289,7 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
     X = out[[llm, lexical]].to_numpy(dtype=float)
     assert out["p_hallucinated"].to_numpy() == pytest.approx(panel["stacker"].predict_proba(X)[:, 1])
     assert out["verdict"].tolist() == [0, 1, 0]
+    assert out["train_prevalence"].tolist() == [panel["stacker"].train_prevalence_] * 3  # what src.rate reads
     assert inner.last_report[lexical]["computed"] == 3 and inner.last_report[llm]["computed"] == 0
 
     lexical_file = next((cache / lexical).glob("*.jsonl"))
