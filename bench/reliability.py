@@ -1,4 +1,4 @@
-"""Reliability at the user's boundary (issue 10): the README's reliability table, measured here.
+"""Reliability at the user's boundary: the README's reliability table, measured here.
 
     python bench/reliability.py [--kills 8] [--concurrent 3] [--skip PART ...] [--json out.json]
 
