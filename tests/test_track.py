@@ -276,7 +276,12 @@ def test_stacker_model_signature_requirements_and_probabilities(logged):
     model = mlflow.pyfunc.load_model(uri)
     cols = [f"m{j:02d}" for j in range(8)]
     assert model.metadata.get_input_schema().input_names() == cols
-    assert model.metadata.get_output_schema().input_names() == ["p_hallucinated", "verdict", "label", "train_prevalence"]
+    assert model.metadata.get_output_schema().input_names() == [
+        "p_hallucinated",
+        "verdict",
+        "label",
+        "train_prevalence",
+    ]
     reqs = Path(mlflow.pyfunc.get_model_dependencies(uri)).read_text().split()
     assert {r.split("==")[0] for r in reqs} >= {"mlflow", "scikit-learn", "numpy", "pandas", "cloudpickle"}
     assert all("==" in r for r in reqs)
