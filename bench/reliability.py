@@ -876,7 +876,7 @@ def boundary_monitor(tmp: Path) -> list[dict]:
             con.execute("CREATE TABLE v2 AS SELECT * FROM votes")
             con.execute("DROP TABLE votes")
             con.execute("CREATE TABLE votes (seq INTEGER PRIMARY KEY, ts, model, item_id, votes, p_hallucinated)")
-            con.execute("INSERT INTO votes SELECT * FROM v2")
+            con.execute("INSERT INTO votes SELECT seq, ts, model, item_id, votes, p_hallucinated FROM v2")
             con.execute("UPDATE votes SET ts = 'yesterday' WHERE seq = 2")
             con.commit()
             con.close()
