@@ -24,6 +24,7 @@ from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
 from src.mlops import serving as serve
+from src.studies import rate as rate_study
 from src.present import report
 from src.studies import monitor, simulate
 
@@ -249,6 +250,35 @@ def test_store_source_reads_a_recorded_stream_against_a_verdict_table(compose_cf
     assert any("abstain/m00" in d for w in doc["windows"] for d in w["departures"])
     with pytest.raises(errors.MonitorError, match="monitor.calibration.dataset: 'nope' not among"):
         monitor.compute(compose_cfg(*source, "monitor.calibration.dataset=nope"))
+
+
+def test_a_window_with_gold_labels_reports_its_rate_with_an_interval(compose_cfg, tmp_path):
+    """monitor.labels: each store window holding at least min_labels labelled items gets its PPI++ rate, the same
+    number src.rate gives for those items; a window with fewer gets its count and no rate."""
+    cal = simulate.panel(200, 2, [0.85, 0.8, 0.75], rho=0.2, seed=5)
+    cal.to_csv(tmp_path / "cal.csv", index=False)
+    stream = simulate.panel(300, 2, [0.85, 0.8, 0.75], rho=0.2, seed=6).sample(frac=1.0, random_state=0)
+    votes = stream[MEMBERS].to_numpy(dtype=float, na_value=np.nan)
+    p = StackedLogit().fit(cal[MEMBERS].to_numpy(dtype=float), cal["gold"]).predict_proba(votes)[:, 1]
+    votestore.record(tmp_path / "s.sqlite", "stacker", MEMBERS, votes, p, stream["item_id"], train_prevalence=0.5)
+    labelled = stream.iloc[list(range(0, 100, 4)) + list(range(100, 600, 20))]  # 25 in the first window, then 5
+    labelled[["item_id", "gold"]].to_csv(tmp_path / "gold.csv", index=False)
+    source = [f"verdicts={tmp_path / 'cal.csv'}", "monitor.source=store", f"monitor.store={tmp_path / 's.sqlite'}"]
+    cfg = compose_cfg(*source, "monitor.window=100", "monitor.step=100", f"monitor.labels={tmp_path / 'gold.csv'}")
+    windows = monitor.compute(cfg)["windows"]
+    first = windows[0]
+    assert first["rate_labels"] == 25 and first["rate_ppi_lo"] <= first["rate_ppi"] <= first["rate_ppi_hi"]
+    pool = rate_study.read_pool(tmp_path / "s.sqlite")
+    lab, y = rate_study.read_labels(tmp_path / "gold.csv", pool)
+    want = rate_study.segment_rates(pool, np.arange(100), lab, y, None, 0.95, 0.5)["ppi"].row()
+    assert [first["rate_ppi"], first["rate_ppi_lo"], first["rate_ppi_hi"]] == pytest.approx(
+        [want["estimate"], *want["ci"]]
+    )
+    assert 0.2 < first["rate_ppi"] < 0.8  # a shuffled balanced stream
+    assert all(w["rate_labels"] == 5 and w["rate_ppi"] is None for w in windows[1:])
+    (tmp_path / "bad.csv").write_text("item_id,gold\nnope,1\n")
+    with pytest.raises(errors.RaimError, match=r"bad.csv.*field 'item_id': 'nope' is not an item of the pool"):
+        monitor.compute(compose_cfg(*source, f"monitor.labels={tmp_path / 'bad.csv'}"))
 
 
 def test_bad_settings_are_named(compose_cfg):

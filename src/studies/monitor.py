@@ -70,7 +70,7 @@ from src.core.verdicts import ABSTAIN
 from src.io.flagstore import read_flags
 from src.io.votestore import CONFIG_KEY, STORE_ENV, read_store, store_path
 from src.judges import tables
-from src.studies import simulate
+from src.studies import rate, simulate
 
 log = logging.getLogger("raim.monitor")
 
@@ -316,6 +316,35 @@ def _windows_doc(frame: pd.DataFrame) -> list[dict]:
     return json.loads(frame.to_json(orient="records"))
 
 
+RATE_COLUMNS = ("rate_labels", "rate_ppi", "rate_ppi_lo", "rate_ppi_hi")
+
+
+def window_rates(pool: rate.Pool, labelled: np.ndarray, y: np.ndarray, bounds, min_labels: int, level: float) -> dict:
+    """The hallucination rate of each window ``[start, end)`` that holds at least ``min_labels`` gold labels:
+    PPI++ with the stacker's p on all the window's items (:func:`src.studies.rate.segment_rates`; the labels a
+    uniform random sample of the window), its interval valid whatever the panel's quality. A window with fewer
+    labels has its label count and no rate."""
+    cols: dict[str, list] = {c: [] for c in RATE_COLUMNS}
+    for start, end in bounds:
+        idx = np.arange(int(start), int(end))
+        n = int(labelled[idx].sum())
+        cols["rate_labels"].append(n)
+        row = rate.segment_rates(pool, idx, labelled, y, None, level, 0.5)["ppi"].row() if n >= min_labels else None
+        cols["rate_ppi"].append(None if row is None else row["estimate"])
+        cols["rate_ppi_lo"].append(None if row is None else row["ci"][0])
+        cols["rate_ppi_hi"].append(None if row is None else row["ci"][1])
+    return cols
+
+
+def store_rates(node, path, frame: pd.DataFrame) -> dict | None:
+    """``monitor.labels`` (item_id, gold) read against the store's rows → :func:`window_rates`; None when unset."""
+    if not node.get("labels"):
+        return None
+    pool = rate.read_pool(path, model=node.model)
+    labelled, y = rate.read_labels(node.labels, pool)
+    return window_rates(pool, labelled, y, zip(frame["start"], frame["end"]), int(node.min_labels), 0.95)
+
+
 def calibration_doc(mon: DriftMonitor, votes: np.ndarray, gold: np.ndarray, analysis) -> dict:
 
     adm = test(gold, votes, float(analysis.kappa0), float(analysis.c), float(analysis.phi0)).as_dict()
@@ -362,6 +391,8 @@ def compute(cfg) -> dict:
     alarms = mon.alarms(frame)
     if node.source == "store":  # share of each window's items whose text looked like a prompt injection
         frame["injection_flagged"] = window_shares(item_flags, zip(frame["start"], frame["end"]))
+        for col, values in (store_rates(node, path, frame) or {}).items():  # gold labels: each window's rate
+            frame[col] = values
     settings = {k: node[k] for k in ("window", "step", "consecutive")}
     settings.update(
         alpha=mon.alpha,
