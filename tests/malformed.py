@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
@@ -81,7 +81,7 @@ BAD_TABLES: dict[str, tuple[str, Callable[[], bytes]]] = {
     "duplicated judge header": ("t.csv", lambda: valid_csv().replace(HEADER, HEADER[:-1] + "a", 1).encode()),
     "empty column name": ("t.csv", lambda: valid_csv().replace(",c\n", ",\n", 1).encode()),
     "missing gold column": ("t.csv", lambda: valid_csv().replace(",gold,", ",label,", 1).encode()),
-    "no judge column": ("t.csv", lambda: "item_id,cluster_id,gold\ni1,c1,0\ni2,c2,1\n".encode()),
+    "no judge column": ("t.csv", lambda: b"item_id,cluster_id,gold\ni1,c1,0\ni2,c2,1\n"),
     "too many fields": ("t.csv", lambda: valid_csv().replace("\ni3,", "\ni3,x,", 1).encode()),
     "too few fields": ("t.csv", lambda: (valid_csv() + "i99,c99,sim\n").encode()),
     "non-UTF-8 bytes": ("t.csv", lambda: valid_csv().encode().replace(b"\ni4,", b"\ni\xff4,", 1)),

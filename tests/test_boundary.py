@@ -762,9 +762,9 @@ def test_a_raw_file_that_is_a_fifo_is_named_as_one_not_as_absent(tmp_path, capsy
     reading it would wait for a writer: the one line says so, at once."""
     import os
 
-    from src.io import datasets as data
-
     from malformed import raw_dataset
+
+    from src.io import datasets as data
 
     raw, specs = raw_dataset(tmp_path, records=[{"q": "q", "c": "c", "g": 0}], **POOLED)
     (raw / "bench" / "b.jsonl").unlink()

@@ -24,9 +24,9 @@ from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
 from src.mlops import serving as serve
-from src.studies import rate as rate_study
 from src.present import report
 from src.studies import monitor, simulate
+from src.studies import rate as rate_study
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = ["m00", "m01", "m02"]
