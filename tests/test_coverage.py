@@ -36,6 +36,7 @@ def test_population_values_are_read_on_a_held_out_half():
     assert t["d_majority"] > 0.15 and abs(t["d_best_cv"]) < 0.03
 
 
+@pytest.mark.slow
 def test_refit_interval_covers_where_the_fixed_one_does_not(dominant):
     truth, rows = dominant
     k_refit, k_fixed = cov.covered(rows, "d_best_cv", truth["d_best_cv"])

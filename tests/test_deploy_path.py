@@ -142,6 +142,7 @@ def test_a_panel_model_carries_its_stackers_decision(store, tmp_path):
     assert out["run_decision"].tolist() == ["nothing here is good enough"]
 
 
+@pytest.mark.slow
 def test_the_server_prints_one_ready_line_and_warns_about_the_runs_decision(store):
     port = free_port()
     env = {**os.environ, **QUIET, "MLFLOW_TRACKING_URI": store["uri"]}

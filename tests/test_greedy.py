@@ -42,6 +42,7 @@ def test_compiled_folds_equal_sklearn_on_random_tables(
 
 
 @pytest.mark.parametrize("n_items,seed", [(42_000, 3)])
+@pytest.mark.slow
 def test_compiled_folds_equal_sklearn_on_the_benchmark_load(n_items, seed):
     """A dataset of bench/bench_memory.py's table (items in pairs of clusters: 21,000 clusters, above
     COMPILE_FROM: the compiled path), and the same clusters with gold redrawn (groups of every class mix)."""

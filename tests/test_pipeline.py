@@ -223,6 +223,7 @@ def _dvc_deps():
     return mod
 
 
+@pytest.mark.slow
 def test_dvc_yaml_src_deps_are_the_import_graph_of_each_stage():
     """Each stage depends on exactly the src/ files its command's module imports (transitively, plus the
     `_target_` modules Hydra imports): an edit to one of them reruns it, an edit elsewhere does not."""
@@ -235,6 +236,7 @@ def test_dvc_yaml_src_deps_are_the_import_graph_of_each_stage():
         )
 
 
+@pytest.mark.slow
 def test_the_derived_deps_follow_an_import(tmp_path):
     """The derivation reads imports: the report stage reaches its entry and src/present/report.py; the verdicts
     stage reaches the roster's backends through their `_target_` (Hydra and the runner import them at run time)."""

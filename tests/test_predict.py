@@ -118,6 +118,7 @@ def cli(capsys, *args: str) -> tuple[int, str, str]:
     return code, got.out, got.err
 
 
+@pytest.mark.slow
 def test_predictions_are_the_stacker_applied_to_the_cached_votes(store, judged):
     import mlflow
 

@@ -393,6 +393,7 @@ def test_panel_model_takes_a_prevalence(monkeypatch):
 
 
 @pytest.mark.parametrize("module, key", [("src.prevalence", "prevalence"), ("src.monitor", "monitor")])
+@pytest.mark.slow
 def test_study_entries_refuse_a_directory_output_before_any_work(tmp_path, module, key):
     """Like `python -m src.noise`: the output is checked before the study runs (src.mlops.tracking.run_study), so a bad
     path costs nothing and leaves no figure behind."""

@@ -570,6 +570,7 @@ def test_a_served_panel_records_its_prior_in_the_store(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------- the study
 
 
+@pytest.mark.slow
 def test_study_entry_writes_json_figure_and_run(tmp_path):
     """`python -m src.rate` (the DVC stage's command shape) with shrunk settings on the committed medhallu cache:
     JSON with per regime and method coverage / width / effective labels, the figure, an MLflow run of kind rate."""

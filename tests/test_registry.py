@@ -237,6 +237,7 @@ def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
         (["log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"], "no roster 'nope' under conf/roster"),
     ],
 )
+@pytest.mark.slow
 def test_cli_errors_are_one_line(store, args, expect):
     env = {"MLFLOW_TRACKING_URI": store["uri"], **QUIET, "PATH": "/usr/bin:/bin"}
     p = subprocess.run(
@@ -379,6 +380,7 @@ def test_a_forged_or_tampered_run_is_refused_in_one_line(forge, case):
     assert "\n" not in msg
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_a_forged_run_in_one_line_and_the_genuine_candidate_still_promotes(forge):
     import mlflow
 

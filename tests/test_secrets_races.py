@@ -263,6 +263,7 @@ def small_verdicts(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("mode", ["run", "multirun"])
+@pytest.mark.slow
 def test_hydra_run_folder_holds_no_secret(tmp_path, small_verdicts, mode):
     env = {**os.environ, **QUIET, "RAIM_HYDRA_DIR": str(tmp_path / "hydra")}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -552,6 +553,7 @@ HYDRA_CASES = {  # what goes wrong → the overrides (and env) of a src.run that
 
 
 @pytest.mark.parametrize("case", HYDRA_CASES)
+@pytest.mark.slow
 def test_nothing_hydra_prints_holds_an_override_secret(tmp_path, small_verdicts, case):
     overrides, extra, expect = HYDRA_CASES[case]
     secret = "hydrasecret" + rnd(12)
@@ -629,6 +631,7 @@ def _dump(db: Path) -> bytes:
         con.close()
 
 
+@pytest.mark.slow  # every command that writes or logs, then a grep of everything: ~3 min here
 def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
     """Unique fake keys in every place the docs name — the environment (RAIM_OPENAI_API_KEY, OPENAI_API_KEY,
     ANTHROPIC_API_KEY, HF_TOKEN), overrides (``+judge.api_key=…``, a swept one, ``Authorization=Bearer …``), the
