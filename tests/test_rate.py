@@ -527,6 +527,12 @@ def test_served_and_predicted_rows_carry_the_prior_their_p_assumes(tmp_path):
     out.insert(0, "item_id", [f"i{k}" for k in range(4)])
     out.to_csv(tmp_path / "predicted.csv", index=False)
     assert study.read_pool(tmp_path / "predicted.csv").train_prevalence == stacker.train_prevalence_
+    del stacker.train_prevalence_  # a stacker pickled before it recorded its training share: unknown, not a guess
+    old = stacked_output(stacker, X)
+    assert old["train_prevalence"].isna().all()
+    old.insert(0, "item_id", [f"i{k}" for k in range(4)])
+    old.to_csv(tmp_path / "old.csv", index=False)
+    assert study.read_pool(tmp_path / "old.csv").train_prevalence is None  # then --train-prevalence gives it
 
 
 def test_a_store_records_the_training_prevalence_and_an_old_store_gains_the_column(tmp_path):
