@@ -527,6 +527,12 @@ def test_served_and_predicted_rows_carry_the_prior_their_p_assumes(tmp_path):
     out.insert(0, "item_id", [f"i{k}" for k in range(4)])
     out.to_csv(tmp_path / "predicted.csv", index=False)
     assert study.read_pool(tmp_path / "predicted.csv").train_prevalence == stacker.train_prevalence_
+    mixed = out.assign(train_prevalence=[0.5, 0.5, 0.3, None])  # two stackers' rows in one table
+    mixed.to_csv(tmp_path / "mixed.csv", index=False)
+    with pytest.raises(
+        RateError, match=r"field 'train_prevalence': the items disagree \(0.3…0.5\); pass the stacker's"
+    ):
+        study.read_pool(tmp_path / "mixed.csv")
     del stacker.train_prevalence_  # a stacker pickled before it recorded its training share: unknown, not a guess
     old = stacked_output(stacker, X)
     assert old["train_prevalence"].isna().all()

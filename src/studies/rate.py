@@ -207,22 +207,27 @@ def _table_columns(path: Path, segment: str | None, need_ts: bool):
             t = _prob(rec, "train_prevalence")
             if t is not None:
                 tps.append(t)
-    tp = None
-    if tps:
-        if max(tps) - min(tps) > 1e-9:
-            raise RateError(
-                f"{path}: field 'train_prevalence': the items disagree ({min(tps):g}…{max(tps):g}); "
-                "pass the stacker's with --train-prevalence"
-            )
-        tp = priorshift.check_prevalence(tps[0], f"{path}: field 'train_prevalence'")
     return (
         ids,
         np.asarray(p, dtype=float),
         np.asarray(clusters, dtype=object) if has_cluster else None,
         np.asarray(seg, dtype=object) if segment is not None else None,
         np.asarray(ts, dtype=float),
-        tp,
+        _one_prevalence(path, tps, "items", "pass the stacker's with --train-prevalence"),
     )
+
+
+def _one_prevalence(path: Path, recorded, what: str, hint: str) -> float | None:
+    """The one training prevalence a pool's ``what`` (items, rows) recorded, ignoring the ones that recorded none
+    (None when none did); values that disagree come from several stackers: an error with ``hint``."""
+    known = [float(t) for t in recorded if t is not None and np.isfinite(t)]
+    if not known:
+        return None
+    if max(known) - min(known) > 1e-9:
+        raise RateError(
+            f"{path}: field 'train_prevalence': the {what} disagree ({min(known):g}…{max(known):g}); {hint}"
+        )
+    return priorshift.check_prevalence(known[0], f"{path}: field 'train_prevalence'")
 
 
 def _store_columns(path: Path, model: str | None):
@@ -253,21 +258,9 @@ def _store_columns(path: Path, model: str | None):
         if i in seen:
             raise RateError(f"{path}: item_id {i!r} was recorded twice (a rate counts each item once)")
         seen.add(i)
-    return ids, stream.p, None, None, stream.ts, _store_prevalence(path, stream.train_prevalence)
-
-
-def _store_prevalence(path: Path, recorded: np.ndarray | None) -> float | None:
-    """The one training prevalence the store's rows recorded (None: none did; the stacker's p of a served model
-    assumes it); rows that disagree come from several stackers: name the model (``--model``)."""
-    known = recorded[np.isfinite(recorded)] if recorded is not None else np.empty(0)
-    if not known.size:
-        return None
-    if known.min() != known.max():
-        raise RateError(
-            f"{path}: field 'train_prevalence': the rows disagree ({known.min():g}…{known.max():g}); "
-            "read one model's rows, or pass the stacker's with --train-prevalence"
-        )
-    return priorshift.check_prevalence(float(known[0]), f"{path}: field 'train_prevalence'")
+    tps = [] if stream.train_prevalence is None else stream.train_prevalence
+    hint = "read one model's rows, or pass the stacker's with --train-prevalence"
+    return ids, stream.p, None, None, stream.ts, _one_prevalence(path, tps, "rows", hint)
 
 
 def read_labels(path: str | Path, pool: Pool, column: str = "gold") -> tuple[np.ndarray, np.ndarray]:
