@@ -349,9 +349,11 @@ def test_cost_uses_measured_throughput_and_tokens(tmp_path):
         "qwen": [{"key": "a", "vote": 1, "seconds": 0.5}, {"key": "b", "vote": 0, "seconds": 1.5}],
         "sonnet": [{"key": "c", "vote": None, "n_prompt_tokens": 1000}],
     }.items():
-        (tmp_path / name).mkdir()
+        (tmp_path / "d" / name).mkdir(parents=True)  # the cache's folder of dataset d
         # a bad line (not a verdict record) is skipped, never read as seconds
-        (tmp_path / name / "x.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs) + '42\n{"seconds": 9}\n')
+        (tmp_path / "d" / name / "x.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in recs) + '42\n{"seconds": 9}\n'
+        )
     meas = cost.measured_from_cache(tmp_path, ["qwen", "llama", "sonnet"])
     assert meas["qwen"]["seconds_per_item"] == 1.0 and "llama" not in meas
     out = cost.compute(c, ["qwen", "llama"], {"d": 1.5}, meas, "sonnet")

@@ -137,7 +137,7 @@ def test_a_conflict_stops_the_verdict_table_of_its_item(tmp_path):
     }
     items = read_items(Path(__file__).parent / "fixtures" / "judges" / "mini.jsonl")
     verdict_table(roster, items, None, tmp_path, compute=True, progress=False)
-    path = next((tmp_path / "lex").glob("*.jsonl"))
+    path = next(tmp_path.glob("*/lex/*.jsonl"))
     first = json.loads(path.read_text().splitlines()[0])
     _put(path, {**first, "vote": 1 - first["vote"]})
     n = len(path.read_text().splitlines())

@@ -510,11 +510,13 @@ def test_committed_cpu_verdicts_cover_the_four_datasets():
     from src.judges.config import load_roster
     from src.judges.runner import build_backend, roster_judges
 
+    datasets = ("medhallu", "wice", "truthfulqa", "expertqa")
     recs = {}
     for name, bcfg, _ in roster_judges(load_roster("cpu")):  # the cache files of the cpu roster's identities
-        c = VerdictCache(REPO / "verdicts" / "cache", name, build_backend(bcfg).identity())
-        recs.update({(name, r["item_id"]): r for r in c.records.values()})
-    for ds in ("medhallu", "wice", "truthfulqa", "expertqa"):
+        for ds in datasets:  # one folder per dataset
+            c = VerdictCache(REPO / "verdicts" / "cache" / ds, name, build_backend(bcfg).identity())
+            recs.update({(name, r["item_id"]): r for r in c.records.values()})
+    for ds in datasets:
         t = pd.read_csv(tdir / f"{ds}.csv", dtype={"item_id": str})
         assert len(t) >= 200 and t["item_id"].is_unique and set(t["gold"]) == {0, 1}
         assert abs(int(t["gold"].sum()) - len(t) / 2) <= 3  # stratified

@@ -139,7 +139,7 @@ def _cli(cache: Path, tables: Path) -> list[str]:
 
 def _records(cache: Path) -> dict[str, dict]:
     out = {}
-    for p in sorted(cache.glob("*/*.jsonl")):
+    for p in sorted(cache.glob("*/*/*.jsonl")):
         lines = p.read_bytes().splitlines()
         keys = [json.loads(x)["key"] for x in lines]
         assert len(keys) == len(set(keys)), f"duplicates in {p}"
@@ -158,7 +158,7 @@ def test_sigkill_mid_run_then_resume_equals_uninterrupted(tmp_path):
 
     cache, tab = tmp_path / "c", tmp_path / "c_tables"
     p = subprocess.Popen(_cli(cache, tab), cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    smol_dir = cache / "smollm135m"
+    smol_dir = cache / "mini" / "smollm135m"
     deadline = time.time() + 240
     while time.time() < deadline:  # kill once the LLM member has cached a few items, mid-run
         files = list(smol_dir.glob("*.jsonl"))

@@ -106,7 +106,7 @@ def reference(setup, tmp_path_factory):
 def records(cache: Path) -> dict[str, dict]:
     """Every record of a cache folder by key (the volatile fields dropped); fails on a duplicated key."""
     out = {}
-    for p in sorted(cache.glob("*/*.jsonl")):
+    for p in sorted(cache.glob("*/*/*.jsonl")):
         keys = [json.loads(x)["key"] for x in p.read_bytes().splitlines()]
         assert len(keys) == len(set(keys)), f"duplicate records in {p}"
         for x in p.read_bytes().splitlines():
@@ -124,7 +124,7 @@ def assert_same_records(got: dict[str, dict], ref: dict[str, dict]) -> None:
 
 
 def smol_lines(cache: Path) -> int:
-    files = list((cache / "smollm135m").glob("*.jsonl"))
+    files = list(cache.glob("*/smollm135m/*.jsonl"))
     return len(files[0].read_bytes().splitlines()) if files else 0
 
 
@@ -234,7 +234,7 @@ def test_a_driver_killed_mid_run_resumes_from_the_cache(cluster, reference, tmp_
         p.wait()
     n_before = smol_lines(cache)
     assert 4 <= n_before < N_ITEMS, "the driver was not killed mid-run"
-    f = next((cache / "smollm135m").glob("*.jsonl"))
+    f = next(cache.glob("*/smollm135m/*.jsonl"))
     with open(f, "ab") as fh:  # and a record torn by the kill
         fh.write(b'{"key": "torn", "vote": 1, "p_h')
     out = subprocess.run(_cli(cache, tables, cluster), cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)

@@ -116,7 +116,7 @@ def test_run_with_judge_compute_scores_the_misses_with_a_progress_bar(added, tmp
     """`src.run judge.compute=true` judges what the cache lacks, showing progress as `src.judges` does."""
     tmp = added["tmp"]
     shutil.copytree(tmp / "cache", tmp_path / "cache")
-    shutil.rmtree(tmp_path / "cache" / "lexical")  # one member's verdicts to compute again
+    shutil.rmtree(tmp_path / "cache" / "newbench" / "lexical")  # one member's verdicts to compute again
     env = child_env(RAIM_HYDRA_DIR=str(tmp_path / "hydra"))
     ran = sh(
         [
@@ -138,4 +138,4 @@ def test_run_with_judge_compute_scores_the_misses_with_a_progress_bar(added, tmp
     )
     assert "lexical: 100%" in ran.stderr and "40/40" in ran.stderr  # the tqdm bar of the one member computed
     assert "smollm135m:" not in ran.stderr  # fully cached: nothing to compute, no bar
-    assert len((tmp_path / "cache" / "lexical").glob("*.jsonl").__next__().read_text().splitlines()) == 40
+    assert len(next((tmp_path / "cache" / "newbench" / "lexical").glob("*.jsonl")).read_text().splitlines()) == 40

@@ -258,11 +258,16 @@ def test_dvc_yaml_declares_an_honest_pipeline():
     assert [list(o)[0] for o in bal["outs"]] == [
         "${paths.datasets_dir}/${key}.jsonl",
         "${paths.datasets_dir}/summary/${key}.json",
+        "${paths.cache_dir}/${key}/README.md",  # the set's cache folder exists before it is judged
     ]
     assert all(list(o.values())[0] == {"cache": False} for o in bal["outs"] + ver["outs"])  # committed to git
-    # the verdict cache is shared by every dataset: a dependency, never an output a stage could delete
-    assert "${paths.cache_dir}" in ver["deps"] and "${paths.datasets_dir}/${key}.jsonl" in ver["deps"]
-    assert not any("${paths.cache_dir}" in list(o)[0] for st in spec.values() for o in st.get("do", st).get("outs", []))
+    # a dataset's verdict-cache folder is a dependency of its own verdicts stage, never an output a stage could
+    # delete (only the balance stage's README in it is one)
+    assert "${paths.cache_dir}/${key}" in ver["deps"] and "${paths.datasets_dir}/${key}.jsonl" in ver["deps"]
+    cache_outs = [
+        list(o)[0] for st in spec.values() for o in st.get("do", st).get("outs", []) if "cache_dir" in list(o)[0]
+    ]
+    assert cache_outs == ["${paths.cache_dir}/${key}/README.md"]
     assert "${paths.cache_dir}" in spec["stacking"]["deps"]
     assert "stacker" in spec["stacking"]["params"] and "stacker" not in ver["params"]
     # only the stacking stage writes the tracked results.json; an unjudged dataset is skipped, not fatal
@@ -509,3 +514,55 @@ def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_f
     again = _dvc("repro", cwd=repo, env=env).stdout
     assert "Running stage" not in again and raw.exists()
     assert not Path(env["RAIM_MODELS_DIR"]).exists()  # no judge weights were looked for
+
+
+SHIPPED = ("medhallu", "wice", "truthfulqa", "expertqa")
+
+
+@pytest.mark.slow
+def test_judging_a_new_set_reruns_only_its_own_stages_and_leaves_the_shipped_files_alone(clone):
+    """README, "Your own benchmark", step 3 then step 5 again: the new set's verdicts go to its own folder of the
+    cache, so `dvc repro` reruns its `verdicts` stage and the analysis, never a shipped set's `verdicts` stage, and
+    no shipped set's cache file, table or audit changes; the headline `python -m src.run` stays green. (Follows
+    the test above, which added the set to `dataset=all`.)"""
+    repo, env = clone
+    shipped = {
+        p: p.read_bytes()
+        for ds in SHIPPED
+        for p in [*(repo / "verdicts" / "cache" / ds).rglob("*"), *(repo / "verdicts" / "tables").rglob(f"{ds}*")]
+        if p.is_file()
+    }
+    judge_env = {**env, "RAIM_MODELS_DIR": str(repo.parent / "models")}  # the default install's weights
+    sh(
+        [
+            sys.executable,
+            "-m",
+            "src.judges",
+            "--roster",
+            "tiny",
+            "--datasets",
+            "newbench",
+            "--per-dataset",
+            "200",
+            "--compute",
+            "--no-progress",
+        ],
+        repo,
+        judge_env,
+    )
+    assert sorted(p.parent.name for p in (repo / "verdicts" / "cache" / "newbench").glob("*/*.jsonl")) == [
+        "lexical",
+        "smollm135m",
+    ]
+    out = _dvc("repro", cwd=repo, env=env).stdout
+    ran = _ran(out)
+    assert "verdicts@newbench" in ran and not any(f"verdicts@{ds}" in ran for ds in SHIPPED), out
+    assert not any(s.startswith("balance@") for s in ran), out
+    assert {p: p.read_bytes() for p in shipped} == shipped
+    changed = [ln[3:] for ln in _git_status(repo, env).splitlines()]
+    assert not any(f"/{ds}" in c or f"/{ds}." in c for c in changed for ds in SHIPPED), changed
+    doc = json.loads((repo / "results" / "results.json").read_text())
+    assert doc["skipped"]["newbench"]["command"].startswith("python -m src.judges --roster cpu --datasets newbench ")
+    headline = sh([sys.executable, "-m", "src.run"], repo, env)
+    assert "newbench" in headline.stdout + headline.stderr  # named among the sets left out, with its command
+    assert "medhallu: stacked κ" in headline.stdout

@@ -134,7 +134,7 @@ def _wice(compose_cfg, cache, *extra):
 
 
 def _member_file(cache, member: str):
-    return next((cache / member).glob("*.jsonl"))
+    return next(cache.glob(f"*/{member}/*.jsonl"))
 
 
 def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked(compose_cfg, cache_copy):
@@ -163,11 +163,10 @@ def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked
 
 
 def _drop_dataset(cache, dataset: str, members=None) -> None:
-    for f in cache.glob("*/*.jsonl"):
+    """Delete a dataset's verdicts (of ``members``; all: the dataset's folder keeps only its README)."""
+    for f in (cache / dataset).glob("*/*.jsonl"):
         if members is None or f.parent.name in members:
-            f.write_text(
-                "".join(ln for ln in f.read_text().splitlines(keepends=True) if f'"dataset": "{dataset}"' not in ln)
-            )
+            f.unlink()
 
 
 def test_a_dataset_not_judged_at_all_names_the_command_instead_of_a_bare_error(compose_cfg, cache_copy):

@@ -213,15 +213,17 @@ ITEMS = pd.DataFrame(
 
 def _prefill(roster, model: serve.PanelModel, items: pd.DataFrame, cache_dir, votes: list[int]) -> None:
     """Put verdicts of the LLM member in the cache, as an earlier `python -m src.judges --compute` would."""
-    from src.judges.cache import VerdictCache
+    from src.judges.cache import VerdictCache, item_folder
     from src.judges.frames import load_frame
     from src.judges.runner import build_backend
 
     member = roster["members"][0]
-    cache = VerdictCache(cache_dir, member["name"], build_backend(member["backend"]).identity())
+    recs = model.items(items).to_dict("records")
+    (folder,) = {item_folder(r) for r in recs}  # served items: the `served` dataset's folder
+    cache = VerdictCache(Path(cache_dir) / folder, member["name"], build_backend(member["backend"]).identity())
     frame = load_frame(model.frames[model.default_frame])
     cache.open_for_append()
-    for rec, v in zip(model.items(items).to_dict("records"), votes):
+    for rec, v in zip(recs, votes):
         cache.put(
             {
                 "key": cache.key(frame.name, frame.hash, rec),
@@ -292,7 +294,7 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
     assert out["train_prevalence"].tolist() == [panel["stacker"].train_prevalence_] * 3  # what src.rate reads
     assert inner.last_report[lexical]["computed"] == 3 and inner.last_report[llm]["computed"] == 0
 
-    lexical_file = next((cache / lexical).glob("*.jsonl"))
+    lexical_file = next(cache.glob(f"*/{lexical}/*.jsonl"))
     before = lexical_file.read_bytes()
     again = model.predict(ITEMS)  # the same items again: every verdict is a cache hit
     pd.testing.assert_frame_equal(again, out)

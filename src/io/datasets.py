@@ -43,7 +43,7 @@ from src.io.builders import BINARY, ITEM_COLUMNS, Builder, DatasetError, Fields,
 from src.io.config import Targets, check_keys, load_yaml, refuse_interpolation
 from src.io.files import atomic_write_text
 from src.io.hub import HUB
-from src.io.paths import conf_group
+from src.io.paths import conf_group, dataset_cache_folder
 from src.io.raw import Duplicates, RawFilesMissing, RawRecordError, _found, _searched, raw_roots, read_jsonl
 
 CONF_DIR = conf_group("dataset")
@@ -406,12 +406,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated names or list specs such as `all` (default: every spec, absent ones skipped)",
     )
     ap.add_argument("--spec-dir", default=str(CONF_DIR), help="where <name>.yaml dataset specs are read")
+    ap.add_argument(
+        "--cache-dir",
+        default=None,
+        help="also make each built set's folder of this verdict cache (with its README), as the pipeline does",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--source", choices=("local", "hub"), default="local")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()] or None
     summary = build_all(args.raw_dir, args.out_dir, names, args.seed, args.source, args.own_dir, args.spec_dir)
     for name, s in summary.items():
+        if args.cache_dir:
+            dataset_cache_folder(args.cache_dir, name)
         dups = f" duplicates={s['duplicates']['count']}" if s["duplicates"] else ""
         dups += f" bad_records_dropped={s['bad_records']['count']}" if "bad_records" in s else ""
         print(

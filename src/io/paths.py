@@ -11,7 +11,9 @@ own ``__file__``.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/
@@ -31,3 +33,36 @@ CONF_DIR = Path(os.environ.get("RAIM_CONF_DIR") or (CHECKOUT / "conf" if CHECKOU
 def conf_group(group: str) -> Path:
     """The folder of one config group, e.g. ``conf/frame``."""
     return CONF_DIR / group
+
+
+DEFAULT_DATASET = "items"  # the verdict-cache folder of items that name no dataset
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+CACHE_README = """# Verdicts of dataset {name}
+
+One folder per judge: `<member>/<identity>.jsonl`, one verdict record a line, appended as each verdict is
+computed (`python -m src.judges --datasets {name} --compute`), and `<identity>.identity.json` naming the judge.
+This dataset's `verdicts` stage depends on this folder alone. Layout and record fields: verdicts/README.md.
+"""
+
+
+def dataset_folder(dataset: object) -> str:
+    """The folder of a dataset's verdicts under a verdict-cache root (:mod:`src.judges.cache`): the dataset's
+    name when it is a plain file name (a spec's always is), else a digest of it (a served item's free-text
+    ``dataset``); no name: ``items``."""
+    name = "" if dataset is None else str(dataset)
+    if not name:
+        return DEFAULT_DATASET
+    if _PLAIN_NAME.fullmatch(name):
+        return name
+    return "ds-" + hashlib.sha256(name.encode()).hexdigest()[:16]
+
+
+def dataset_cache_folder(cache_dir: str | Path, name: str) -> Path:
+    """A dataset's folder of the verdict cache, made with its README when absent: the folder each DVC
+    ``verdicts`` stage depends on exists once the set is built, judged or not."""
+    folder = Path(cache_dir) / dataset_folder(name)
+    readme = folder / "README.md"
+    if not readme.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        readme.write_text(CACHE_README.format(name=name), encoding="utf-8")
+    return folder

@@ -29,6 +29,7 @@ from src.core.errors import ArgumentParser, RaimError, one_line
 from src.io.datasets import read_dataset
 from src.io.files import atomic_write_text, to_json
 from src.io.paths import ROOT
+from src.judges.cache import split_by_dataset
 from src.judges.config import load_frame_cfgs, load_roster
 from src.judges.ray_engine import add_engine_args, engine_from_args
 from src.judges.runner import (
@@ -123,12 +124,27 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only merge <tables-dir>/<roster>/coverage/*.json into coverage.csv/json (no cache read)",
     )
+    ap.add_argument(
+        "--split-cache",
+        action="store_true",
+        help="convert --cache-dir from one file per judge to one folder per dataset (once; no judge is loaded)",
+    )
     add_engine_args(ap)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if a.threads:
         os.environ["RAIM_THREADS"] = str(a.threads)
 
+    if a.split_cache:
+        moved = split_by_dataset(a.cache_dir)
+        for path, parts in moved.items():
+            print(f"{_relative(path)}: " + ", ".join(f"{n} records to {d}/" for d, n in sorted(parts.items())))
+        print(
+            f"{len(moved)} cache files split by dataset under {_relative(str(a.cache_dir))}"
+            if moved
+            else f"nothing to split: {_relative(str(a.cache_dir))} has no file of the one-file-per-judge layout"
+        )
+        return 0
     if a.merge_only:
         audit = merge_audits(a.tables_dir / a.roster)
         print(coverage_matrix(audit).round(3).to_string() if not audit.empty else "no dataset audit to merge")

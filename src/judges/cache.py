@@ -1,7 +1,13 @@
 """The append-only, crash-safe verdict cache.
 
-One JSONL file per judge identity (``<cache_dir>/<member>/<identity-hash[:16]>.jsonl``), one record a line,
-keyed by sha256(judge identity, frame name + prompt hash, item id + item content hash).
+A cache root holds one folder per dataset, and in it one JSONL file per judge identity
+(``<root>/<dataset>/<member>/<identity-hash[:16]>.jsonl``, beside it ``….identity.json`` naming the identity),
+one record a line, keyed by sha256(judge identity, frame name + prompt hash, item id + item content hash). A
+dataset's verdicts live apart from every other dataset's, so judging a new set never touches the files the
+shipped sets' verdict tables were read from (each DVC ``verdicts`` stage depends on its own dataset's folder).
+:class:`VerdictCache` is one such file (its ``cache_dir`` is the dataset's folder); :func:`dataset_folder` names
+the folder of an item's dataset, :func:`check_layout` refuses a root in the earlier one-file-per-judge layout
+(``<root>/<member>/<hash>.jsonl``) and :func:`split_by_dataset` converts one, record for record.
 
 Crash safety:
 * every record is written with a single ``write`` of one whole line under an exclusive ``flock``, then
@@ -36,7 +42,8 @@ from typing import Any
 
 from src.core.errors import RaimError
 from src.core.verdicts import feature_problem
-from src.io.files import StrictJSONError, atomic_write_text, check_regular, loads_strict
+from src.io.files import StrictJSONError, atomic_path, atomic_write_text, check_regular, loads_strict
+from src.io.paths import dataset_folder
 from src.judges.frames import canonical_hash
 
 
@@ -340,3 +347,117 @@ def iter_records(paths: Iterable[Path]) -> Iterable[dict]:
                     rec, _ = parse_record(line)
                     if rec is not None:
                         yield rec
+
+
+# -- the layout: one folder per dataset under a cache root -----------------------------------------------------
+class CacheLayoutError(RaimError):
+    """A cache root in the one-file-per-judge layout; the message gives the command that splits it."""
+
+
+def item_folder(item: Mapping[str, Any]) -> str:
+    """The folder of an item's verdicts: its ``dataset`` as :func:`src.judges.runner.finish_record` stores it."""
+    return dataset_folder(str(item.get("dataset", "")))
+
+
+def split_command(root: Path | str) -> str:
+    return f"python -m src.judges --split-cache --cache-dir {root}"
+
+
+def legacy_files(root: Path | str) -> list[Path]:
+    """Cache files of the one-file-per-judge layout directly under ``root`` (``<root>/<member>/<hash>.jsonl``)."""
+    return sorted(Path(root).glob("*/*.jsonl"))
+
+
+def check_layout(root: Path | str) -> None:
+    """Refuse a cache root that still holds files of the one-file-per-judge layout: their verdicts would be
+    neither read nor extended, so every item would look unjudged."""
+    old = legacy_files(root)
+    if old:
+        raise CacheLayoutError(
+            f"{old[0]}: a verdict cache file in the one-file-per-judge layout ({len(old)} such files under "
+            f"{root}); this version keeps one folder per dataset: split it once with `{split_command(root)}`"
+        )
+
+
+def _split_lines(path: Path) -> dict[str, list[bytes]]:
+    """A legacy file's lines grouped by the folder of their record's dataset, in file order; a line that is not
+    a valid record, or a torn last line, stops the split (nothing is written) naming the file and line."""
+    check_regular(path, "a verdict cache file (JSON Lines)")
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        raise RaimError(
+            f"{path}: a torn last record (no trailing newline): delete that line (its item is recomputed), then "
+            f"split again"
+        )
+    groups: dict[str, list[bytes]] = {}
+    for n, line in enumerate(data.split(b"\n")[:-1], 1):
+        if not line.strip():
+            continue
+        rec, why = parse_record(line)
+        if rec is None:
+            raise RaimError(f"{path}: line {n}: {why}: repair or delete the line, then split again")
+        groups.setdefault(dataset_folder(rec.get("dataset")), []).append(line)
+    return groups
+
+
+def split_by_dataset(root: Path | str) -> dict[str, dict[str, int]]:
+    """Convert a cache root from one file per judge to one folder per dataset: each record moves, byte for
+    byte and in order, to ``<root>/<dataset>/<member>/<hash>.jsonl`` (the identity sidecar is copied beside each
+    part), then the old file goes. Returns records moved per old file and dataset. Refuses (before writing) a
+    part that exists already, so a split never merges into or overwrites verdicts."""
+    root = Path(root)
+    moved: dict[str, dict[str, int]] = {}
+    for path in legacy_files(root):
+        groups = _split_lines(path)
+        side = path.with_suffix(".identity.json")
+        targets = {f: root / f / path.parent.name / path.name for f in groups}
+        clash = [t for t in targets.values() if t.exists()]
+        if clash:
+            raise RaimError(f"{clash[0]}: exists already; move it away before splitting {path}")
+        for folder, lines in groups.items():
+            with atomic_path(targets[folder]) as tmp:
+                Path(tmp).write_bytes(b"\n".join(lines) + b"\n")
+            if side.exists():
+                atomic_write_text(targets[folder].with_suffix(".identity.json"), side.read_text())
+        path.unlink()
+        side.unlink(missing_ok=True)
+        if not any(path.parent.iterdir()):
+            path.parent.rmdir()
+        moved[str(path)] = {f: len(lines) for f, lines in groups.items()}
+    return moved
+
+
+def dataset_caches(
+    root: Path | str, member: str, identity: Mapping[str, Any], folders: Iterable[str]
+) -> dict[str, VerdictCache]:
+    """One judge identity's cache file in each of ``folders`` (dataset folders) under ``root``."""
+    check_layout(root)
+    return {f: VerdictCache(Path(root) / f, member, identity) for f in dict.fromkeys(folders)}
+
+
+def merged_stats(caches: Mapping[str, VerdictCache]) -> dict:
+    """:meth:`VerdictCache.stats` of one judge over the dataset folders of a call: one file's own, or the
+    counts summed (``path``: the files, comma-separated; ``bad``: each with its file)."""
+    if len(caches) == 1:
+        return next(iter(caches.values())).stats()
+    parts = [c.stats() for c in caches.values()]
+    out: dict[str, Any] = {"member": parts[0]["member"] if parts else None}
+    out["path"] = ", ".join(p["path"] for p in parts)
+    for k in ("records", "hits", "misses", "writes", "repaired_bytes", "bad_lines", "torn_tail_bytes"):
+        out[k] = sum(p[k] for p in parts)
+    out["bad"] = [{"file": p["path"], **b} for p in parts for b in p["bad"]]
+    return {
+        k: out[k]
+        for k in (
+            "member",
+            "path",
+            "records",
+            "hits",
+            "misses",
+            "writes",
+            "repaired_bytes",
+            "bad_lines",
+            "bad",
+            "torn_tail_bytes",
+        )
+    }

@@ -28,7 +28,7 @@ import pandas as pd
 from src.core.errors import RaimError
 from src.core.evaluate import scores
 from src.core.verdicts import ABSTAIN, invisible
-from src.judges.cache import VerdictCache, write_identity
+from src.judges.cache import dataset_caches, item_folder, merged_stats, write_identity
 from src.judges.config import BACKENDS, member_where, resolve_roster
 from src.judges.frames import Frame, load_frames
 from src.judges.http import RetryPolicy
@@ -179,16 +179,20 @@ def score_judge(
     yields is written here, by this process, to the cache. ``where``: the member's node in error lines
     (``conf/roster/cpu.yaml: members[0] (qwen15b)``)."""
     be = backend if backend is not None else build_backend(backend_cfg, where or f"judge {name}")
-    cache = VerdictCache(cache_dir, name, be.identity())
+    folder = [item_folder(r) for r in recs]  # each item's verdicts live in its dataset's folder
+    caches = dataset_caches(cache_dir, name, be.identity(), folder)
+    cache_of = [caches[f] for f in folder]
     fr = [_frame_for(r, frames, default_frame) for r in recs]
-    keys = [cache.key(f.name, f.hash, r) for f, r in zip(fr, recs)]
+    keys = [c.key(f.name, f.hash, r) for c, f, r in zip(cache_of, fr, recs)]
     computed = 0
     t_compute = 0.0
     if compute:
-        cache.open_for_append()
-        missing = [i for i, k in enumerate(keys) if k not in cache]
+        for c in caches.values():
+            c.open_for_append()
+        missing = [i for i, k in enumerate(keys) if k not in cache_of[i]]
         if missing:
-            write_identity(cache)
+            for c in dict.fromkeys(cache_of[i] for i in missing):
+                write_identity(c)
             order = _order_for_reuse([fr[i].name for i in missing], [recs[i] for i in missing])
             todo = [missing[j] for j in order]
             bar = None
@@ -200,7 +204,7 @@ def score_judge(
             run = engine or local_scores
             for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
                 i = todo[j]
-                if cache.put(finish_record(raw, keys[i], name, recs[i], fr[i], cache.identity_hash)):
+                if cache_of[i].put(finish_record(raw, keys[i], name, recs[i], fr[i], cache_of[i].identity_hash)):
                     computed += 1
                 if bar is not None:
                     bar.update(1)
@@ -209,7 +213,7 @@ def score_judge(
                 bar.close()
         if backend is None:  # a backend handed in stays open: its owner closes it
             be.close()
-    out: list[dict | None] = [cache.get(k) for k in keys]
+    out: list[dict | None] = [c.get(k) for c, k in zip(cache_of, keys)]
     n_cached = sum(r is not None for r in out)
     n_abst = sum(1 for r in out if r is not None and r.get("vote") is None)
     reasons: dict[str, int] = {}
@@ -225,8 +229,8 @@ def score_judge(
         "truncated": sum(1 for r in out if r is not None and r.get("truncated")),
         "computed": computed,
         "compute_seconds": round(t_compute, 3),
-        "cache": cache.stats(),
-        "problems": cache.problems(),
+        "cache": merged_stats(caches),
+        "problems": [line for c in caches.values() for line in c.problems()],
     }
     retry = getattr(be, "retry", None)
     if isinstance(retry, RetryPolicy):  # a judge behind HTTP: its requests, retries and seconds waited

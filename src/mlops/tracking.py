@@ -40,6 +40,7 @@ from src.io import files
 from src.io.config import flatten, option_name
 from src.io.files import sha256_file, sha256_tree, to_json
 from src.io.paths import ROOT
+from src.judges.cache import dataset_folder
 from src.mlops.redact import scrub, scrub_text
 from src.mlops.store import quiet_mlflow, setup, store_errors, store_failure, tracking_uri
 
@@ -138,7 +139,7 @@ def input_hashes(cfg: DictConfig, table, dataset: str | None = None) -> dict[str
     members = [str(m) for m in table.members]
     if table.frontier_name:
         members.append(table.frontier_name)
-    cache = sha256_tree(cdir / m for m in members)
+    cache = sha256_tree(cdir / dataset_folder(n) / m for n in names for m in members)
     if cache:
         out["verdict_cache_sha256"] = cache
     return out

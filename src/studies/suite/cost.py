@@ -131,11 +131,11 @@ def paper(cfg: CostSettings | Mapping) -> dict:
 
 def measured_from_cache(cache_dir: str | Path, names: list[str]) -> dict[str, dict]:
     """Mean seconds per verdict and prompt tokens per item of each judge, read off its verdict-cache records
-    (``<cache_dir>/<name>/*.jsonl``); judges without records are absent."""
+    (``<cache_dir>/<dataset>/<name>/*.jsonl``, every dataset's); judges without records are absent."""
 
     out = {}
     for name in names:
-        files = sorted((Path(cache_dir) / name).glob("*.jsonl"))
+        files = sorted(Path(cache_dir).glob(f"*/{name}/*.jsonl"))
         secs, toks = [], []
         for rec in iter_records(files):
             if rec.get("seconds") is not None:
