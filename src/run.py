@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from src.core.errors import checked_overrides, one_line
 from src.io.files import atomic_write_text, check_output, write_json
 from src.io.paths import CONF_DIR
+from src.mlops.background import TrackingWorker
 from src.mlops.redact import scrub
 from src.mlops.store import ui_command
 from src.present.stagefiles import write_stage_files
@@ -70,9 +71,16 @@ def main(cfg: DictConfig) -> float:
     outputs = output_paths(cfg)
     for path in outputs:
         check_output(path)
-    from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
+    # a tracked run loads MLflow in a forked worker beside the analysis (src.mlops.background), which then logs it
+    worker = TrackingWorker.start(cfg) if cfg.tracking.enabled else None
+    try:
+        from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
 
-    table, results, doc = analyse(cfg)
+        table, results, doc = analyse(cfg)
+    except BaseException:
+        if worker is not None:
+            worker.cancel()
+        raise
     log_members(results)
     bad = table.provenance.get("bad_cache_lines", 0)
     if bad:
@@ -83,9 +91,12 @@ def main(cfg: DictConfig) -> float:
         )
     run_id = None
     if cfg.tracking.enabled:  # before results.json: a failed tracking leaves the previous results in place
-        from src.mlops import tracking as track  # imported here, not at start-up: only a tracked run needs it
+        if worker is not None:
+            run_id = worker.log(table, results, doc)
+        else:  # no os.fork here: logged in this process
+            from src.mlops import tracking as track  # imported here, not at start-up: only a tracked run needs it
 
-        run_id = track.log_analysis(cfg, table, results, doc)
+            run_id = track.log_analysis(cfg, table, results, doc)
     for path in outputs:  # results.json depends on the inputs only (a DVC output): the run id goes beside it
         write_json(doc, path)
     if run_id:

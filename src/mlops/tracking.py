@@ -442,21 +442,28 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
 def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "stacking") -> str:
     """One run per analysis (results.json, hashes, mean κ, the verdict cache's report), one nested child per
     dataset; returns its id. A failure of the tracking store is a :class:`RaimError` naming the store."""
-    from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
-
     try:
         with quiet_mlflow():
             return _log_analysis(cfg, table, results, doc, kind)
     except Exception as e:
-        # MLflow's own errors and those of its sqlite store (a locked or corrupt mlflow.db, a failed migration)
-        why = store_failure(e)  # one line, without the SQL statement
-        if why is None and not isinstance(e, (MlflowException, OSError, ImportError)):
+        err = tracking_failure(cfg, e)
+        if err is None:
             raise
-        why = why or str(e)
-        raise RaimError(
-            f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why}); nothing was "
-            f"written to results (tracking.enabled=false runs without MLflow)"
-        ) from e
+        raise err from e
+
+
+def tracking_failure(cfg: DictConfig, e: Exception) -> RaimError | None:
+    """The one line for a failure of the tracking store (MLflow's own errors and those of its sqlite store: a
+    locked or corrupt mlflow.db, a failed migration); None for any other exception (a bug: raised as it is)."""
+    from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
+
+    why = store_failure(e)  # one line, without the SQL statement
+    if why is None and not isinstance(e, (MlflowException, OSError, ImportError)):
+        return None
+    return RaimError(
+        f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why or e}); nothing was "
+        f"written to results (tracking.enabled=false runs without MLflow)"
+    )
 
 
 def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -> str:

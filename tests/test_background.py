@@ -1,0 +1,80 @@
+"""Tracking in a forked worker beside the analysis (src/mlops/background.py): the worker logs exactly what the
+run would have logged in its own process, a store failure there is the same one line, and a run that ends before
+logging leaves no MLflow run behind."""
+
+from __future__ import annotations
+
+import os
+
+import mlflow
+import pytest
+from test_track import analysis_overrides, children, compose_cfg, tracking_store, write_panels
+
+from src.core.errors import RaimError
+from src.mlops import tracking as track
+from src.mlops.background import TrackingWorker
+from src.studies import stacking
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the worker forks")
+
+
+def _analysed(tmp_path):
+    cfg = compose_cfg(
+        *analysis_overrides(write_panels(tmp_path / "verdicts.csv", ("good", "bad")), tmp_path / "r.json")
+    )
+    return cfg, *stacking.analyse(cfg)
+
+
+def _logged(run_id: str) -> dict:
+    """What a parent run and its dataset runs hold, without what differs between two runs (ids, times)."""
+    run = mlflow.get_run(run_id)
+    out = {"metrics": run.data.metrics, "params": run.data.params, "children": {}}
+    for name, child in sorted(children(run_id).items()):
+        out["children"][name] = {
+            "metrics": child.data.metrics,
+            "params": child.data.params,
+            "tags": {
+                k: v for k, v in child.data.tags.items() if not k.startswith("mlflow.") and k != "stacker_model_uri"
+            },
+            "artifacts": sorted(a.path for a in mlflow.MlflowClient().list_artifacts(child.info.run_id)),
+        }
+    return out
+
+
+def test_the_worker_logs_what_the_run_logs_in_its_own_process(tmp_path):
+    with tracking_store(tmp_path):
+        cfg, table, results, doc = _analysed(tmp_path)
+        worker = TrackingWorker.start(cfg)
+        assert worker is not None and worker.pid != os.getpid()
+        by_worker = worker.log(table, results, doc)
+        inline = track.log_analysis(cfg, table, results, doc)
+        assert by_worker != inline and mlflow.get_run(by_worker).info.status == "FINISHED"
+        assert _logged(by_worker) == _logged(inline)
+        for child in children(by_worker).values():  # the stacker model, loadable from the worker's run
+            assert mlflow.pyfunc.load_model(child.data.tags["stacker_model_uri"]) is not None
+
+
+def test_a_store_failure_in_the_worker_is_the_same_one_line(tmp_path, monkeypatch):
+    with tracking_store(tmp_path):
+        cfg, table, results, doc = _analysed(tmp_path)
+    bad = tmp_path / "mlflow.db"
+    bad.write_text("not a sqlite database\n" * 100)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{bad}")
+    with pytest.raises(RaimError) as inline:
+        track.log_analysis(cfg, table, results, doc)
+    worker = TrackingWorker.start(cfg)
+    with pytest.raises(RaimError) as forked:
+        worker.log(table, results, doc)
+    assert str(forked.value) == str(inline.value) and "\n" not in str(forked.value)
+
+
+def test_a_cancelled_worker_exits_and_logs_nothing(tmp_path):
+    with tracking_store(tmp_path) as uri:
+        cfg, *_ = _analysed(tmp_path)
+        worker = TrackingWorker.start(cfg)
+        worker.cancel()
+        with pytest.raises(ChildProcessError):
+            os.waitpid(worker.pid, os.WNOHANG)  # reaped
+        exp = mlflow.get_experiment_by_name(cfg.tracking.experiment or "raim")
+        runs = mlflow.search_runs([exp.experiment_id]) if exp else []
+        assert len(runs) == 0, uri
