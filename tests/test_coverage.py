@@ -1,4 +1,4 @@
-"""The intervals' coverage, small: bench/coverage.py's measurement at R = 60, B = 200, in the regime where
+"""The intervals' coverage, small: bench/intervals.py's measurement at R = 60, B = 200, in the regime where
 the audit found the paper's fixed-prediction interval of Δκ (stacked − CV-best) furthest below 95 % — one member
 dominates. The refit interval the calls read must cover within a binomial band of 95 %, the fixed one clearly less.
 The full tables (R ≥ 200 per cell, four regimes, n = 100 / 200 / 800): docs/intervals.md."""
@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-# bench/coverage.py, loaded by path under its own name (``coverage`` is also coverage.py's package)
+# bench/intervals.py, loaded by path (bench/ is not a package). It was bench/coverage.py, which shadowed the
+# ``coverage`` package for every script run from bench/ (numba imports it: bench/bench_memory.py died on import)
 _spec = importlib.util.spec_from_file_location(
-    "raim_bench_coverage", Path(__file__).resolve().parents[1] / "bench" / "coverage.py"
+    "raim_bench_intervals", Path(__file__).resolve().parents[1] / "bench" / "intervals.py"
 )
 cov = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = cov
@@ -61,3 +62,14 @@ def test_binomial_intervals():
     assert cov.clopper_pearson(0, 10)[0] == 0.0
     lo, hi = cov.clopper_pearson(95, 100)
     assert lo == pytest.approx(0.8872, abs=1e-3) and hi == pytest.approx(0.9836, abs=1e-3)
+
+
+def test_numba_imports_for_a_script_run_from_bench():
+    """A script run from bench/ has bench/ first on sys.path: bench/coverage.py hid the ``coverage`` module numba
+    probes for, and every bench script that compiles the fold assignment (bench/bench_memory.py) died on import."""
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    out = subprocess.run([sys.executable, "-c", "import numba"], cwd=bench, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-500:]

@@ -1,10 +1,10 @@
 """Coverage of the ladder's 95 % intervals on simulated panels with known truth.
 
-    python bench/coverage.py truth                       # the regimes' population values (once, ~1 min)
-    python bench/coverage.py timing [--reps 3]           # seconds per analysis, per interval, at B = 2000
-    python bench/coverage.py run --reps 200 --boot 1000  # the coverage cells, resumable (appends per cell)
-    python bench/coverage.py cascade --reps 200          # the cascade's per-share intervals (item 4)
-    python bench/coverage.py report                      # the markdown tables of docs/intervals.md
+    python bench/intervals.py truth                       # the regimes' population values (once, ~1 min)
+    python bench/intervals.py timing [--reps 3]           # seconds per analysis, per interval, at B = 2000
+    python bench/intervals.py run --reps 200 --boot 1000  # the coverage cells, resumable (appends per cell)
+    python bench/intervals.py cascade --reps 200          # the cascade's per-share intervals (item 4)
+    python bench/intervals.py report                      # the markdown tables of docs/intervals.md
 
 Each replicate draws a panel from one regime (:func:`src.studies.simulate.draw`, the Gaussian copula; five members,
 2 % abstentions, two items per cluster) at n items, runs the ladder on it (:func:`src.core.ladder.analyze_dataset`,
