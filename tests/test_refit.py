@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
+from src.core import refit
 from src.core.aggregate import BestSingle, StackedLogit, WeightedVote, cluster_folds
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators
 from src.core.refit import SINGLE_CLASS_LOGIT, RefitBootstrap, RefitDraws, corrected_interval, fit_logit, gradients
@@ -105,7 +106,16 @@ def test_gradients_linearise_every_metric():
         assert moved[m] - base[m] == pytest.approx(g[m] @ step, abs=1e-4)
 
 
-def test_refit_draws_read_side_by_side_and_the_own_term_by_hand():
+@pytest.fixture(params=["per cluster", "summed"])
+def own_layout(request, monkeypatch):
+    """Both ways :meth:`RefitDraws.collect` sums the clusters' own terms: per cluster (small tables) and summed as
+    the draws come (a table whose clusters' second moments would not fit in memory: 1M rows)."""
+    if request.param == "summed":
+        monkeypatch.setattr(refit, "OWN_MAX_BYTES", 0)
+    return request.param
+
+
+def test_refit_draws_read_side_by_side_and_the_own_term_by_hand(own_layout):
     gold, votes, clusters = panel(6, n_clusters=40)
     folds = cluster_folds(gold, clusters, 5, 0)
     rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 50, 2))

@@ -303,6 +303,9 @@ def gradients(counts: np.ndarray, h: float = 1e-4) -> dict[str, np.ndarray]:
     return {m: (up[m] - down[m]) / (2 * h) for m in up}
 
 
+OWN_MAX_BYTES = MAX_WEIGHT_BYTES  # :meth:`RefitDraws.collect` keeps per-cluster second moments up to this size
+
+
 class RefitDraws:
     """The draws of the refitted comparators, read side by side (:meth:`collect`): each comparator's B × 6
     counts, and Σ over clusters of the covariance across draws of each cluster's own linearised contribution
@@ -335,19 +338,29 @@ class RefitDraws:
         totals: dict[str, list[np.ndarray]] = {r: [] for r in names}
         s1: np.ndarray | None = None
         s2: np.ndarray | None = None
+        per_cluster = True
         n_draws = 0
         for chunk in zip(*parts.values()):
             w = chunk[0][0]
             u = np.concatenate([c[1] @ G[i] for i, c in enumerate(chunk)], axis=-1)  # draws × clusters × units
             for r, c in zip(names, chunk):
                 totals[r].append(np.einsum("bc,bck->bk", w, c[1]))
+            if s1 is None:  # each cluster's units × units second moments, unless they would not fit in memory
+                per_cluster = u.shape[1] * len(units) ** 2 * 8 <= OWN_MAX_BYTES
             s1 = u.sum(axis=0) if s1 is None else s1 + u.sum(axis=0)
-            outer = np.einsum("bcu,bcv->cuv", u, u)
+            if per_cluster:
+                outer = np.einsum("bcu,bcv->cuv", u, u)
+            else:  # one matrix product (BLAS) over every draw and cluster of the chunk
+                flat = u.reshape(-1, u.shape[-1])
+                outer = flat.T @ flat
             s2 = outer if s2 is None else s2 + outer
             n_draws += len(w)
         assert s1 is not None and s2 is not None, "no bootstrap draws"
         mean = s1 / n_draws
-        own = (s2 / n_draws - np.einsum("cu,cv->cuv", mean, mean)).sum(axis=0)
+        if per_cluster:
+            own = (s2 / n_draws - np.einsum("cu,cv->cuv", mean, mean)).sum(axis=0)
+        else:  # the same sum over clusters, taken before the moments are combined (equal up to rounding)
+            own = s2 / n_draws - mean.T @ mean
         return cls({r: np.vstack(v) for r, v in totals.items()}, units, own)
 
     def correction(self, coef: dict[tuple[str, str], float]) -> float:
