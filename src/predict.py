@@ -382,7 +382,11 @@ def parser() -> argparse.ArgumentParser:
     model = ap.add_mutually_exclusive_group(required=True)
     model.add_argument("--model-uri", help="a stacker or panel model: models:/NAME@ALIAS, runs:/ID/stacker, a folder")
     model.add_argument("--run-id", help="a stacking run (with --dataset for an analysis' parent run)")
-    ap.add_argument("--dataset", default=None, help="with --run-id: which dataset's stacker")
+    ap.add_argument(
+        "--dataset",
+        default=None,
+        help="with --run-id: which dataset's stacker; the items' verdicts are that dataset's in the cache",
+    )
     ap.add_argument("--roster", default=None, help="default: the roster the stacker's run was tagged with")
     ap.add_argument("--frame", default=None, help="judge every item under this frame (def_on, claim)")
     ap.add_argument("--out", type=Path, default=None, help="write every prediction here (.jsonl or .csv)")
@@ -429,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     items = assign_frames(items, panel.model.frames, a.frame, panel.calibrated_frame)
+    if a.dataset and "dataset" not in items.frame:  # the stacker's dataset: its items' folder of the verdict cache
+        items.frame["dataset"] = a.dataset
     if a.frame and panel.calibrated_frame and a.frame != panel.calibrated_frame:
         print(
             f"warning: the stacker was calibrated on votes under frame {panel.calibrated_frame!r}; "
