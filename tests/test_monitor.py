@@ -374,6 +374,19 @@ def test_false_alarms_on_fresh_stable_streams_with_exact_intervals(compose_cfg):
     assert fa["bound"] == pytest.approx(2 * 0.02 / node["step"] * 1e5) and fa["target"] is None
 
 
+def test_the_monitoring_page_states_the_configured_alarm_rule():
+    """The manual's monitoring page describes the rule the default config runs: α set by the false-alarm target
+    (``alpha: auto``), the target itself and the run length an alarm needs (a page left at a retired α and run
+    length misleads every reader of its measured table)."""
+    conf = OmegaConf.load(ROOT / "conf" / "monitor" / "default.yaml")
+    page = (ROOT / "docs" / "beyond" / "monitoring.md").read_text(encoding="utf-8")
+    assert conf.alpha == "auto" and "`monitor.alpha: auto` (the default)" in page
+    assert f"(default {conf.false_alarm_target:g}:".replace("e-0", "e-") in page
+    assert f"`monitor.consecutive` successive flagged windows ({conf.consecutive} by default)" in page
+    stable = conf.evaluation.stable_streams
+    assert f"on {stable} fresh stable streams" in page and f"seeds {conf.evaluation.stable_first_seed}–" in page
+
+
 def test_each_scenario_has_its_own_seeds():
     seeds = monitor.scenario_seeds(100, 20, ["none", "accuracy", "abstain"])
     assert seeds["none"] == list(range(100, 120)) and seeds["abstain"] == list(range(140, 160))
