@@ -5,7 +5,7 @@
 # (scripts/install_models.sh says where each one lives).
 #   RAIM_MODELS=tiny (default): SmolLM2-135M + MiniLM, what the tests and the `tiny` roster need
 #   RAIM_MODELS=all: the whole `cpu` roster (~2 GB), needed only to compute new cpu verdicts
-# Measured times and where they go: docs/setup.md. Idempotent: rerunning installs nothing new.
+# Measured times and where they go: docs/getting-started.md. Idempotent: rerunning installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -30,9 +30,14 @@ if(RAIM_NO_AMX)
 endif()
 CMAKE
 export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$skip ${CMAKE_ARGS:-}"
-# --no-compile: no up-front bytecode for ~400 packages (torch, ray, ...); a module compiles on its first import
+# --no-compile: pip would byte-compile each package serially as it installs it; they are compiled below, at once
 "$VENV/bin/pip" install -q --no-compile -e '.[dev,llama,torch-cpu,ray]'
 PY="$VENV/bin/python" bash scripts/install_models.sh "${RAIM_MODELS:-tiny}"
+# Bytecode for every installed module, on all cores. Python writes it on first import only where
+# PYTHONDONTWRITEBYTECODE is unset; where it is set (many container images, this project's CI) a venv without it
+# compiles every module a command imports on every run: ~5,000 code objects, 5 s of each `python -m src.run`.
+# Up-to-date files are skipped, so a rerun costs seconds.
+"$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 # pip caches the compiled wheel by version, not by CPU or flags: a wheel built natively on another machine (or
 # before the AMX fix above) dies with SIGILL on its first matmul here. Probe one forward pass; rebuild if it dies.
 if ! "$VENV/bin/python" scripts/probe_llama.py; then
