@@ -16,7 +16,11 @@ machine's load and thread settings printed before and after:
    CPU load (``--load`` busy single-threaded numpy processes) against its quiet time, with BLAS held to one thread
    (as it runs) and with BLAS left to its default threads (what the hold is for).
 3. **``python -m src.run``** on the committed verdict caches (a fresh process each time: imports counted), without
-   tracking, with MLflow tracking into an existing store and into a new one; then the same under the load.
+   tracking, with MLflow tracking into an existing store and into a new one, and each tracked side's ratio to the
+   untracked one; then the same under the load.
+4. **Start-up** (``--parts startup``): ``python -m src.run --help`` and the main job without tracking, each its
+   wall time and its imports' time by ``-X importtime`` (the sum of the top-level imports), and the main job's
+   import share.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +41,17 @@ from statsmodels.stats.multitest import multipletests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
+from harness import (  # noqa: E402
+    competing_load,
+    cpu,
+    import_seconds,
+    interleaved,
+    machine,
+    ratio,
+    settle,
+    summary,
+    workload_parser,
+)
 
 from src.core import ladder, verdicts  # noqa: E402
 from src.core.aggregate import DawidSkene, StackedLogit  # noqa: E402
@@ -207,6 +222,9 @@ def cli_part(repeats: int, load: int) -> None:
         times, _ = interleaved(sides, repeats)
         for k, v in times.items():
             print(f"   {k:15s} {summary(v)}")
+        for k in ("existing store", "new store"):
+            untracked = times["no tracking"]
+            print(f"   {k} / no tracking: {min(times[k]) / min(untracked):.2f}x (minima) [{cpu()}]")
         if load:
             with competing_load(load):
                 print(f"   under {load} busy process(es): {machine()}")
@@ -215,12 +233,41 @@ def cli_part(repeats: int, load: int) -> None:
                 print(f"   {k:15s} under load: {summary(v)}; {min(v) / min(times[k]):.2f}x its quiet minimum")
 
 
+def startup_part(repeats: int) -> None:
+    """``--help`` and the untracked main job: wall time and the imports' share of it (min of ``repeats``)."""
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = {
+            "--help": ["--help"],
+            "main job, no tracking": ["tracking.enabled=false", f"hydra.run.dir={tmp}/hydra"],
+        }
+        print("4. start-up: wall time and the imports' time (-X importtime), min of the repeats")
+        for name, args in cases.items():
+            walls, imports = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                r = subprocess.run(
+                    [sys.executable, "-X", "importtime", "-m", "src.run", *args],
+                    cwd=ROOT,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                walls.append(time.perf_counter() - t0)
+                imports.append(import_seconds(r.stderr))
+            print(
+                f"   {name:22s} wall {min(walls):.2f} s, imports {min(imports):.2f} s "
+                f"({100 * min(imports) / min(walls):.0f} % of the wall) [{cpu()}]"
+            )
+
+
 def main() -> None:
     ap = workload_parser(__doc__, datasets=8, items=2000, members=10)
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--load", type=int, default=1, help="busy processes for the loaded measurements (0: none)")
-    ap.add_argument("--parts", default="bootstrap,analysis,cli")
+    ap.add_argument("--parts", default="bootstrap,analysis,cli,startup")
     a = ap.parse_args()
 
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
@@ -231,6 +278,7 @@ def main() -> None:
         ("bootstrap", lambda: bootstrap_part(table, s, a.repeats)),
         ("analysis", lambda: analysis_part(table, s, a.repeats, a.load)),
         ("cli", lambda: cli_part(a.repeats, a.load)),
+        ("startup", lambda: startup_part(a.repeats)),
     ):
         if name in parts:
             settle()  # each part starts on a quiet machine (1-min load < 1.2)

@@ -106,6 +106,12 @@ def summary(times: list[float]) -> str:
     return f"min {min(times):.3f} s, median {statistics.median(times):.3f} s over {len(times)}"
 
 
+def import_seconds(stderr: str) -> float:
+    """The total of a ``-X importtime`` report: the cumulative times of its top-level imports, in seconds."""
+    rows = [ln.split("|") for ln in stderr.splitlines() if ln.startswith("import time:") and "cumulative" not in ln]
+    return sum(int(r[1]) for r in rows if len(r[2]) - len(r[2].lstrip()) == 1) / 1e6
+
+
 def ratio(slow: list[float], fast: list[float]) -> str:
     """Speed-up of the medians and of the minima, and the machine they were measured on (:func:`cpu`)."""
     return (
