@@ -44,8 +44,9 @@ from threadpoolctl import threadpool_limits
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from src.core import ladder, verdicts  # noqa: E402
+from src.core import admissibility, ladder, verdicts  # noqa: E402
 from src.core.aggregate import BestSingle, MajorityVote, StackedLogit  # noqa: E402
+from src.core.decide import FLOOR_RULES, decide, reaches  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators  # noqa: E402
 from src.core.refit import RefitBootstrap  # noqa: E402
 from src.core.verdicts import ABSTAIN  # noqa: E402
@@ -65,6 +66,13 @@ REGIMES: dict[str, dict] = {
     "dominant": {"accuracies": [0.88, 0.64, 0.62, 0.61, 0.60], "rho": 0.3},
     "weak": {"accuracies": [0.62, 0.60, 0.59, 0.58, 0.57], "rho": 0.2},
 }
+# two more for the decision cells: eight members, one strong among seven that sit just under κ₀ (the admissibility
+# rule, §3.3, counts fewer than half of them competent) or clearly over it (admissible)
+DECISION_REGIMES: dict[str, dict] = {
+    "strong_weak": {"accuracies": [0.85] + [0.64] * 7, "rho": 0.0},
+    "strong_fair": {"accuracies": [0.85] + [0.70] * 7, "rho": 0.0},
+}
+ALL_REGIMES = {**REGIMES, **DECISION_REGIMES}
 SIZES = (100, 200, 800)
 STATS = ("d_best_cv", "d_majority", "stacked")
 
@@ -93,7 +101,7 @@ def seed_of(regime: str, n: int, kind: str, rep: int) -> int:
 
 def sample(regime: str, n: int, seed: int, null: bool = False) -> verdicts.VerdictTable:
     """One simulated panel of n items (n / 2 clusters of two), its gold permuted when ``null``."""
-    r = REGIMES[regime]
+    r = ALL_REGIMES[regime]
     df = simulate.panel(
         n // PER_CLUSTER, PER_CLUSTER, r["accuracies"], r["rho"], abstain_rate=ABSTAIN_RATE, dataset=regime, seed=seed
     )
@@ -115,8 +123,9 @@ def kappa_of(y: np.ndarray, pred: np.ndarray) -> float:
 
 
 def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
-    """The regime's population values from a sample of ``n_items`` (see the module's docstring)."""
-    r = REGIMES[regime]
+    """The regime's population values from a sample of ``n_items`` (see the module's docstring); the admissibility
+    coordinates (§3.3) on the scored half."""
+    r = ALL_REGIMES[regime]
     rng = np.random.default_rng(seed)
     y, v = simulate.draw(rng, n_items // PER_CLUSTER, PER_CLUSTER, np.asarray(r["accuracies"]), r["rho"], ABSTAIN_RATE)
     a, b = slice(0, n_items // 2), slice(n_items // 2, None)
@@ -134,6 +143,8 @@ def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
         d = [kappa_of(yb[i], p1[i]) - kappa_of(yb[i], p2[i]) for i in blocks]
         return float(np.std(d, ddof=1) / np.sqrt(len(blocks)))
 
+    op = ladder.LadderSettings()  # the operating point (κ₀, c, φ₀) of conf/analysis
+    adm = admissibility.test(yb, v[b], op.kappa0, op.c, op.phi0)
     return {
         "stacked": k["stacked"],
         "d_best_cv": k["stacked"] - k["best_cv"],
@@ -143,6 +154,9 @@ def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
         "kappa_best_cv": k["best_cv"],
         "kappa_majority": k["majority"],
         "mc_se": {"d_best_cv": paired_se(p_st, p_cv), "d_majority": paired_se(p_st, p_mj)},
+        "phi_bar": adm.phi_bar,
+        "members_at_kappa0": adm.members_at_kappa0,
+        "admissible": adm.admissible,
         "n_items": n_items,
         "seed": seed,
     }
@@ -455,6 +469,121 @@ def cmd_cascade(args) -> None:
         print(regime, dict(zip(CASCADE_SHARES, (cov / args.reps).round(3))), flush=True)
 
 
+# ------------------------------------------------------------------------------------------------ the decisions
+
+DECISIONS = RESULTS / "decisions.jsonl"
+DECISION_TRUTH = RESULTS / "decisions_truth.json"
+KAPPA_FLOOR = ladder.LadderSettings().kappa_floor  # 0.40, conf/analysis's kappa_floor
+
+
+def better_arm(kappa_panel: float, kappa_single: float, floor: float = KAPPA_FLOOR) -> str:
+    """The arm with the higher population κ — ``panel`` (the stacker) or ``single`` (the CV-best single judge) —
+    when it reaches the floor; ``none`` when neither does."""
+    arm, k = ("panel", kappa_panel) if kappa_panel > kappa_single else ("single", kappa_single)
+    return arm if reaches(k, floor) else "none"
+
+
+def rule_arm(t: dict, floor: float = KAPPA_FLOOR) -> str:
+    """What the decision rule (:mod:`src.core.decide`, §3.3) deploys on population values: the panel when it is
+    admissible, beats the CV-best single and reaches the floor; else the single judge at the floor; else none."""
+    if t["admissible"] and t["d_best_cv"] > 0 and reaches(t["stacked"], floor):
+        return "panel"
+    return "single" if reaches(t["kappa_best_cv"], floor) else "none"
+
+
+def decision_truth(regime: str, n_items: int = TRUTH_N) -> dict:
+    """The regime's population values (:func:`population`) with its better arm and the rule's arm."""
+    t = population(regime, n_items=n_items)
+    return {**t, "better": better_arm(t["stacked"], t["kappa_best_cv"]), "rule": rule_arm(t)}
+
+
+def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
+    """One panel analysed as ``python -m src.run`` does (:func:`src.core.ladder.analyze`, the abstention contrast
+    off) and decided (:func:`src.core.decide.decide`) at κ_min = :data:`KAPPA_FLOOR` under each floor rule."""
+    s = ladder.LadderSettings(n_boot=n_boot, abstention_contrast=False)
+    (summary,) = [r.summary for r in ladder.analyze(sample(regime, n, seed), StackedLogit(), s).values()]
+    ds = {rule: decide(summary, KAPPA_FLOOR, rule) for rule in FLOOR_RULES}
+    d = ds["estimate"]  # the call, admissibility and veto do not depend on the floor rule
+    return {
+        "action": {rule: x.action for rule, x in ds.items()},
+        "vetoed": d.vetoed_win,
+        "call": d.call,
+        "admissible": d.admissible,
+        "admitted_share": d.admitted_share,
+        "kappa_stacked": summary["comparators"]["stacked"]["kappa"]["estimate"],
+        "kappa_single": summary["comparators"]["best_cv"]["kappa"]["estimate"],
+    }
+
+
+def tally(actions: list[str], vetoed: list[bool], better: str, rule: str) -> dict[str, int]:
+    """Counts over the runs: the better arm deployed; the other arm (for ``none``: any arm) deployed; nothing
+    deployed although an arm reaches the floor; a win the admissibility rule vetoed; the rule's population arm."""
+    a = np.asarray(actions)
+    return {
+        "reps": len(a),
+        "better": int(np.sum(a == better)),
+        "other": int(np.sum((a != better) & (a != "none"))),
+        "nothing": int(np.sum(a == "none")) if better != "none" else 0,
+        "vetoed": int(np.sum(vetoed)),
+        "as_rule": int(np.sum(a == rule)),
+    }
+
+
+def load_decision_truth(regimes: list[str]) -> dict:
+    """The regimes' decision truths, computed (and saved) for any not yet in :data:`DECISION_TRUTH`."""
+    truth = json.loads(DECISION_TRUTH.read_text()) if DECISION_TRUTH.exists() else {}
+    for regime in [r for r in regimes if r not in truth]:
+        truth[regime] = decision_truth(regime)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        DECISION_TRUTH.write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
+def decision_line(cell: dict, t: dict) -> str:
+    parts = []
+    for rule in FLOOR_RULES:
+        c = tally(
+            [r["action"][rule] for r in cell["results"]], [r["vetoed"] for r in cell["results"]], t["better"], t["rule"]
+        )
+        parts.append(
+            f"{rule}: better {c['better'] / c['reps']:.3f} other {c['other'] / c['reps']:.3f} "
+            f"nothing {c['nothing'] / c['reps']:.3f}"
+        )
+    vetoed = np.mean([r["vetoed"] for r in cell["results"]])
+    return f"{cell['regime']} n={cell['n']} (better: {t['better']}): " + "; ".join(parts) + f"; vetoed {vetoed:.3f}"
+
+
+def cmd_decisions(args) -> None:
+    from tqdm import tqdm
+
+    truth = load_decision_truth(args.regimes)
+    done = set()
+    if DECISIONS.exists():
+        done = {
+            (c["regime"], c["n"], c["reps"], c["n_boot"]) for c in map(json.loads, DECISIONS.read_text().splitlines())
+        }
+    todo = [(rg, n) for n in args.sizes for rg in args.regimes if (rg, n, args.reps, args.boot) not in done]
+    print(f"{len(todo)} decision cells to run, R = {args.reps}, B = {args.boot}", flush=True)
+    for regime, n in todo:
+        t0 = time.perf_counter()
+        reps = [
+            decision_rep(regime, n, seed_of(regime, n, "decision", r), args.boot)
+            for r in tqdm(range(args.reps), desc=f"decisions {regime} n={n}", mininterval=10, file=sys.stdout)
+        ]
+        line = {
+            "kind": "decision",
+            "regime": regime,
+            "n": n,
+            "reps": args.reps,
+            "n_boot": args.boot,
+            "seconds": time.perf_counter() - t0,
+            "results": reps,
+        }
+        with open(DECISIONS, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        print(decision_line(line, truth[regime]), f"({line['seconds']:.0f}s)", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -476,11 +605,15 @@ def main() -> None:
     c.add_argument("--boot", type=int, default=1000)
     c.add_argument("--n", type=int, default=200)
     c.add_argument("--regimes", nargs="+", default=["independent", "weak"])
+    d = sub.add_parser("decisions")
+    d.add_argument("--reps", type=int, default=500)
+    d.add_argument("--boot", type=int, default=2000)
+    d.add_argument("--sizes", type=int, nargs="+", default=[200])
+    d.add_argument("--regimes", nargs="+", default=list(ALL_REGIMES))
     sub.add_parser("report")
     args = p.parse_args()
-    {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade, "report": cmd_report}[args.cmd](
-        args
-    )
+    cmds = {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade}
+    {**cmds, "decisions": cmd_decisions, "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":
