@@ -3,7 +3,8 @@
     python bench/intervals.py truth                       # the regimes' population values (once, ~1 min)
     python bench/intervals.py timing [--reps 3]           # seconds per analysis, per interval, at B = 2000
     python bench/intervals.py run --reps 200 --boot 1000  # the coverage cells, resumable (appends per cell)
-    python bench/intervals.py cascade --reps 200          # the cascade's per-share intervals (item 4)
+    python bench/intervals.py cascade --reps 200          # the cascade's per-share intervals
+    python bench/intervals.py decisions --sizes 200 800   # does the decision deploy the better arm? (resumable)
     python bench/intervals.py report                      # the markdown tables of docs/intervals.md
 
 Each replicate draws a panel from one regime (:func:`src.studies.simulate.draw`, the Gaussian copula; five members,
@@ -21,6 +22,14 @@ the Δκ are read paired on the same half, so their Monte Carlo error is a few 1
 The null (``null`` cells): the regime's panel with its gold permuted across items, so that every member, every
 aggregate and every difference has population κ = 0; a *false win* is a refit (or fixed) Δκ-vs-CV-best interval
 whose lower bound exceeds 0 (nominal 2.5 %), an *exclusion* one that leaves out 0 (nominal 5 %).
+
+The decisions (``decisions`` cells, :data:`ALL_REGIMES`: the four and two of eight members): each replicate is
+analysed as ``python -m src.run`` does (:func:`src.core.ladder.analyze`) and decided by
+:func:`src.core.decide.decide` at κ_min = 0.40 under each floor rule (``estimate``, ``lower_bound``). The truth: the
+*better arm*, the one of higher population κ — the stacked panel or the CV-best single judge — when it reaches
+κ_min, else ``none``; beside it the *rule's arm*, what the rule of §3.3 deploys on the population values (an
+inadmissible panel never). Per cell: how often the better arm is deployed, the other one, nothing although an arm
+reaches κ_min, and a win the admissibility rule vetoes (``bench/results/decisions.jsonl``, ``decisions_truth.json``).
 
 Results: one JSON line per finished cell (regime, n, kind) in ``bench/results/coverage.jsonl``, with every
 replicate's estimates and intervals, so that ``run`` resumes where it stopped and ``report`` recomputes any figure.
@@ -390,6 +399,8 @@ def cmd_report(args) -> None:
         print("|---|---|---|---|---|")
         for (n, b), t in sorted(rows.items()):
             print(f"| {n} | {b} | {t['ladder_s']:.2f} | {t['fixed_s']:.3f} | {t['refit_s']:.2f} |")
+    if DECISIONS.exists():
+        report_decisions()
 
 
 # ------------------------------------------------------------------------------------------------ the cascade
@@ -551,6 +562,44 @@ def decision_line(cell: dict, t: dict) -> str:
         )
     vetoed = np.mean([r["vetoed"] for r in cell["results"]])
     return f"{cell['regime']} n={cell['n']} (better: {t['better']}): " + "; ".join(parts) + f"; vetoed {vetoed:.3f}"
+
+
+def report_decisions() -> None:
+    """The decision tables of docs/intervals.md: each regime's population arms, then how often the decision deploys
+    the better one, per regime × n × floor rule."""
+    truth = json.loads(DECISION_TRUTH.read_text())
+    cells = {(c["regime"], c["n"]): c for c in map(json.loads, DECISIONS.read_text().splitlines())}  # latest line
+    print(f"\nThe decision's arms on the population (TRUTH_N = {TRUTH_N} items; κ_min = {KAPPA_FLOOR:g}):\n")
+    print(
+        "| regime | accuracies, ρ | κ panel (stacked) | κ CV-best single | Δκ | members at κ₀ | φ̄ | admissible "
+        "| better arm | the rule's arm |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for rg, t in truth.items():
+        r = ALL_REGIMES[rg]
+        print(
+            f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
+            f"{t['kappa_best_cv']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
+            f"{t['members_at_kappa0']}/{len(r['accuracies'])} | {t['phi_bar']:.3f} | {'yes' if t['admissible'] else 'no'} "
+            f"| {t['better']} | {t['rule']} |"
+        )
+    print("\nThe decision per run, % of runs [Wilson 95 %]:\n")
+    print(
+        "| regime (better arm) | n | R | B | floor rule | deploys the better arm | deploys the other arm "
+        "| deploys nothing, an arm at the floor | vetoed win | = the rule's arm |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for (rg, n), c in sorted(cells.items(), key=lambda kv: (list(ALL_REGIMES).index(kv[0][0]), kv[0][1])):
+        t, R = truth[rg], c["reps"]
+        for rule in FLOOR_RULES:
+            k = tally(
+                [x["action"][rule] for x in c["results"]], [x["vetoed"] for x in c["results"]], t["better"], t["rule"]
+            )
+            nothing = "—" if t["better"] == "none" else fmt(k["nothing"], R)
+            print(
+                f"| {rg} ({t['better']}) | {n} | {R} | {c['n_boot']} | {rule} | {fmt(k['better'], R)} | "
+                f"{fmt(k['other'], R)} | {nothing} | {fmt(k['vetoed'], R)} | {fmt(k['as_rule'], R)} |"
+            )
 
 
 def cmd_decisions(args) -> None:
