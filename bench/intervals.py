@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from src.core import admissibility, ladder, verdicts  # noqa: E402
 from src.core.aggregate import BestSingle, MajorityVote, StackedLogit  # noqa: E402
-from src.core.decide import FLOOR_RULES, decide, reaches  # noqa: E402
+from src.core.decide import FLOOR_RULES, WINS, decide, reaches  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators  # noqa: E402
 from src.core.refit import RefitBootstrap  # noqa: E402
 from src.core.verdicts import ABSTAIN  # noqa: E402
@@ -526,17 +526,21 @@ def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
     }
 
 
-def tally(actions: list[str], vetoed: list[bool], better: str, rule: str) -> dict[str, int]:
-    """Counts over the runs: the better arm deployed; the other arm (for ``none``: any arm) deployed; nothing
-    deployed although an arm reaches the floor; a win the admissibility rule vetoed; the rule's population arm."""
-    a = np.asarray(actions)
+def tally(runs: list[dict], floor_rule: str, better: str, rule: str) -> dict[str, int]:
+    """Counts over the runs (:func:`decision_rep`) under one floor rule: the better arm deployed; the other arm (for
+    ``none``: any arm) deployed; nothing deployed although an arm reaches the floor; the rule's population arm
+    deployed; and, whatever the floor rule, a win shown vs the CV-best single, the panel admissible on the sample,
+    a win the admissibility rule vetoed."""
+    a = np.array([r["action"][floor_rule] for r in runs])
     return {
         "reps": len(a),
         "better": int(np.sum(a == better)),
         "other": int(np.sum((a != better) & (a != "none"))),
         "nothing": int(np.sum(a == "none")) if better != "none" else 0,
-        "vetoed": int(np.sum(vetoed)),
         "as_rule": int(np.sum(a == rule)),
+        "win": sum(r["call"] in WINS for r in runs),
+        "admissible": sum(bool(r["admissible"]) for r in runs),
+        "vetoed": sum(bool(r["vetoed"]) for r in runs),
     }
 
 
@@ -553,9 +557,7 @@ def load_decision_truth(regimes: list[str]) -> dict:
 def decision_line(cell: dict, t: dict) -> str:
     parts = []
     for rule in FLOOR_RULES:
-        c = tally(
-            [r["action"][rule] for r in cell["results"]], [r["vetoed"] for r in cell["results"]], t["better"], t["rule"]
-        )
+        c = tally(cell["results"], rule, t["better"], t["rule"])
         parts.append(
             f"{rule}: better {c['better'] / c['reps']:.3f} other {c['other'] / c['reps']:.3f} "
             f"nothing {c['nothing'] / c['reps']:.3f}"
@@ -586,19 +588,18 @@ def report_decisions() -> None:
     print("\nThe decision per run, % of runs [Wilson 95 %]:\n")
     print(
         "| regime (better arm) | n | R | B | floor rule | deploys the better arm | deploys the other arm "
-        "| deploys nothing, an arm at the floor | vetoed win | = the rule's arm |"
+        "| deploys nothing, an arm at the floor | = the rule's arm | win shown | admissible | vetoed win |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (rg, n), c in sorted(cells.items(), key=lambda kv: (list(ALL_REGIMES).index(kv[0][0]), kv[0][1])):
         t, R = truth[rg], c["reps"]
         for rule in FLOOR_RULES:
-            k = tally(
-                [x["action"][rule] for x in c["results"]], [x["vetoed"] for x in c["results"]], t["better"], t["rule"]
-            )
+            k = tally(c["results"], rule, t["better"], t["rule"])
             nothing = "—" if t["better"] == "none" else fmt(k["nothing"], R)
             print(
                 f"| {rg} ({t['better']}) | {n} | {R} | {c['n_boot']} | {rule} | {fmt(k['better'], R)} | "
-                f"{fmt(k['other'], R)} | {nothing} | {fmt(k['vetoed'], R)} | {fmt(k['as_rule'], R)} |"
+                f"{fmt(k['other'], R)} | {nothing} | {fmt(k['as_rule'], R)} | {fmt(k['win'], R)} | "
+                f"{fmt(k['admissible'], R)} | {fmt(k['vetoed'], R)} |"
             )
 
 

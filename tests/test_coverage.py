@@ -81,11 +81,24 @@ def test_numba_imports_for_a_script_run_from_bench():
 def test_tally_counts_each_run_in_one_outcome():
     """Better arm, other arm, nothing although an arm reaches the floor: each run in exactly one when an arm
     reaches it; where none does, deploying anything is the other outcome and ``nothing`` is not counted."""
-    c = cov.tally(["panel", "single", "none", "panel"], [True, False, False, False], "panel", "single")
-    assert c == {"reps": 4, "better": 2, "other": 1, "nothing": 1, "vetoed": 1, "as_rule": 1}
+
+    def run(estimate, lower_bound, call="tie", admissible=True):
+        vetoed = call in cov.WINS and not admissible
+        action = {"estimate": estimate, "lower_bound": lower_bound}
+        return {"action": action, "call": call, "admissible": admissible, "vetoed": vetoed}
+
+    runs = [
+        run("single", "single", "clean win", admissible=False),  # a vetoed win
+        run("panel", "panel", "win"),
+        run("single", "none"),
+        run("none", "none"),
+    ]
+    c = cov.tally(runs, "estimate", "panel", "single")
+    assert c == {"reps": 4, "better": 1, "other": 2, "nothing": 1, "as_rule": 2, "win": 2, "admissible": 3, "vetoed": 1}
     assert c["better"] + c["other"] + c["nothing"] == c["reps"]
-    c = cov.tally(["single", "none", "none"], [False] * 3, "none", "none")
-    assert c == {"reps": 3, "better": 2, "other": 1, "nothing": 0, "vetoed": 0, "as_rule": 2}
+    assert cov.tally(runs, "lower_bound", "panel", "single")["nothing"] == 2
+    c = cov.tally(runs[2:], "estimate", "none", "none")
+    assert c == {"reps": 2, "better": 1, "other": 1, "nothing": 0, "as_rule": 1, "win": 0, "admissible": 2, "vetoed": 0}
 
 
 def test_the_better_arm_and_the_rules_arm():
@@ -108,6 +121,6 @@ def test_decision_runs_where_the_outcome_is_forced(monkeypatch, accuracy, arm):
     assert t["better"] == t["rule"] == arm
     runs = [cov.decision_rep("forced", 200, seed, 200) for seed in range(3)]
     for rule in cov.FLOOR_RULES:
-        c = cov.tally([r["action"][rule] for r in runs], [r["vetoed"] for r in runs], t["better"], t["rule"])
-        assert c == {"reps": 3, "better": 3, "other": 0, "nothing": 0, "vetoed": 0, "as_rule": 3}, (rule, runs)
-    assert all(r["admissible"] == (arm == "panel") for r in runs)
+        c = cov.tally(runs, rule, t["better"], t["rule"])
+        assert (c["better"], c["other"], c["nothing"], c["as_rule"], c["vetoed"]) == (3, 0, 0, 3, 0), (rule, runs)
+        assert c["win"] == c["admissible"] == (3 if arm == "panel" else 0), (rule, runs)
