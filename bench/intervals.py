@@ -5,7 +5,7 @@
     python bench/intervals.py run --reps 200 --boot 1000  # the coverage cells, resumable (appends per cell)
     python bench/intervals.py cascade --reps 200          # the cascade's per-share intervals
     python bench/intervals.py decisions --sizes 200 800   # does the decision deploy the better arm? (resumable)
-    python bench/intervals.py report                      # the markdown tables of docs/intervals.md
+    python bench/intervals.py report [--decisions]        # the markdown tables of docs/intervals.md
 
 Each replicate draws a panel from one regime (:func:`src.studies.simulate.draw`, the Gaussian copula; five members,
 2 % abstentions, two items per cluster) at n items, runs the ladder on it (:func:`src.core.ladder.analyze_dataset`,
@@ -335,6 +335,8 @@ def fmt(k, R):
 
 
 def cmd_report(args) -> None:
+    if args.decisions:
+        return report_decisions()
     truth = json.loads(TRUTH.read_text())
     cells = [json.loads(x) for x in OUT.read_text().splitlines()]
     cells = list({(c["kind"], c["regime"], c["n"]): c for c in cells}.values())  # the latest line of each cell
@@ -399,8 +401,6 @@ def cmd_report(args) -> None:
         print("|---|---|---|---|---|")
         for (n, b), t in sorted(rows.items()):
             print(f"| {n} | {b} | {t['ladder_s']:.2f} | {t['fixed_s']:.3f} | {t['refit_s']:.2f} |")
-    if DECISIONS.exists():
-        report_decisions()
 
 
 # ------------------------------------------------------------------------------------------------ the cascade
@@ -571,7 +571,7 @@ def report_decisions() -> None:
     the better one, per regime × n × floor rule."""
     truth = json.loads(DECISION_TRUTH.read_text())
     cells = {(c["regime"], c["n"]): c for c in map(json.loads, DECISIONS.read_text().splitlines())}  # latest line
-    print(f"\nThe decision's arms on the population (TRUTH_N = {TRUTH_N} items; κ_min = {KAPPA_FLOOR:g}):\n")
+    print(f"The decision's arms on the population (TRUTH_N = {TRUTH_N} items; κ_min = {KAPPA_FLOOR:g}):\n")
     print(
         "| regime | accuracies, ρ | κ panel (stacked) | κ CV-best single | Δκ | members at κ₀ | φ̄ | admissible "
         "| better arm | the rule's arm |"
@@ -660,7 +660,8 @@ def main() -> None:
     d.add_argument("--boot", type=int, default=2000)
     d.add_argument("--sizes", type=int, nargs="+", default=[200])
     d.add_argument("--regimes", nargs="+", default=list(ALL_REGIMES))
-    sub.add_parser("report")
+    rp = sub.add_parser("report")
+    rp.add_argument("--decisions", action="store_true", help="the decision tables (else the coverage tables)")
     args = p.parse_args()
     cmds = {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade}
     {**cmds, "decisions": cmd_decisions, "report": cmd_report}[args.cmd](args)
