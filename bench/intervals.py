@@ -601,6 +601,15 @@ def report_decisions() -> None:
                 f"{fmt(k['other'], R)} | {nothing} | {fmt(k['as_rule'], R)} | {fmt(k['win'], R)} | "
                 f"{fmt(k['admissible'], R)} | {fmt(k['vetoed'], R)} |"
             )
+    print(
+        "\nThe vetoed wins: how often the bootstrap draws admit the panel (`admitted_share`), over the vetoed runs:\n"
+    )
+    print("| regime | n | vetoed runs | admitted share: median [min, max] |")
+    print("|---|---|---|---|")
+    for (rg, n), c in sorted(cells.items(), key=lambda kv: (list(ALL_REGIMES).index(kv[0][0]), kv[0][1])):
+        a = np.array([x["admitted_share"] for x in c["results"] if x["vetoed"]])
+        if len(a):
+            print(f"| {rg} | {n} | {len(a)} | {np.median(a):.3f} [{a.min():.3f}, {a.max():.3f}] |")
 
 
 def cmd_decisions(args) -> None:
