@@ -3,8 +3,9 @@
     python bench/intervals.py truth                       # the regimes' population values (once, ~1 min)
     python bench/intervals.py timing [--reps 3]           # seconds per analysis, per interval, at B = 2000
     python bench/intervals.py run --reps 200 --boot 1000  # the coverage cells, resumable (appends per cell)
-    python bench/intervals.py cascade --reps 200          # the cascade's per-share intervals (item 4)
-    python bench/intervals.py report                      # the markdown tables of docs/intervals.md
+    python bench/intervals.py cascade --reps 200          # the cascade's per-share intervals
+    python bench/intervals.py decisions --sizes 200 800   # does the decision deploy the better arm? (resumable)
+    python bench/intervals.py report [--decisions]        # the markdown tables of docs/intervals.md
 
 Each replicate draws a panel from one regime (:func:`src.studies.simulate.draw`, the Gaussian copula; five members,
 2 % abstentions, two items per cluster) at n items, runs the ladder on it (:func:`src.core.ladder.analyze_dataset`,
@@ -21,6 +22,14 @@ the Δκ are read paired on the same half, so their Monte Carlo error is a few 1
 The null (``null`` cells): the regime's panel with its gold permuted across items, so that every member, every
 aggregate and every difference has population κ = 0; a *false win* is a refit (or fixed) Δκ-vs-CV-best interval
 whose lower bound exceeds 0 (nominal 2.5 %), an *exclusion* one that leaves out 0 (nominal 5 %).
+
+The decisions (``decisions`` cells, :data:`ALL_REGIMES`: the four and two of eight members): each replicate is
+analysed as ``python -m src.run`` does (:func:`src.core.ladder.analyze`) and decided by
+:func:`src.core.decide.decide` at κ_min = 0.40 under each floor rule (``estimate``, ``lower_bound``). The truth: the
+*better arm*, the one of higher population κ — the stacked panel or the CV-best single judge — when it reaches
+κ_min, else ``none``; beside it the *rule's arm*, what the rule of §3.3 deploys on the population values (an
+inadmissible panel never). Per cell: how often the better arm is deployed, the other one, nothing although an arm
+reaches κ_min, and a win the admissibility rule vetoes (``bench/results/decisions.jsonl``, ``decisions_truth.json``).
 
 Results: one JSON line per finished cell (regime, n, kind) in ``bench/results/coverage.jsonl``, with every
 replicate's estimates and intervals, so that ``run`` resumes where it stopped and ``report`` recomputes any figure.
@@ -44,8 +53,9 @@ from threadpoolctl import threadpool_limits
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from src.core import ladder, verdicts  # noqa: E402
+from src.core import admissibility, ladder, verdicts  # noqa: E402
 from src.core.aggregate import BestSingle, MajorityVote, StackedLogit  # noqa: E402
+from src.core.decide import FLOOR_RULES, WINS, decide, reaches  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators  # noqa: E402
 from src.core.refit import RefitBootstrap  # noqa: E402
 from src.core.verdicts import ABSTAIN  # noqa: E402
@@ -65,6 +75,13 @@ REGIMES: dict[str, dict] = {
     "dominant": {"accuracies": [0.88, 0.64, 0.62, 0.61, 0.60], "rho": 0.3},
     "weak": {"accuracies": [0.62, 0.60, 0.59, 0.58, 0.57], "rho": 0.2},
 }
+# two more for the decision cells: eight members, one strong among seven that sit just under κ₀ (the admissibility
+# rule, §3.3, counts fewer than half of them competent) or clearly over it (admissible)
+DECISION_REGIMES: dict[str, dict] = {
+    "strong_weak": {"accuracies": [0.85] + [0.64] * 7, "rho": 0.0},
+    "strong_fair": {"accuracies": [0.85] + [0.70] * 7, "rho": 0.0},
+}
+ALL_REGIMES = {**REGIMES, **DECISION_REGIMES}
 SIZES = (100, 200, 800)
 STATS = ("d_best_cv", "d_majority", "stacked")
 
@@ -93,7 +110,7 @@ def seed_of(regime: str, n: int, kind: str, rep: int) -> int:
 
 def sample(regime: str, n: int, seed: int, null: bool = False) -> verdicts.VerdictTable:
     """One simulated panel of n items (n / 2 clusters of two), its gold permuted when ``null``."""
-    r = REGIMES[regime]
+    r = ALL_REGIMES[regime]
     df = simulate.panel(
         n // PER_CLUSTER, PER_CLUSTER, r["accuracies"], r["rho"], abstain_rate=ABSTAIN_RATE, dataset=regime, seed=seed
     )
@@ -115,8 +132,9 @@ def kappa_of(y: np.ndarray, pred: np.ndarray) -> float:
 
 
 def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
-    """The regime's population values from a sample of ``n_items`` (see the module's docstring)."""
-    r = REGIMES[regime]
+    """The regime's population values from a sample of ``n_items`` (see the module's docstring); the admissibility
+    coordinates (§3.3) on the scored half."""
+    r = ALL_REGIMES[regime]
     rng = np.random.default_rng(seed)
     y, v = simulate.draw(rng, n_items // PER_CLUSTER, PER_CLUSTER, np.asarray(r["accuracies"]), r["rho"], ABSTAIN_RATE)
     a, b = slice(0, n_items // 2), slice(n_items // 2, None)
@@ -134,6 +152,8 @@ def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
         d = [kappa_of(yb[i], p1[i]) - kappa_of(yb[i], p2[i]) for i in blocks]
         return float(np.std(d, ddof=1) / np.sqrt(len(blocks)))
 
+    op = ladder.LadderSettings()  # the operating point (κ₀, c, φ₀) of conf/analysis
+    adm = admissibility.test(yb, v[b], op.kappa0, op.c, op.phi0)
     return {
         "stacked": k["stacked"],
         "d_best_cv": k["stacked"] - k["best_cv"],
@@ -143,6 +163,9 @@ def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
         "kappa_best_cv": k["best_cv"],
         "kappa_majority": k["majority"],
         "mc_se": {"d_best_cv": paired_se(p_st, p_cv), "d_majority": paired_se(p_st, p_mj)},
+        "phi_bar": adm.phi_bar,
+        "members_at_kappa0": adm.members_at_kappa0,
+        "admissible": adm.admissible,
         "n_items": n_items,
         "seed": seed,
     }
@@ -312,6 +335,8 @@ def fmt(k, R):
 
 
 def cmd_report(args) -> None:
+    if args.decisions:
+        return report_decisions()
     truth = json.loads(TRUTH.read_text())
     cells = [json.loads(x) for x in OUT.read_text().splitlines()]
     cells = list({(c["kind"], c["regime"], c["n"]): c for c in cells}.values())  # the latest line of each cell
@@ -455,6 +480,169 @@ def cmd_cascade(args) -> None:
         print(regime, dict(zip(CASCADE_SHARES, (cov / args.reps).round(3))), flush=True)
 
 
+# ------------------------------------------------------------------------------------------------ the decisions
+
+DECISIONS = RESULTS / "decisions.jsonl"
+DECISION_TRUTH = RESULTS / "decisions_truth.json"
+KAPPA_FLOOR = ladder.LadderSettings().kappa_floor  # 0.40, conf/analysis's kappa_floor
+
+
+def better_arm(kappa_panel: float, kappa_single: float, floor: float = KAPPA_FLOOR) -> str:
+    """The arm with the higher population κ — ``panel`` (the stacker) or ``single`` (the CV-best single judge) —
+    when it reaches the floor; ``none`` when neither does."""
+    arm, k = ("panel", kappa_panel) if kappa_panel > kappa_single else ("single", kappa_single)
+    return arm if reaches(k, floor) else "none"
+
+
+def rule_arm(t: dict, floor: float = KAPPA_FLOOR) -> str:
+    """What the decision rule (:mod:`src.core.decide`, §3.3) deploys on population values: the panel when it is
+    admissible, beats the CV-best single and reaches the floor; else the single judge at the floor; else none."""
+    if t["admissible"] and t["d_best_cv"] > 0 and reaches(t["stacked"], floor):
+        return "panel"
+    return "single" if reaches(t["kappa_best_cv"], floor) else "none"
+
+
+def decision_truth(regime: str, n_items: int = TRUTH_N) -> dict:
+    """The regime's population values (:func:`population`) with its better arm and the rule's arm."""
+    t = population(regime, n_items=n_items)
+    return {**t, "better": better_arm(t["stacked"], t["kappa_best_cv"]), "rule": rule_arm(t)}
+
+
+def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
+    """One panel analysed as ``python -m src.run`` does (:func:`src.core.ladder.analyze`, the abstention contrast
+    off) and decided (:func:`src.core.decide.decide`) at κ_min = :data:`KAPPA_FLOOR` under each floor rule."""
+    s = ladder.LadderSettings(n_boot=n_boot, abstention_contrast=False)
+    (summary,) = [r.summary for r in ladder.analyze(sample(regime, n, seed), StackedLogit(), s).values()]
+    ds = {rule: decide(summary, KAPPA_FLOOR, rule) for rule in FLOOR_RULES}
+    d = ds["estimate"]  # the call, admissibility and veto do not depend on the floor rule
+    return {
+        "action": {rule: x.action for rule, x in ds.items()},
+        "vetoed": d.vetoed_win,
+        "call": d.call,
+        "admissible": d.admissible,
+        "admitted_share": d.admitted_share,
+        "kappa_stacked": summary["comparators"]["stacked"]["kappa"]["estimate"],
+        "kappa_single": summary["comparators"]["best_cv"]["kappa"]["estimate"],
+    }
+
+
+def tally(runs: list[dict], floor_rule: str, better: str, rule: str) -> dict[str, int]:
+    """Counts over the runs (:func:`decision_rep`) under one floor rule: the better arm deployed; the other arm (for
+    ``none``: any arm) deployed; nothing deployed although an arm reaches the floor; the rule's population arm
+    deployed; and, whatever the floor rule, a win shown vs the CV-best single, the panel admissible on the sample,
+    a win the admissibility rule vetoed."""
+    a = np.array([r["action"][floor_rule] for r in runs])
+    return {
+        "reps": len(a),
+        "better": int(np.sum(a == better)),
+        "other": int(np.sum((a != better) & (a != "none"))),
+        "nothing": int(np.sum(a == "none")) if better != "none" else 0,
+        "as_rule": int(np.sum(a == rule)),
+        "win": sum(r["call"] in WINS for r in runs),
+        "admissible": sum(bool(r["admissible"]) for r in runs),
+        "vetoed": sum(bool(r["vetoed"]) for r in runs),
+    }
+
+
+def load_decision_truth(regimes: list[str]) -> dict:
+    """The regimes' decision truths, computed (and saved) for any not yet in :data:`DECISION_TRUTH`."""
+    truth = json.loads(DECISION_TRUTH.read_text()) if DECISION_TRUTH.exists() else {}
+    for regime in [r for r in regimes if r not in truth]:
+        truth[regime] = decision_truth(regime)
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        DECISION_TRUTH.write_text(json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
+def decision_line(cell: dict, t: dict) -> str:
+    parts = []
+    for rule in FLOOR_RULES:
+        c = tally(cell["results"], rule, t["better"], t["rule"])
+        parts.append(
+            f"{rule}: better {c['better'] / c['reps']:.3f} other {c['other'] / c['reps']:.3f} "
+            f"nothing {c['nothing'] / c['reps']:.3f}"
+        )
+    vetoed = np.mean([r["vetoed"] for r in cell["results"]])
+    return f"{cell['regime']} n={cell['n']} (better: {t['better']}): " + "; ".join(parts) + f"; vetoed {vetoed:.3f}"
+
+
+def report_decisions() -> None:
+    """The decision tables of docs/intervals.md: each regime's population arms, then how often the decision deploys
+    the better one, per regime × n × floor rule."""
+    truth = json.loads(DECISION_TRUTH.read_text())
+    cells = {(c["regime"], c["n"]): c for c in map(json.loads, DECISIONS.read_text().splitlines())}  # latest line
+    print(f"The decision's arms on the population (TRUTH_N = {TRUTH_N} items; κ_min = {KAPPA_FLOOR:g}):\n")
+    print(
+        "| regime | accuracies, ρ | κ panel (stacked) | κ CV-best single | Δκ | members at κ₀ | φ̄ | admissible "
+        "| better arm | the rule's arm |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for rg, t in truth.items():
+        r = ALL_REGIMES[rg]
+        print(
+            f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
+            f"{t['kappa_best_cv']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
+            f"{t['members_at_kappa0']}/{len(r['accuracies'])} | {t['phi_bar']:.3f} | {'yes' if t['admissible'] else 'no'} "
+            f"| {t['better']} | {t['rule']} |"
+        )
+    print("\nThe decision per run, % of runs [Wilson 95 %]:\n")
+    print(
+        "| regime (better arm) | n | R | B | floor rule | deploys the better arm | deploys the other arm "
+        "| deploys nothing, an arm at the floor | = the rule's arm | win shown | admissible | vetoed win |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for (rg, n), c in sorted(cells.items(), key=lambda kv: (list(ALL_REGIMES).index(kv[0][0]), kv[0][1])):
+        t, R = truth[rg], c["reps"]
+        for rule in FLOOR_RULES:
+            k = tally(c["results"], rule, t["better"], t["rule"])
+            nothing = "—" if t["better"] == "none" else fmt(k["nothing"], R)
+            print(
+                f"| {rg} ({t['better']}) | {n} | {R} | {c['n_boot']} | {rule} | {fmt(k['better'], R)} | "
+                f"{fmt(k['other'], R)} | {nothing} | {fmt(k['as_rule'], R)} | {fmt(k['win'], R)} | "
+                f"{fmt(k['admissible'], R)} | {fmt(k['vetoed'], R)} |"
+            )
+    print(
+        "\nThe vetoed wins: how often the bootstrap draws admit the panel (`admitted_share`), over the vetoed runs:\n"
+    )
+    print("| regime | n | vetoed runs | admitted share: median [min, max] |")
+    print("|---|---|---|---|")
+    for (rg, n), c in sorted(cells.items(), key=lambda kv: (list(ALL_REGIMES).index(kv[0][0]), kv[0][1])):
+        a = np.array([x["admitted_share"] for x in c["results"] if x["vetoed"]])
+        if len(a):
+            print(f"| {rg} | {n} | {len(a)} | {np.median(a):.3f} [{a.min():.3f}, {a.max():.3f}] |")
+
+
+def cmd_decisions(args) -> None:
+    from tqdm import tqdm
+
+    truth = load_decision_truth(args.regimes)
+    done = set()
+    if DECISIONS.exists():
+        done = {
+            (c["regime"], c["n"], c["reps"], c["n_boot"]) for c in map(json.loads, DECISIONS.read_text().splitlines())
+        }
+    todo = [(rg, n) for n in args.sizes for rg in args.regimes if (rg, n, args.reps, args.boot) not in done]
+    print(f"{len(todo)} decision cells to run, R = {args.reps}, B = {args.boot}", flush=True)
+    for regime, n in todo:
+        t0 = time.perf_counter()
+        reps = [
+            decision_rep(regime, n, seed_of(regime, n, "decision", r), args.boot)
+            for r in tqdm(range(args.reps), desc=f"decisions {regime} n={n}", mininterval=10, file=sys.stdout)
+        ]
+        line = {
+            "kind": "decision",
+            "regime": regime,
+            "n": n,
+            "reps": args.reps,
+            "n_boot": args.boot,
+            "seconds": time.perf_counter() - t0,
+            "results": reps,
+        }
+        with open(DECISIONS, "a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        print(decision_line(line, truth[regime]), f"({line['seconds']:.0f}s)", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -476,11 +664,16 @@ def main() -> None:
     c.add_argument("--boot", type=int, default=1000)
     c.add_argument("--n", type=int, default=200)
     c.add_argument("--regimes", nargs="+", default=["independent", "weak"])
-    sub.add_parser("report")
+    d = sub.add_parser("decisions")
+    d.add_argument("--reps", type=int, default=500)
+    d.add_argument("--boot", type=int, default=2000)
+    d.add_argument("--sizes", type=int, nargs="+", default=[200])
+    d.add_argument("--regimes", nargs="+", default=list(ALL_REGIMES))
+    rp = sub.add_parser("report")
+    rp.add_argument("--decisions", action="store_true", help="the decision tables (else the coverage tables)")
     args = p.parse_args()
-    {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade, "report": cmd_report}[args.cmd](
-        args
-    )
+    cmds = {"truth": cmd_truth, "timing": cmd_timing, "run": cmd_run, "cascade": cmd_cascade}
+    {**cmds, "decisions": cmd_decisions, "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":

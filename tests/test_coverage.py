@@ -73,3 +73,54 @@ def test_numba_imports_for_a_script_run_from_bench():
     bench = Path(__file__).resolve().parents[1] / "bench"
     out = subprocess.run([sys.executable, "-c", "import numba"], cwd=bench, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-500:]
+
+
+# ---------------------------------------------------------------------------------- the decision cells (§3.3)
+
+
+def test_tally_counts_each_run_in_one_outcome():
+    """Better arm, other arm, nothing although an arm reaches the floor: each run in exactly one when an arm
+    reaches it; where none does, deploying anything is the other outcome and ``nothing`` is not counted."""
+
+    def run(estimate, lower_bound, call="tie", admissible=True):
+        vetoed = call in cov.WINS and not admissible
+        action = {"estimate": estimate, "lower_bound": lower_bound}
+        return {"action": action, "call": call, "admissible": admissible, "vetoed": vetoed}
+
+    runs = [
+        run("single", "single", "clean win", admissible=False),  # a vetoed win
+        run("panel", "panel", "win"),
+        run("single", "none"),
+        run("none", "none"),
+    ]
+    c = cov.tally(runs, "estimate", "panel", "single")
+    assert c == {"reps": 4, "better": 1, "other": 2, "nothing": 1, "as_rule": 2, "win": 2, "admissible": 3, "vetoed": 1}
+    assert c["better"] + c["other"] + c["nothing"] == c["reps"]
+    assert cov.tally(runs, "lower_bound", "panel", "single")["nothing"] == 2
+    c = cov.tally(runs[2:], "estimate", "none", "none")
+    assert c == {"reps": 2, "better": 1, "other": 1, "nothing": 0, "as_rule": 1, "win": 0, "admissible": 2, "vetoed": 0}
+
+
+def test_the_better_arm_and_the_rules_arm():
+    """The better arm is the one of higher population κ at the floor; the rule's arm leaves out an inadmissible
+    panel however much it wins (one strong member among weak ones)."""
+    assert cov.better_arm(0.50, 0.45) == "panel" and cov.better_arm(0.35, 0.45) == "single"
+    assert cov.better_arm(0.39, 0.30) == "none" and cov.better_arm(0.40, 0.30) == "panel"  # the floor, reached exactly
+    strong_weak = {"admissible": False, "d_best_cv": 0.04, "stacked": 0.74, "kappa_best_cv": 0.70}
+    assert cov.rule_arm(strong_weak) == "single"
+    assert cov.rule_arm({**strong_weak, "admissible": True}) == "panel"
+    assert cov.rule_arm({**strong_weak, "admissible": True, "kappa_best_cv": 0.3, "stacked": 0.35}) == "none"
+
+
+@pytest.mark.parametrize(("accuracy", "arm"), [(0.9, "panel"), (0.5, "none")])
+def test_decision_runs_where_the_outcome_is_forced(monkeypatch, accuracy, arm):
+    """Five members of accuracy 0.9 (the panel wins by far, admissibly) or 0.5 (nothing reaches κ 0.40): every run
+    decides the population's better arm, under both floor rules, and the tally says so."""
+    monkeypatch.setitem(cov.ALL_REGIMES, "forced", {"accuracies": [accuracy] * 5, "rho": 0.0})
+    t = cov.decision_truth("forced", n_items=20_000)
+    assert t["better"] == t["rule"] == arm
+    runs = [cov.decision_rep("forced", 200, seed, 200) for seed in range(3)]
+    for rule in cov.FLOOR_RULES:
+        c = cov.tally(runs, rule, t["better"], t["rule"])
+        assert (c["better"], c["other"], c["nothing"], c["as_rule"], c["vetoed"]) == (3, 0, 0, 3, 0), (rule, runs)
+        assert c["win"] == c["admissible"] == (3 if arm == "panel" else 0), (rule, runs)
