@@ -420,18 +420,18 @@ def refit_draws(
 
     def stacked(st):
         if type(st) is StackedLogit:
-            return refit.stacked_clusters(st.features(X), st.C, st.threshold)
-        return refit.stacked_loop_clusters(st, X)
+            return refit.stacked(st.features(X), st.C, st.threshold)
+        return refit.stacked_loop(st, X)
 
-    parts = {
+    rungs = {
         "stacked": stacked(stacker),
-        "best_cv": refit.best_cv_clusters(votes, min_coverage),
-        "acc_weighted": refit.weighted_clusters(votes, "accuracy"),
-        "logodds_weighted": refit.weighted_clusters(votes, "logodds"),
+        "best_cv": refit.best_cv(votes, min_coverage),
+        "acc_weighted": refit.weighted(votes, "accuracy"),
+        "logodds_weighted": refit.weighted(votes, "logodds"),
     }
     if other is not None:
-        parts["other_encoding"] = stacked(other)
-    return RefitDraws.collect(parts, full)
+        rungs["other_encoding"] = stacked(other)
+    return RefitDraws.collect(refit, rungs, full)
 
 
 def contrast_delta(
