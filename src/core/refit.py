@@ -39,8 +39,8 @@ from src.core.verdicts import ABSTAIN
 
 # a training part holding one gold class only is fitted as scikit-learn cannot: β = 0, intercept ±this
 SINGLE_CLASS_LOGIT = 30.0
-# the fewest draws that share a start of the stacker's Newton fits (RefitBootstrap.start_group)
-MIN_START_GROUP = 32
+# the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
+MIN_CHUNK = 128
 
 
 def _log1pexp_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -259,22 +259,17 @@ class RefitBootstrap:
         """The joint cells of ``rungs`` (:class:`Cells`)."""
         return Cells(self.y, self.fold_of, self.item_cluster, self.n_clusters, rungs)
 
-    @property
-    def start_group(self) -> int:
-        """How many consecutive draws share the start of the stacker's Newton fits (the fit to their mean weights):
-        as many as fill an eighth of :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles,
-        the grouping results.json's refits were first made with, and at least :data:`MIN_START_GROUP`. Where a
-        refitted probability is the threshold in exact arithmetic (a tie, e.g. on a balanced panel of uninformative
-        members) the last bits of β decide the prediction, and they follow the start."""
-        return max(MIN_START_GROUP, MAX_WEIGHT_BYTES // (64 * (len(self.y) + 6 * self.n_clusters)))
-
     def _draw_chunks(self, cells: Cells, rungs: list[Rung]):
-        """The draws' cluster multiplicities, in chunks of whole start groups (:attr:`start_group`), as many as keep
-        a chunk × (cells + 8 × the largest rung's rows) array of doubles under
-        :data:`src.core.evaluate.MAX_WEIGHT_BYTES` (at least one)."""
+        """The draws' cluster multiplicities, chunk by chunk of draws: as many as fill an eighth of
+        :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles and at least
+        :data:`MIN_CHUNK`, fewer where a chunk × (cells + 8 × the largest rung's rows) array of doubles would
+        exceed it. The stacker's fits start from the fit to their chunk's mean weights and run as one batch: where a
+        refitted probability is the threshold in exact arithmetic (a tie, as on a balanced panel of uninformative
+        members) the last bits of β decide the prediction, and they follow the start and the batch, so the chunks
+        are those results.json's refits were first made with wherever those hold at least MIN_CHUNK draws."""
+        first = MAX_WEIGHT_BYTES // (64 * (len(self.y) + 6 * self.n_clusters))
         width = len(cells) + 8 * max(r.n_rows for r in rungs)
-        group = self.start_group
-        rows = max(1, MAX_WEIGHT_BYTES // (8 * width * group)) * group
+        rows = max(1, min(max(MIN_CHUNK, first), MAX_WEIGHT_BYTES // (8 * width)))
         for w in self.boot.chunks():
             for a in range(0, len(w), rows):
                 yield w[a : a + rows]
@@ -315,18 +310,13 @@ class RefitBootstrap:
 
     def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
-        per draw and fold (:func:`fit_logit`, all the chunk's draws at once, each started from the fit to the mean
-        weights of its :attr:`start_group`): hallucinated iff P ≥ ``threshold``."""
+        per draw and fold (:func:`fit_logit`, started from the fit to the chunk's mean weights): hallucinated iff
+        P ≥ ``threshold``."""
         rows, inv = self._rows(F)
         Z = np.column_stack([np.ones(len(rows)), rows])
-        group = self.start_group
 
         def predict(t1, t0, k):
-            starts = [
-                fit_logit(Z, t1[a : a + group].mean(axis=0), t0[a : a + group].mean(axis=0), C)[0]
-                for a in range(0, len(t1), group)
-            ]
-            start = np.repeat(starts, group, axis=0)[: len(t1)]
+            start = fit_logit(Z, t1.mean(axis=0), t0.mean(axis=0), C)
             return (_sigmoid(fit_logit(Z, t1, t0, C, start) @ Z.T) >= threshold).astype(float)
 
         return Rung(inv, len(rows), predict)
