@@ -141,6 +141,19 @@ def test_multiplicities_do_not_depend_on_their_row_blocks(monkeypatch):
     assert np.array_equal(evaluate.multiplicities(np.random.default_rng(5), 40, 1000), whole)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_picks_are_the_same_draws(monkeypatch, dtype):
+    """The compiled loop (large draws) consumes the generator as numpy does: the same multiplicities, and the
+    generator left in the same state."""
+    pytest.importorskip("numba")
+    rngs = [np.random.default_rng(9) for _ in range(2)]
+    plain = [evaluate.multiplicities(rngs[0], 30, 777, dtype) for _ in range(2)]
+    monkeypatch.setattr(evaluate, "COMPILE_PICKS", 0)
+    fast = [evaluate.multiplicities(rngs[1], 30, 777, dtype) for _ in range(2)]
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(plain, fast))
+    assert rngs[0].random() == rngs[1].random()
+
+
 def test_paired_delta_calls():
     d = paired_delta(0.05, np.random.default_rng(0).normal(0.05, 0.01, 2000))
     assert d.call == "clear improvement" and d.ci[0] > 0 and d.p_one_sided < 0.01

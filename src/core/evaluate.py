@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from src.core import compiled
 from src.core.verdicts import ABSTAIN
 
 METRICS = ("kappa", "bacc", "f1")
@@ -28,6 +29,8 @@ _N_COUNTS = 6
 # B × clusters bootstrap weights up to this size are drawn once and kept; larger ones are drawn again, chunk by
 # chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
 MAX_WEIGHT_BYTES = 64 * 2**20
+# from this many picks per call multiplicities() counts them in a compiled loop (numba's import: ~0.4 s, once)
+COMPILE_PICKS = 2**22
 _KEPT = [0, 2, 3, 5]  # the cells a bootstrap sums per prediction; (1, 0) and (0, 0) follow from the class totals
 
 
@@ -83,10 +86,15 @@ def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtyp
     with replacement and counted — a Multinomial(n_clusters, 1/n_clusters) vector.
 
     Each pick is ⌊u·n_clusters⌋ of one uniform double u (uniform to within 2⁻⁵³), so the generator is consumed one
-    64-bit word per pick, in draw order: any split into chunks gives the same draws. Built a block of rows at a
-    time, so its temporaries stay under half of :data:`MAX_WEIGHT_BYTES`.
+    64-bit word per pick, in draw order: any split into chunks gives the same draws. From :data:`COMPILE_PICKS`
+    picks on, a compiled loop counts them as they come (:func:`_count_picks`); otherwise numpy builds a block of
+    rows at a time, its temporaries under half of :data:`MAX_WEIGHT_BYTES`. The same numbers either way.
     """
-    out = np.empty((n_draws, n_clusters), dtype=dtype)
+    out = np.zeros((n_draws, n_clusters), dtype=dtype)
+    kernel = compiled.njit(_count_picks) if n_draws * n_clusters >= COMPILE_PICKS else None
+    if kernel is not None:
+        kernel(rng, out)
+        return out
     rows = max(1, MAX_WEIGHT_BYTES // (48 * max(n_clusters, 1)))
     for a in range(0, n_draws, rows):
         m = min(rows, n_draws - a)
@@ -96,6 +104,16 @@ def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtyp
         picks += np.arange(0, m * n_clusters, n_clusters)[:, None]
         out[a : a + m] = np.bincount(picks.ravel(), minlength=m * n_clusters).reshape(m, n_clusters)
     return out
+
+
+def _count_picks(rng: np.random.Generator, out: np.ndarray) -> None:
+    """:func:`multiplicities`' picks, one uniform double each, counted into ``out`` (draws × clusters, zeros) in
+    draw order (written to compile: :func:`src.core.compiled.njit`)."""
+    n_draws, n_clusters = out.shape
+    for b in range(n_draws):
+        row = out[b]
+        for _ in range(n_clusters):
+            row[int(rng.random() * n_clusters)] += 1
 
 
 class ClusterBootstrap:

@@ -84,22 +84,23 @@ def fit_logit(
     outer = (Z[:, :, None] * Z[:, None, :]).reshape(len(Z), p * p)  # V × p²: each row's zᵀz, flat
 
     def evaluate(w, w1, beta):
-        """(η, σ(η), objective) of the problems with weights w (all items) and w1 (gold 1) at coefficients beta."""
+        """(σ(η), objective) of the problems with weights w (all items) and w1 (gold 1) at coefficients beta."""
         eta = beta @ Z.T
         sp, s = _log1pexp_sigmoid(eta)
-        return eta, s, (w * sp - w1 * eta).sum(axis=1) + 0.5 * (beta**2 * lam).sum(axis=1)
+        return s, (w * sp - w1 * eta).sum(axis=1) + 0.5 * (beta**2 * lam).sum(axis=1)
 
     active = np.flatnonzero(~single)
     w1, w, b = W1[active], W1[active] + W0[active], B[active]
-    eta, s, f = evaluate(w, w1, b)
+    s, f = evaluate(w, w1, b)
     for _ in range(max_iter):
         if not len(active):
             break
-        g = (w * s - w1) @ Z + b * lam
-        H = ((w * s * (1 - s)) @ outer).reshape(len(active), p, p) + np.diag(lam)
+        ws = w * s
+        g = (ws - w1) @ Z + b * lam
+        H = ((ws * (1 - s)) @ outer).reshape(len(active), p, p) + np.diag(lam)
         step = np.linalg.solve(H, g[..., None])[..., 0]
         b_new = b - step
-        eta_new, s_new, f_new = evaluate(w, w1, b_new)
+        s_new, f_new = evaluate(w, w1, b_new)
         t = np.ones(len(active))
         for _halving in range(40):  # halve the step of the problems whose objective went up
             bad = np.flatnonzero(f_new > f + 1e-13 * np.abs(f))
@@ -107,11 +108,12 @@ def fit_logit(
                 break
             t[bad] *= 0.5
             b_new[bad] = b[bad] - t[bad, None] * step[bad]
-            eta_new[bad], s_new[bad], f_new[bad] = evaluate(w[bad], w1[bad], b_new[bad])
-        b, eta, s, f = b_new, eta_new, s_new, f_new
+            s_new[bad], f_new[bad] = evaluate(w[bad], w1[bad], b_new[bad])
+        b, s, f = b_new, s_new, f_new
         B[active] = b
         moving = np.abs(t[:, None] * step).max(axis=1) >= tol
-        active, w, w1, b, eta, s, f = (a[moving] for a in (active, w, w1, b, eta, s, f))
+        if not moving.all():
+            active, w, w1, b, s, f = (a[moving] for a in (active, w, w1, b, s, f))
     return B
 
 
@@ -184,6 +186,7 @@ class Cells:
         self.rows = [r.inv[first] for r in rungs]
         m = len(first)
         self.by_cluster = sparse.csr_matrix((np.ones(len(cell)), (cell, item_cluster)), shape=(m, n_clusters))
+        self.by_cluster_csc = self.by_cluster.tocsc()
         self.layouts = [
             sparse.csr_matrix(
                 (np.ones(m), (((self.fold * 2 + self.g) * r.n_rows + rows), np.arange(m))),
@@ -196,13 +199,12 @@ class Cells:
         return len(self.fold)
 
     def counts(self, w: np.ndarray, block: int = 32) -> np.ndarray:
-        """Each draw's count of items in each cell (draws × cells), whole numbers; ``block`` draws at a time."""
-        return np.vstack(
-            [
-                (self.by_cluster @ np.ascontiguousarray(w[a : a + block].T, dtype=float)).T
-                for a in range(0, len(w), block)
-            ]
-        )
+        """Each draw's count of items in each cell (draws × cells, doubles), ``block`` draws at a time, summed
+        cluster by cluster in the weights' dtype: whole numbers, exact (:class:`ClusterBootstrap` keeps float32
+        only while every count stays under 2²⁴)."""
+        A = self.by_cluster_csc.astype(w.dtype, copy=False)
+        parts = [(A @ np.ascontiguousarray(w[a : a + block].T)).T for a in range(0, len(w), block)]
+        return np.vstack(parts).astype(float)
 
     def layout(self, N: np.ndarray, r: int, n_rows: int) -> np.ndarray:
         """Rung r's counts of a chunk's draws by fold, gold and row (draws × folds × 2 × rows)."""
@@ -216,7 +218,7 @@ class Cells:
 def confusion(R: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`) of out-of-fold predictions ``pred``
     (draws × folds × rows) on a draw's items counted by fold, gold and row (R: draws × folds × 2 × rows)."""
-    on = [(R * (pred == v)[:, :, None, :]).sum(axis=(1, 3)) for v in (1.0, ABSTAIN)]  # draws × 2 each
+    on = [np.matmul(R, (pred == v)[..., None].astype(float))[..., 0].sum(axis=1) for v in (1.0, ABSTAIN)]  # draws × 2
     total = R.sum(axis=(1, 3))
     cells = [[on[0][:, g], total[:, g] - on[0][:, g] - on[1][:, g], on[1][:, g]] for g in (0, 1)]
     return np.stack(cells[0] + cells[1], axis=-1)
