@@ -101,17 +101,6 @@ def test_best_cv_draws_choose_on_the_training_part_only():
     assert chosen.shape == (30, 5) and not (chosen[:, 0] == votes.shape[1]).any()
 
 
-def test_distinct_rows_are_numpys():
-    """The rows a rung is fitted on, by one sort per column: np.unique(axis=0)'s rows, order and inverse."""
-    rng = np.random.default_rng(0)
-    for trial in range(12):
-        n, d = int(rng.integers(1, 400)), int(rng.integers(1, 12))
-        X = [rng.choice([0.0, 0.5, 1.0], size=(n, d)), np.round(rng.normal(size=(n, d)), 1)][trial % 2]
-        rows, inv = np.unique(X, axis=0, return_inverse=True)
-        got, got_inv = refit._rows(X)
-        assert np.array_equal(got, rows) and np.array_equal(got_inv, inv.ravel())
-
-
 def test_gradients_linearise_every_metric():
     c = np.array([40.0, 12, 3, 9, 50, 2])
     g = gradients(c)

@@ -81,6 +81,44 @@ def coverage(votes: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ bootstrap
 
 
+def classes(codes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The items' classes under the joint value of per-item integer ``codes`` (each ≥ 0), numbered in the
+    lexicographic order of the codes: (each item's class, one item of each class). One integer key per item, its
+    range compressed whenever the next code would overflow it."""
+    n = len(codes[0]) if codes else 0
+    key, size = np.zeros(n, np.int64), 1
+    for c in codes:
+        width = int(c.max()) + 1 if n else 1
+        if size * width >= 2**62:
+            key, _ = _compress(key, size)
+            size = int(key.max()) + 1
+        key, size = key * width + c, size * width
+    return _compress(key, size)
+
+
+def _compress(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Integer keys in [0, size) renumbered 0, 1, … in their order (each key's number, one index of each number):
+    by a table over the range when it is small, else by a sort."""
+    if size > 4 * len(key) + 1024:
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return inv.ravel(), first
+    present = np.zeros(size, bool)
+    present[key] = True
+    number = np.cumsum(present) - 1
+    some = np.empty(int(present.sum()), np.int64)
+    some[number[key]] = np.arange(len(key))
+    return number[key], some
+
+
+def distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of X in lexicographic order and each item's row index (``np.unique(X, axis=0,
+    return_inverse=True)``, by one sort per column of its distinct values instead of a sort of whole rows)."""
+    X = np.asarray(X, float)
+    cols = [X[:, j] for j in range(X.shape[1])]
+    inv, some = classes([np.searchsorted(np.unique(c), c) for c in cols])
+    return X[some], inv
+
+
 def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtype=np.float32) -> np.ndarray:
     """``n_draws`` × ``n_clusters`` cluster multiplicities: per draw, ``n_clusters`` clusters picked uniformly
     with replacement and counted — a Multinomial(n_clusters, 1/n_clusters) vector.
@@ -170,9 +208,34 @@ class ClusterBootstrap:
         """Each draw's weighted sums of per-item values (n × …) → B × … (a custom statistic's bootstrap: each
         cluster's sum, times its multiplicity in the draw)."""
         per_item = np.asarray(per_item, dtype=float)
-        per_cluster = self._agg @ per_item.reshape(len(self.item_cluster), -1)
-        out = np.vstack([w @ per_cluster for w in self.chunks()])
+        out = self.sweep([self.cluster_sums(per_item.reshape(len(self.item_cluster), -1))])[0]
         return out.reshape((len(out),) + per_item.shape[1:])
+
+    def cluster_sums(self, values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Each cluster's sums → n_clusters × q: of per-item ``values`` (n × q), or, with ``rows`` (each item's row),
+        of the rows' values ``values[rows]`` (values: rows × q; the n × q array is never built). In the weights'
+        dtype where they are whole numbers that no draw can sum past 2²⁴ (then every draw's sums are exact, as the
+        counts are), else in float64."""
+        values = np.asarray(values, dtype=float)
+        if rows is None:
+            out = self._agg @ values
+        else:
+            shape = (len(self.cluster_ids), len(values))
+            out = sparse.csr_matrix((np.ones(len(rows)), (self.item_cluster, rows)), shape=shape) @ values
+        whole = np.array_equal(out, np.round(out)) and len(out) * np.abs(out).max(initial=0) < 2**24
+        return out.astype(self.dtype if whole else np.float64)
+
+    def sweep(self, per_cluster: list[np.ndarray], readers: tuple = ()) -> list[np.ndarray]:
+        """One pass over the draws: each draw's sums (B × q, float64) of each per-cluster matrix (n_clusters × q)
+        weighted by its multiplicities; every chunk of weights is also handed to each of ``readers`` (e.g.
+        :class:`src.core.refit.DrawReader`'s ``add``), so they read the same draws without drawing them again."""
+        out: list[list[np.ndarray]] = [[] for _ in per_cluster]
+        for w in self.chunks():
+            for o, m in zip(out, per_cluster):
+                o.append(w @ m)
+            for read in readers:
+                read(w)
+        return [np.vstack(o).astype(float) for o in out]
 
     def item_weights(self) -> np.ndarray:
         """B × n item multiplicities (for tests and for custom statistics)."""
@@ -195,8 +258,11 @@ class ClusterBootstrap:
 
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""
-        per_cluster = self.per_cluster(gold, preds)
-        raw = np.vstack([w @ per_cluster for w in self.chunks()]).astype(float)
+        return self.unpack(self.sweep([self.per_cluster(gold, preds)])[0])
+
+    @staticmethod
+    def unpack(raw: np.ndarray) -> np.ndarray:
+        """The draws' sums of :meth:`per_cluster` (B × (2 + 4P)) as confusion counts, B × P × 6."""
         n1, n0 = raw[:, :1], raw[:, 1:2]
         a11, a1a, a01, a0a = np.moveaxis(raw[:, 2:].reshape(len(raw), -1, 4), -1, 0)
         return np.stack([a11, n1 - a11 - a1a, a1a, a01, n0 - a01 - a0a, a0a], axis=-1)

@@ -34,7 +34,7 @@ from scipy.stats import norm
 from sklearn.base import clone
 
 from src.core.aggregate import WeightedVote, member_accuracy
-from src.core.evaluate import MAX_WEIGHT_BYTES, ClusterBootstrap, from_counts, indicators
+from src.core.evaluate import MAX_WEIGHT_BYTES, ClusterBootstrap, classes, distinct_rows, from_counts, indicators
 from src.core.verdicts import ABSTAIN
 
 # a training part holding one gold class only is fitted as scikit-learn cannot: β = 0, intercept ±this
@@ -121,44 +121,6 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def _classes(codes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """The items' classes under the joint value of per-item integer ``codes`` (each ≥ 0), numbered in the
-    lexicographic order of the codes: (each item's class, one item of each class). One integer key per item, its
-    range compressed whenever the next code would overflow it."""
-    n = len(codes[0]) if codes else 0
-    key, size = np.zeros(n, np.int64), 1
-    for c in codes:
-        width = int(c.max()) + 1 if n else 1
-        if size * width >= 2**62:
-            key, _ = _compress(key, size)
-            size = int(key.max()) + 1
-        key, size = key * width + c, size * width
-    return _compress(key, size)
-
-
-def _compress(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Integer keys in [0, size) renumbered 0, 1, … in their order (each key's number, one index of each number):
-    by a table over the range when it is small, else by a sort."""
-    if size > 4 * len(key) + 1024:
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
-        return inv.ravel(), first
-    present = np.zeros(size, bool)
-    present[key] = True
-    number = np.cumsum(present) - 1
-    some = np.empty(int(present.sum()), np.int64)
-    some[number[key]] = np.arange(len(key))
-    return number[key], some
-
-
-def _rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of X in lexicographic order and each item's row index (``np.unique(X, axis=0,
-    return_inverse=True)``, by one sort per column of its distinct values instead of a sort of whole rows)."""
-    X = np.asarray(X, float)
-    cols = [X[:, j] for j in range(X.shape[1])]
-    inv, some = _classes([np.searchsorted(np.unique(c), c) for c in cols])
-    return X[some], inv
-
-
 class Rung:
     """A label-fitted rung as the refit reads it: its out-of-fold prediction depends on an item only through the
     item's row (``inv``: each item's row among ``n_rows``) and fold. ``predict(t1, t0, k)`` gives fold k's
@@ -180,7 +142,7 @@ class Cells:
 
     def __init__(self, gold: np.ndarray, fold_of: np.ndarray, item_cluster: np.ndarray, n_clusters: int, rungs):
         g_item = (np.asarray(gold) != 1).astype(np.int64)
-        cell, first = _classes([fold_of, g_item] + [r.inv for r in rungs])  # first: one item of each cell
+        cell, first = classes([fold_of, g_item] + [r.inv for r in rungs])  # first: one item of each cell
         self.n_folds = int(fold_of.max()) + 1
         self.fold, self.g = fold_of[first], g_item[first]
         self.rows = [r.inv[first] for r in rungs]
@@ -248,11 +210,11 @@ class RefitBootstrap:
         self._distinct: list[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = []
 
     def _rows(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`_rows` of X, once per array (the ladder's rungs read the same votes)."""
+        """:func:`src.core.evaluate.distinct_rows` of X, once per array (the ladder's rungs read the same votes)."""
         for seen, rows in self._distinct:
             if seen is X:
                 return rows
-        self._distinct.append((X, _rows(X)))
+        self._distinct.append((X, distinct_rows(X)))
         return self._distinct[-1][1]
 
     # ------------------------------------------------------------------------------------------- the draws
@@ -261,9 +223,9 @@ class RefitBootstrap:
         """The joint cells of ``rungs`` (:class:`Cells`)."""
         return Cells(self.y, self.fold_of, self.item_cluster, self.n_clusters, rungs)
 
-    def _draw_chunks(self, cells: Cells, rungs: list[Rung]):
-        """The draws' cluster multiplicities, chunk by chunk of draws: as many as fill an eighth of
-        :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles and at least
+    def _split(self, w: np.ndarray, cells: Cells, rungs: list[Rung]):
+        """A chunk of the bootstrap's weights (:meth:`ClusterBootstrap.chunks`) in chunks of draws: as many as fill an
+        eighth of :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles and at least
         :data:`MIN_CHUNK`, fewer where a chunk × (cells + 8 × the largest rung's rows) array of doubles would
         exceed it. The stacker's fits start from the fit to their chunk's mean weights and run as one batch: where a
         refitted probability is the threshold in exact arithmetic (a tie, as on a balanced panel of uninformative
@@ -272,18 +234,22 @@ class RefitBootstrap:
         first = MAX_WEIGHT_BYTES // (64 * (len(self.y) + 6 * self.n_clusters))
         width = len(cells) + 8 * max(r.n_rows for r in rungs)
         rows = max(1, min(max(MIN_CHUNK, first), MAX_WEIGHT_BYTES // (8 * width)))
-        for w in self.boot.chunks():
-            for a in range(0, len(w), rows):
-                yield w[a : a + rows]
+        for a in range(0, len(w), rows):
+            yield w[a : a + rows]
 
     def draws(self, rungs: dict[str, Rung], cells: Cells | None = None):
         """Chunk by chunk of draws, each rung's (counts: chunk × 6, out-of-fold predictions: chunk × folds ×
-        rows), every rung refitted on each fold's training part: the draw's clusters outside the fold, weighted by
-        their multiplicity (as duplicated rows would be)."""
-        listed = list(rungs.values())
-        cells = self.cells(listed) if cells is None else cells
-        for w in self._draw_chunks(cells, listed):
-            N = cells.counts(w)
+        rows): :meth:`refit` on every chunk of the bootstrap's weights."""
+        cells = self.cells(list(rungs.values())) if cells is None else cells
+        for w in self.boot.chunks():
+            yield from self.refit(w, rungs, cells)
+
+    def refit(self, w: np.ndarray, rungs: dict[str, Rung], cells: Cells):
+        """For draws of weights w, chunk by chunk, each rung's (counts, predictions), every rung refitted on each
+        fold's training part: the draw's clusters outside the fold, weighted by their multiplicity (as duplicated
+        rows would be)."""
+        for part in self._split(w, cells, list(rungs.values())):
+            N = cells.counts(part)
             yield {
                 name: self._refit(rung, cells.layout(N, r, rung.n_rows)) for r, (name, rung) in enumerate(rungs.items())
             }
@@ -506,26 +472,44 @@ class RefitDraws:
     def collect(cls, refit: RefitBootstrap, rungs: dict[str, Rung], full: dict[str, np.ndarray]) -> RefitDraws:
         """Refit ``rungs`` (:class:`RefitBootstrap`) on every draw, side by side; ``full`` holds each rung's
         full-sample counts (the linearisation point)."""
-        names = list(rungs)
-        grads = {r: gradients(full[r]) for r in names}
-        metrics = list(next(iter(grads.values())))
-        units = [(r, m) for r in names for m in metrics]
-        cells = refit.cells(list(rungs.values()))
-        own = OwnCounts(cells, list(rungs.values()))
-        totals: dict[str, list[np.ndarray]] = {r: [] for r in names}
-        for chunk in refit.draws(rungs, cells):
-            for r in names:
-                totals[r].append(chunk[r][0])
-            own.add([chunk[r][1] for r in names])
-        if not own.n_draws:
-            raise ValueError("no bootstrap draws")
-        alpha = _unit_coefficients(own.channels, [grads[r] for r in names])
-        return cls({r: np.vstack(v) for r, v in totals.items()}, units, alpha.T @ (own.num() / own.n_draws**2) @ alpha)
+        reader = DrawReader(refit, rungs, full)
+        for w in refit.boot.chunks():
+            reader.add(w)
+        return reader.result()
 
     def correction(self, coef: dict[tuple[str, str], float]) -> float:
         """Σ_c Var*(s_c) of the statistic Σ coef[unit]·unit (units not refitted count as constants)."""
         a = np.array([coef.get(u, 0.0) for u in self.units])
         return float(a @ self.own @ a)
+
+
+class DrawReader:
+    """:meth:`RefitDraws.collect` as a reader of weights (:meth:`add`, chunk by chunk of draws, e.g. beside the fixed
+    predictions' sums in one :meth:`ClusterBootstrap.sweep`); :meth:`result` gives the :class:`RefitDraws`."""
+
+    def __init__(self, refit: RefitBootstrap, rungs: dict[str, Rung], full: dict[str, np.ndarray]):
+        self.refit, self.rungs, self.full = refit, rungs, full
+        self.cells = refit.cells(list(rungs.values()))
+        self.own = OwnCounts(self.cells, list(rungs.values()))
+        self.totals: dict[str, list[np.ndarray]] = {r: [] for r in rungs}
+
+    def add(self, w: np.ndarray) -> None:
+        """The next draws' cluster multiplicities (draws × clusters)."""
+        for chunk in self.refit.refit(w, self.rungs, self.cells):
+            for r in self.rungs:
+                self.totals[r].append(chunk[r][0])
+            self.own.add([chunk[r][1] for r in self.rungs])
+
+    def result(self) -> RefitDraws:
+        """Each rung's B × 6 counts and the own term (:class:`RefitDraws`)."""
+        if not self.own.n_draws:
+            raise ValueError("no bootstrap draws")
+        names = list(self.rungs)
+        grads = [gradients(self.full[r]) for r in names]
+        units = [(r, m) for r in names for m in grads[0]]
+        alpha = _unit_coefficients(self.own.channels, grads)
+        own = alpha.T @ (self.own.num() / self.own.n_draws**2) @ alpha
+        return RefitDraws({r: np.vstack(v) for r, v in self.totals.items()}, units, own)
 
 
 def corrected_interval(
