@@ -138,7 +138,7 @@ class Cells:
 
     ``by_cluster`` (cells × clusters) holds each cluster's items per cell, ``fold`` / ``g`` each cell's fold and
     gold (g = 0 for gold 1, 1 for gold 0: the order of :func:`src.core.evaluate.indicators`' cells), ``rows`` each
-    rung's row of each cell and ``layouts`` each rung's map from cells to its (fold, g, row) counts."""
+    rung's row of each cell and ``layouts`` each rung's map from cells to its (g, fold, row) counts."""
 
     def __init__(self, gold: np.ndarray, fold_of: np.ndarray, item_cluster: np.ndarray, n_clusters: int, rungs):
         g_item = (np.asarray(gold) != 1).astype(np.int64)
@@ -151,7 +151,7 @@ class Cells:
         self.by_cluster_csc = self.by_cluster.tocsc()
         self.layouts = [
             sparse.csr_matrix(
-                (np.ones(m), (((self.fold * 2 + self.g) * r.n_rows + rows), np.arange(m))),
+                (np.ones(m), (((self.g * self.n_folds + self.fold) * r.n_rows + rows), np.arange(m))),
                 shape=(self.n_folds * 2 * r.n_rows, m),
             )
             for r, rows in zip(rungs, self.rows)
@@ -169,8 +169,8 @@ class Cells:
         return np.vstack(parts).astype(float)
 
     def layout(self, N: np.ndarray, r: int, n_rows: int) -> np.ndarray:
-        """Rung r's counts of a chunk's draws by fold, gold and row (draws × folds × 2 × rows)."""
-        return np.asarray((self.layouts[r] @ N.T).T).reshape(len(N), self.n_folds, 2, n_rows)
+        """Rung r's counts of a chunk's draws by gold, fold and row (draws × 2 × folds × rows)."""
+        return np.asarray((self.layouts[r] @ N.T).T).reshape(len(N), 2, self.n_folds, n_rows)
 
     def lift(self, pred: np.ndarray, r: int) -> np.ndarray:
         """Rung r's predictions (draws × folds × rows) read at each cell (draws × cells)."""
@@ -179,9 +179,10 @@ class Cells:
 
 def confusion(R: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`) of out-of-fold predictions ``pred``
-    (draws × folds × rows) on a draw's items counted by fold, gold and row (R: draws × folds × 2 × rows)."""
-    on = [np.matmul(R, (pred == v)[..., None].astype(float))[..., 0].sum(axis=1) for v in (1.0, ABSTAIN)]  # draws × 2
-    total = R.sum(axis=(1, 3))
+    (draws × folds × rows) on a draw's items counted by gold, fold and row (R: draws × 2 × folds × rows)."""
+    flat = R.reshape(len(R), 2, -1)
+    on = [(flat @ (pred == v).reshape(len(R), -1, 1).astype(float))[..., 0] for v in (1.0, ABSTAIN)]  # draws × 2
+    total = flat.sum(axis=2)
     cells = [[on[0][:, g], total[:, g] - on[0][:, g] - on[1][:, g], on[1][:, g]] for g in (0, 1)]
     return np.stack(cells[0] + cells[1], axis=-1)
 
@@ -256,10 +257,10 @@ class RefitBootstrap:
 
     def _refit(self, rung: Rung, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A chunk's (counts, predictions) of one rung from its counts by fold, gold and row (R)."""
-        total = R.sum(axis=1)
+        total = R.sum(axis=2)
         pred = np.empty((len(R), self.n_folds, rung.n_rows))
         for k in range(self.n_folds):
-            train = total - R[:, k]
+            train = total - R[:, :, k]
             pred[:, k] = rung.predict(train[:, 0], train[:, 1], k)
         return confusion(R, pred), pred
 
@@ -387,10 +388,11 @@ class OwnCounts:
             for g in (0, 1)
         ]
         self.n_rows = [rung.n_rows for rung in rungs]
+        self.n_folds = cells.n_folds
         by_cluster = cells.by_cluster.astype(np.int64)
         self.maps = [
             (layout.astype(np.int64) @ by_cluster).tocsr() for layout in cells.layouts
-        ]  # (fold, g, row) × clusters
+        ]  # (g, fold, row) × clusters
         self.n_clusters = by_cluster.shape[1]
         self.ref: list[np.ndarray] | None = None
         J = len(self.channels)
@@ -408,7 +410,7 @@ class OwnCounts:
             d = (preds[r] == v).astype(np.int64) - (ref[r] == v)  # draws × folds × rows
             bb, kk, vv = np.nonzero(d)
             rows = np.concatenate([(j0 + g) * b + bb for g in (0, 1)])
-            cols = np.concatenate([(kk * 2 + g) * self.n_rows[r] + vv for g in (0, 1)])
+            cols = np.concatenate([(g * self.n_folds + kk) * self.n_rows[r] + vv for g in (0, 1)])
             shape = (len(self.channels) * b, self.maps[r].shape[0])
             parts.append(
                 (sparse.csr_matrix((np.tile(d[bb, kk, vv], 2), (rows, cols)), shape=shape) @ self.maps[r]).tocoo()
