@@ -170,8 +170,8 @@ class ClusterBootstrap:
         self.n_boot, self.seed = int(n_boot), seed
         nc, n = len(self.cluster_ids), len(self.item_cluster)
         # a count is at most n_clusters draws × the largest cluster: whole numbers up to 2²⁴ are exact in float32
-        largest = int(np.bincount(self.item_cluster).max()) if n else 0
-        self.dtype = np.float32 if nc * largest < 2**24 else np.float64
+        self.largest = int(np.bincount(self.item_cluster).max()) if n else 0
+        self.dtype = np.float32 if nc * self.largest < 2**24 else np.float64
         self.chunk = int(chunk or max(1, MAX_WEIGHT_BYTES // (np.dtype(self.dtype).itemsize * max(nc, 1))))
         self._agg = sparse.csr_matrix((np.ones(n), (self.item_cluster, np.arange(n))), shape=(nc, n))
         self._weights = next(self._draws(self.n_boot)) if self.n_boot <= self.chunk else None
@@ -213,17 +213,19 @@ class ClusterBootstrap:
 
     def cluster_sums(self, values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Each cluster's sums → n_clusters × q: of per-item ``values`` (n × q), or, with ``rows`` (each item's row),
-        of the rows' values ``values[rows]`` (values: rows × q; the n × q array is never built). In the weights'
-        dtype where they are whole numbers that no draw can sum past 2²⁴ (then every draw's sums are exact, as the
-        counts are), else in float64."""
+        of the rows' values ``values[rows]`` (values: rows × q; the n × q array is never built). Summed in the
+        weights' dtype where the values are whole numbers that no draw can sum past 2²⁴ (n_clusters × the largest
+        cluster × the largest value: then every draw's sums are exact, as the counts are), else in float64."""
         values = np.asarray(values, dtype=float)
+        top = np.abs(values).max(initial=0)
+        whole = np.array_equal(values, np.round(values)) and len(self.cluster_ids) * self.largest * top < 2**24
+        dtype = self.dtype if whole else np.float64
         if rows is None:
-            out = self._agg @ values
+            agg = self._agg
         else:
             shape = (len(self.cluster_ids), len(values))
-            out = sparse.csr_matrix((np.ones(len(rows)), (self.item_cluster, rows)), shape=shape) @ values
-        whole = np.array_equal(out, np.round(out)) and len(out) * np.abs(out).max(initial=0) < 2**24
-        return out.astype(self.dtype if whole else np.float64)
+            agg = sparse.csr_matrix((np.ones(len(rows)), (self.item_cluster, rows)), shape=shape)
+        return agg.astype(dtype) @ values.astype(dtype)
 
     def sweep(self, per_cluster: list[np.ndarray], readers: tuple = ()) -> list[np.ndarray]:
         """One pass over the draws: each draw's sums (B × q, float64) of each per-cluster matrix (n_clusters × q)
@@ -235,6 +237,7 @@ class ClusterBootstrap:
                 o.append(w @ m)
             for read in readers:
                 read(w)
+            del w  # before the next chunk is drawn: one chunk of weights in memory, not two
         return [np.vstack(o).astype(float) for o in out]
 
     def item_weights(self) -> np.ndarray:
@@ -244,17 +247,13 @@ class ClusterBootstrap:
     def per_cluster(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Counts of each cluster for P prediction vectors (preds: n × P) → n_clusters × (2 + 4P): its items of
         gold 1 and of gold 0, then per prediction the cells (1, 1), (1, abstain), (0, 1), (0, abstain) of
-        :func:`indicators`; built a block of predictions at a time (a block's per-item indicators stay under
-        :data:`MAX_WEIGHT_BYTES`)."""
+        :func:`indicators`; from the distinct (gold, predictions) rows (:meth:`cluster_sums`), so no per-item
+        indicators are built."""
         preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
-        n, P = preds.shape
-        gold = np.asarray(gold)
-        step = max(1, MAX_WEIGHT_BYTES // (8 * _N_COUNTS * max(n, 1)))
-        blocks = [self._agg @ np.column_stack([gold == 1, gold == 0]).astype(float)]
-        blocks += [
-            self._agg @ indicators(gold, preds[:, a : a + step])[..., _KEPT].reshape(n, -1) for a in range(0, P, step)
-        ]
-        return np.hstack(blocks).astype(self.dtype)
+        rows, inv = distinct_rows(np.column_stack([gold, preds]))
+        g, p = rows[:, 0], rows[:, 1:]
+        cells = indicators(g, p)[..., _KEPT].reshape(len(rows), -1)
+        return self.cluster_sums(np.column_stack([g == 1, g == 0, cells]), inv).astype(self.dtype)
 
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""

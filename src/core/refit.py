@@ -28,6 +28,8 @@ interval the ladder's calls read (docs/intervals.md has the derivation and the m
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from scipy import sparse
 from scipy.stats import norm
@@ -161,16 +163,15 @@ class Cells:
         return len(self.fold)
 
     def counts(self, w: np.ndarray, block: int = 32) -> np.ndarray:
-        """Each draw's count of items in each cell (draws × cells, doubles), ``block`` draws at a time, summed
-        cluster by cluster in the weights' dtype: whole numbers, exact (:class:`ClusterBootstrap` keeps float32
-        only while every count stays under 2²⁴)."""
+        """Each draw's count of items in each cell (draws × cells), ``block`` draws at a time, summed cluster by
+        cluster in the weights' dtype: whole numbers, exact (:class:`ClusterBootstrap` keeps float32 only while
+        every count stays under 2²⁴)."""
         A = self.by_cluster_csc.astype(w.dtype, copy=False)
-        parts = [(A @ np.ascontiguousarray(w[a : a + block].T)).T for a in range(0, len(w), block)]
-        return np.vstack(parts).astype(float)
+        return np.vstack([(A @ np.ascontiguousarray(w[a : a + block].T)).T for a in range(0, len(w), block)])
 
     def layout(self, N: np.ndarray, r: int, n_rows: int) -> np.ndarray:
         """Rung r's counts of a chunk's draws by gold, fold and row (draws × 2 × folds × rows)."""
-        return np.asarray((self.layouts[r] @ N.T).T).reshape(len(N), 2, self.n_folds, n_rows)
+        return np.asarray((self.layouts[r].astype(N.dtype) @ N.T).T).reshape(len(N), 2, self.n_folds, n_rows)
 
     def lift(self, pred: np.ndarray, r: int) -> np.ndarray:
         """Rung r's predictions (draws × folds × rows) read at each cell (draws × cells)."""
@@ -178,13 +179,14 @@ class Cells:
 
 
 def confusion(R: np.ndarray, pred: np.ndarray) -> np.ndarray:
-    """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`) of out-of-fold predictions ``pred``
-    (draws × folds × rows) on a draw's items counted by gold, fold and row (R: draws × 2 × folds × rows)."""
+    """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`, doubles) of out-of-fold predictions
+    ``pred`` (draws × folds × rows) on a draw's items counted by gold, fold and row (R: draws × 2 × folds × rows, whole
+    numbers exact in its dtype)."""
     flat = R.reshape(len(R), 2, -1)
-    on = [(flat @ (pred == v).reshape(len(R), -1, 1).astype(float))[..., 0] for v in (1.0, ABSTAIN)]  # draws × 2
+    on = [(flat @ (pred == v).reshape(len(R), -1, 1).astype(R.dtype))[..., 0] for v in (1.0, ABSTAIN)]  # draws × 2
     total = flat.sum(axis=2)
     cells = [[on[0][:, g], total[:, g] - on[0][:, g] - on[1][:, g], on[1][:, g]] for g in (0, 1)]
-    return np.stack(cells[0] + cells[1], axis=-1)
+    return np.stack(cells[0] + cells[1], axis=-1).astype(float)
 
 
 class RefitBootstrap:
@@ -208,14 +210,15 @@ class RefitBootstrap:
         if (self.fold_of < 0).any():
             raise ValueError("the folds do not hold every item out once")
         self.n_folds = len(folds)
-        self._distinct: list[tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = []
+        self._distinct: list[tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = []
 
     def _rows(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`src.core.evaluate.distinct_rows` of X, once per array (the ladder's rungs read the same votes)."""
+        """:func:`src.core.evaluate.distinct_rows` of X, once per array while it lives (the ladder's rungs read the
+        same votes)."""
         for seen, rows in self._distinct:
-            if seen is X:
+            if seen() is X:
                 return rows
-        self._distinct.append((X, distinct_rows(X)))
+        self._distinct.append((weakref.ref(X), distinct_rows(X)))
         return self._distinct[-1][1]
 
     # ------------------------------------------------------------------------------------------- the draws
@@ -258,9 +261,9 @@ class RefitBootstrap:
     def _refit(self, rung: Rung, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A chunk's (counts, predictions) of one rung from its counts by fold, gold and row (R)."""
         total = R.sum(axis=2)
-        pred = np.empty((len(R), self.n_folds, rung.n_rows))
+        pred = np.empty((len(R), self.n_folds, rung.n_rows), np.float32)  # 0, 1 or ½: exact
         for k in range(self.n_folds):
-            train = total - R[:, :, k]
+            train = (total - R[:, :, k]).astype(float)
             pred[:, k] = rung.predict(train[:, 0], train[:, 1], k)
         return confusion(R, pred), pred
 
@@ -407,7 +410,7 @@ class OwnCounts:
         parts = []
         for j0 in range(0, len(self.channels), 2):  # a (rung, v) pair's two channels, gold 1 then gold 0
             r, v, _ = self.channels[j0]
-            d = (preds[r] == v).astype(np.int64) - (ref[r] == v)  # draws × folds × rows
+            d = (preds[r] == v).astype(np.int8) - (ref[r] == v).astype(np.int8)  # draws × folds × rows: −1, 0, 1
             bb, kk, vv = np.nonzero(d)
             rows = np.concatenate([(j0 + g) * b + bb for g in (0, 1)])
             cols = np.concatenate([(g * self.n_folds + kk) * self.n_rows[r] + vv for g in (0, 1)])
@@ -423,9 +426,8 @@ class OwnCounts:
         b = len(preds[0])
         Y = self._moved(preds)
         j, draw = np.divmod(Y.row, b)
-        flat = sparse.csr_matrix(
-            (Y.data, (j, draw * self.n_clusters + Y.col)), shape=(len(self.channels), b * self.n_clusters)
-        )
+        _, at = np.unique(draw * self.n_clusters + Y.col, return_inverse=True)  # the (draw, cluster) pairs moved
+        flat = sparse.csr_matrix((Y.data, (j, at.ravel())), shape=(len(self.channels), int(at.max(initial=-1)) + 1))
         self.gram += (flat @ flat.T).toarray()
         self.sums += np.bincount(j * self.n_clusters + Y.col, Y.data.astype(float), len(self.sums))
         self.n_draws += b
@@ -501,6 +503,7 @@ class DrawReader:
             for r in self.rungs:
                 self.totals[r].append(chunk[r][0])
             self.own.add([chunk[r][1] for r in self.rungs])
+            del chunk  # before the next chunk is refitted
 
     def result(self) -> RefitDraws:
         """Each rung's B × 6 counts and the own term (:class:`RefitDraws`)."""
