@@ -42,7 +42,7 @@ from src.core.verdicts import ABSTAIN
 # a training part holding one gold class only is fitted as scikit-learn cannot: β = 0, intercept ±this
 SINGLE_CLASS_LOGIT = 30.0
 # the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
-MIN_CHUNK = 128
+MIN_CHUNK = 64
 
 
 def _log1pexp_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
