@@ -141,6 +141,46 @@ def test_multiplicities_do_not_depend_on_their_row_blocks(monkeypatch):
     assert np.array_equal(evaluate.multiplicities(np.random.default_rng(5), 40, 1000), whole)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_picks_are_the_same_draws(monkeypatch, dtype):
+    """The compiled loop (large draws) consumes the generator as numpy does: the same multiplicities, and the
+    generator left in the same state."""
+    pytest.importorskip("numba")
+    rngs = [np.random.default_rng(9) for _ in range(2)]
+    plain = [evaluate.multiplicities(rngs[0], 30, 777, dtype) for _ in range(2)]
+    monkeypatch.setattr(evaluate, "COMPILE_PICKS", 0)
+    fast = [evaluate.multiplicities(rngs[1], 30, 777, dtype) for _ in range(2)]
+    assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(plain, fast))
+    assert rngs[0].random() == rngs[1].random()
+
+
+def test_distinct_rows_are_numpys():
+    """The rows a rung is fitted on, by one sort per column: np.unique(axis=0)'s rows, order and inverse."""
+    rng = np.random.default_rng(0)
+    for trial in range(12):
+        n, d = int(rng.integers(1, 400)), int(rng.integers(1, 12))
+        X = [rng.choice([0.0, 0.5, 1.0], size=(n, d)), np.round(rng.normal(size=(n, d)), 1)][trial % 2]
+        rows, inv = np.unique(X, axis=0, return_inverse=True)
+        got, got_inv = evaluate.distinct_rows(X)
+        assert np.array_equal(got, rows) and np.array_equal(got_inv, inv.ravel())
+
+
+def test_one_sweep_gives_every_reader_the_same_draws():
+    """Sums of several per-cluster matrices and any number of readers in one pass: the draws each would have
+    drawn alone (chunked: drawn once, not once per reader)."""
+    rng = np.random.default_rng(3)
+    clusters = np.repeat(np.arange(29), rng.integers(1, 4, 29))
+    gold = rng.integers(0, 2, len(clusters))
+    preds = np.column_stack([random_pred(rng, gold), random_pred(rng, gold, 0.6, 0.2)])
+    values = rng.normal(size=(len(clusters), 3))
+    boot = ClusterBootstrap(clusters, n_boot=100, seed=2, chunk=7)
+    seen = []
+    raw, sums = boot.sweep([boot.per_cluster(gold, preds), boot.cluster_sums(values)], (seen.append,))
+    assert np.array_equal(np.vstack(seen), boot.weights) and len(seen) == 15
+    assert np.array_equal(ClusterBootstrap.unpack(raw), boot.counts(gold, preds))
+    assert np.allclose(sums, boot.weights.astype(float) @ boot._agg @ values)
+
+
 def test_paired_delta_calls():
     d = paired_delta(0.05, np.random.default_rng(0).normal(0.05, 0.01, 2000))
     assert d.call == "clear improvement" and d.ci[0] > 0 and d.p_one_sided < 0.01

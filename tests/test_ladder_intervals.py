@@ -36,14 +36,21 @@ def test_calls_read_the_corrected_refit_interval_and_the_fixed_ones_are_kept(res
     boot = ClusterBootstrap(clusters, 300, 0)
     folds = ladder.checked_folds(y, clusters, ladder.LadderSettings())
     rb = RefitBootstrap(y, folds, boot)
-    st, cv = list(rb.stacked_clusters(t.votes, 1.0, 0.5)), list(rb.best_cv_clusters(t.votes, 0.5))
+    rungs = {"stacked": rb.stacked(t.votes, 1.0, 0.5), "best_cv": rb.best_cv(t.votes, 0.5)}
+    chunks = list(rb.draws(rungs))
     fixed = boot.metrics(y, np.column_stack([r.predictions["stacked"], r.predictions["best_cv"]]))["kappa"]
     # the correction by hand: each cluster's own linearised contribution (gradient at the full-sample counts)
     full = {k: indicators(y, r.predictions[k]).sum(0) for k in ("stacked", "best_cv")}
     g = {k: gradients(full[k])["kappa"] for k in full}
-    own = np.vstack([a[1] @ g["stacked"] - b[1] @ g["best_cv"] for a, b in zip(st, cv)])  # draws × clusters
-    k_st = from_counts(RefitBootstrap.totals(st))["kappa"]
-    k_cv = from_counts(RefitBootstrap.totals(cv))["kappa"]
+    own = np.vstack(
+        [
+            rb.cluster_counts(rungs["stacked"], c["stacked"][1]) @ g["stacked"]
+            - rb.cluster_counts(rungs["best_cv"], c["best_cv"][1]) @ g["best_cv"]
+            for c in chunks
+        ]
+    )  # draws × clusters
+    k_st = from_counts(np.vstack([c["stacked"][0] for c in chunks]))["kappa"]
+    k_cv = from_counts(np.vstack([c["best_cv"][0] for c in chunks]))["kappa"]
     d = s["deltas"]["best_cv"]["kappa"]
     se = np.sqrt(max(np.var(k_st - k_cv) - own.var(axis=0).sum(), np.var(fixed[:, 0] - fixed[:, 1])))
     assert d["se"] == pytest.approx(se, rel=1e-6)
@@ -69,7 +76,8 @@ def test_the_correction_lies_between_the_fixed_and_the_refit_variance(result):
     y, clusters = t.gold, t.clusters
     boot = ClusterBootstrap(clusters, 300, 0)
     rb = RefitBootstrap(y, ladder.checked_folds(y, clusters, ladder.LadderSettings()), boot)
-    k_st = from_counts(rb.stacked(t.votes, 1.0, 0.5))["kappa"] - from_counts(rb.best_cv(t.votes, 0.5)[0])["kappa"]
+    k_st = from_counts(rb.counts(rb.stacked(t.votes, 1.0, 0.5)))["kappa"]
+    k_st -= from_counts(rb.counts(rb.best_cv(t.votes, 0.5)))["kappa"]
     fixed = boot.metrics(y, np.column_stack([r.predictions["stacked"], r.predictions["best_cv"]]))["kappa"]
     se = s["deltas"]["best_cv"]["kappa"]["se"]
     assert np.std(fixed[:, 0] - fixed[:, 1]) < se < np.std(k_st)

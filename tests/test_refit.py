@@ -64,17 +64,19 @@ def test_every_refit_equals_the_loop_of_fits(seed):
     rb = RefitBootstrap(gold, folds, boot)
     n = 6
     assert np.array_equal(
-        rb.stacked(votes, 1.0, 0.5)[:n], loop_counts(gold, votes, clusters, folds, boot, StackedLogit, n)
+        rb.counts(rb.stacked(votes, 1.0, 0.5))[:n], loop_counts(gold, votes, clusters, folds, boot, StackedLogit, n)
     )
-    assert np.array_equal(rb.best_cv(votes, 0.5)[0][:n], loop_counts(gold, votes, clusters, folds, boot, BestSingle, n))
+    assert np.array_equal(
+        rb.counts(rb.best_cv(votes, 0.5))[:n], loop_counts(gold, votes, clusters, folds, boot, BestSingle, n)
+    )
     for weighting in ("accuracy", "logodds"):
         assert np.array_equal(
-            rb.weighted(votes, weighting)[:n],
+            rb.counts(rb.weighted(votes, weighting))[:n],
             loop_counts(gold, votes, clusters, folds, boot, lambda: WeightedVote(weighting), n),
         )
     categorical = StackedLogit(abstention="category", n_votes=votes.shape[1])
     assert np.array_equal(
-        rb.stacked(categorical.features(votes), 1.0, 0.5)[:n],
+        rb.counts(rb.stacked(categorical.features(votes), 1.0, 0.5))[:n],
         loop_counts(gold, votes, clusters, folds, boot, lambda: StackedLogit(abstention="category"), n),
     )
 
@@ -83,7 +85,7 @@ def test_any_other_stacker_is_refitted_by_its_own_fit():
     gold, votes, clusters = panel(5, n_clusters=30)
     folds = cluster_folds(gold, clusters, 5, 0)
     rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 8, 1))
-    assert np.array_equal(rb.stacked_loop(StackedLogit(), votes), rb.stacked(votes, 1.0, 0.5))
+    assert np.array_equal(rb.counts(rb.stacked_loop(StackedLogit(), votes)), rb.counts(rb.stacked(votes, 1.0, 0.5)))
 
 
 def test_best_cv_draws_choose_on_the_training_part_only():
@@ -93,8 +95,10 @@ def test_best_cv_draws_choose_on_the_training_part_only():
     _, te = folds[0]
     cheat = np.where(np.isin(np.arange(len(gold)), te), gold, 1 - gold).astype(float)
     rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 30, 0))
-    _, chosen = rb.best_cv(np.column_stack([votes, cheat]), 0.5)
-    assert not (chosen[:, 0] == votes.shape[1]).any()
+    rung = rb.best_cv(np.column_stack([votes, cheat]), 0.5)
+    rb.counts(rung)
+    chosen = rb.choices(rung)
+    assert chosen.shape == (30, 5) and not (chosen[:, 0] == votes.shape[1]).any()
 
 
 def test_gradients_linearise_every_metric():
@@ -106,28 +110,74 @@ def test_gradients_linearise_every_metric():
         assert moved[m] - base[m] == pytest.approx(g[m] @ step, abs=1e-4)
 
 
-@pytest.fixture(params=["per cluster", "summed"])
-def own_layout(request, monkeypatch):
-    """Both ways :meth:`RefitDraws.collect` sums the clusters' own terms: per cluster (small tables) and summed as
-    the draws come (a table whose clusters' second moments would not fit in memory: 1M rows)."""
-    if request.param == "summed":
-        monkeypatch.setattr(refit, "OWN_MAX_BYTES", 0)
-    return request.param
+def own_by_cluster(rb, rungs, full):
+    """The correction's term as first written: each cluster's own linearised contribution (the gradients at the
+    full-sample counts times its counts in the draw), its variance across draws per cluster, summed."""
+    names = list(rungs)
+    grads = {r: refit.gradients(full[r]) for r in names}
+    u = []
+    for chunk in rb.draws(rungs):
+        per = [rb.cluster_counts(rungs[r], chunk[r][1]) for r in names]  # draws × clusters × 6 each
+        u.append(np.concatenate([c @ np.column_stack(list(grads[r].values())) for r, c in zip(names, per)], axis=-1))
+    u = np.concatenate(u)  # draws × clusters × units
+    mean = u.mean(axis=0)
+    return np.einsum("bcu,bcv->uv", u, u) / len(u) - mean.T @ mean
 
 
-def test_refit_draws_read_side_by_side_and_the_own_term_by_hand(own_layout):
+@pytest.mark.parametrize("seed, n_clusters, n_boot", [(6, 40, 50), (7, 120, 300), (9, 25, 1000)])
+def test_the_own_term_is_each_clusters_variance_summed(seed, n_clusters, n_boot):
+    """Clusters of one to four items, every kind of rung (the CV-best single abstains): the exact counts' quadratic
+    form equals the per-cluster variances summed in floating point."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 5, n_clusters)
+    clusters = np.repeat(np.arange(n_clusters), sizes)
+    gold, votes = simulate.draw(rng, len(clusters), 1, [0.8, 0.7, 0.65, 0.6, 0.55], 0.3, 0.08)
+    folds = cluster_folds(gold, clusters, 5, 0)
+    rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, n_boot, seed))
+    cat = StackedLogit(abstention="category", n_votes=votes.shape[1]).features(votes)
+    rungs = {
+        "stacked": rb.stacked(votes, 1.0, 0.5),
+        "best_cv": rb.best_cv(votes, 0.5),
+        "acc_weighted": rb.weighted(votes, "accuracy"),
+        "other_encoding": rb.stacked(cat, 1.0, 0.5),
+    }
+    full = {r: indicators(gold, votes[:, j]).sum(0) for j, r in enumerate(rungs)}
+    rd = RefitDraws.collect(rb, rungs, full)
+    ref = own_by_cluster(rb, rungs, full)
+    assert np.abs(rd.own - ref).max() <= 1e-10 * np.abs(ref).max()
+    for r in rungs:
+        assert np.array_equal(rd.counts[r], rb.counts(rungs[r]))
+
+
+def test_the_own_term_is_exact_whatever_the_chunks(monkeypatch):
+    """Whole-number moments: reading the draws one at a time or all at once gives the same bits."""
+    gold, votes, clusters = panel(6, n_clusters=40)
+    folds = cluster_folds(gold, clusters, 5, 0)
+    full = {"stacked": indicators(gold, votes[:, 0]).sum(0), "best_cv": indicators(gold, votes[:, 1]).sum(0)}
+
+    def own():
+        rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 200, 2))
+        return RefitDraws.collect(rb, {"stacked": rb.stacked(votes, 1.0, 0.5), "best_cv": rb.best_cv(votes, 0.5)}, full)
+
+    whole = own()
+    monkeypatch.setattr(refit, "MAX_WEIGHT_BYTES", 1)  # chunks of one draw
+    one = own()
+    assert np.array_equal(one.own, whole.own) and np.array_equal(one.counts["best_cv"], whole.counts["best_cv"])
+
+
+def test_refit_draws_read_side_by_side_and_the_own_term_by_hand():
     gold, votes, clusters = panel(6, n_clusters=40)
     folds = cluster_folds(gold, clusters, 5, 0)
     rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, 50, 2))
     full = {"stacked": indicators(gold, votes[:, 0]).sum(0), "best_cv": indicators(gold, votes[:, 1]).sum(0)}
-    rd = RefitDraws.collect(
-        {"stacked": rb.stacked_clusters(votes, 1.0, 0.5), "best_cv": rb.best_cv_clusters(votes, 0.5)}, full
-    )
-    assert np.array_equal(rd.counts["stacked"], rb.stacked(votes, 1.0, 0.5))
-    assert np.array_equal(rd.counts["best_cv"], rb.best_cv(votes, 0.5)[0])
+    rungs = {"stacked": rb.stacked(votes, 1.0, 0.5), "best_cv": rb.best_cv(votes, 0.5)}
+    rd = RefitDraws.collect(rb, rungs, full)
+    assert np.array_equal(rd.counts["stacked"], rb.counts(rb.stacked(votes, 1.0, 0.5)))
+    assert np.array_equal(rd.counts["best_cv"], rb.counts(rb.best_cv(votes, 0.5)))
     gs, gc = gradients(full["stacked"])["kappa"], gradients(full["best_cv"])["kappa"]
-    st = np.vstack([c for _, c in rb.stacked_clusters(votes, 1.0, 0.5)])
-    cv = np.vstack([c for _, c, _ in rb.best_cv_clusters(votes, 0.5)])
+    chunks = list(rb.draws(rungs))
+    st = np.vstack([rb.cluster_counts(rungs["stacked"], c["stacked"][1]) for c in chunks])
+    cv = np.vstack([rb.cluster_counts(rungs["best_cv"], c["best_cv"][1]) for c in chunks])
     own = (st @ gs - cv @ gc).var(axis=0).sum()  # each cluster's own contribution, across the draws
     assert rd.correction({("stacked", "kappa"): 1.0, ("best_cv", "kappa"): -1.0}) == pytest.approx(own, rel=1e-9)
     assert rd.correction({("stacked", "kappa"): 1.0}) == pytest.approx((st @ gs).var(axis=0).sum(), rel=1e-9)

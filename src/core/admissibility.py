@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-from src.core.evaluate import kappa
+from src.core.evaluate import distinct_rows, kappa
 from src.core.verdicts import ABSTAIN
 
 # Thresholds are compared with this tolerance: a κ of exactly 0.30 computed as 0.2999999999999999 reaches κ₀.
@@ -179,10 +179,23 @@ def admitted_share(
     bootstrap (``boot``, a :class:`src.core.evaluate.ClusterBootstrap`; ``member_kappa_draws`` its B × K member κ):
     the verdict's own uncertainty, near 0 or 1 when it is firm, near ½ when a member's κ or φ̄ sits at its
     threshold."""
-    P = len(pair_index(votes.shape[1])[0])
-    stats = boot.sums(pair_stats(gold, votes).reshape(len(gold), P * 4)).reshape(-1, P, 4)
-    phibar = phi_bar_from(phi_from_stats(stats))
-    return float(np.mean(admits(member_kappa_draws, phibar, kappa0, c, phi0, np.full(len(phibar), votes.shape[1]))))
+    stats = boot.sweep([cluster_pair_stats(boot, gold, votes)])[0]
+    return share_admitted(stats, member_kappa_draws, kappa0, c, phi0)
+
+
+def cluster_pair_stats(boot, gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
+    """Each cluster's sums of :func:`pair_stats` (n_clusters × 4P, :meth:`ClusterBootstrap.cluster_sums`), from the
+    stats of the distinct (votes, gold) rows."""
+    rows, inv = distinct_rows(np.column_stack([votes, gold]))
+    stats = pair_stats(rows[:, -1], rows[:, :-1])
+    return boot.cluster_sums(stats.reshape(len(rows), -1), inv)
+
+
+def share_admitted(stats: np.ndarray, member_kappa_draws: np.ndarray, kappa0: float, c: float, phi0: float) -> float:
+    """:func:`admitted_share` from the draws' sums of :func:`cluster_pair_stats` (B × 4P)."""
+    K = member_kappa_draws.shape[1]
+    phibar = phi_bar_from(phi_from_stats(stats.reshape(len(stats), -1, 4)))
+    return float(np.mean(admits(member_kappa_draws, phibar, kappa0, c, phi0, np.full(len(phibar), K))))
 
 
 def agreement_proxy(votes: np.ndarray) -> float | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from src.core import compiled
 from src.core.verdicts import ABSTAIN
 
 METRICS = ("kappa", "bacc", "f1")
@@ -28,6 +29,8 @@ _N_COUNTS = 6
 # B × clusters bootstrap weights up to this size are drawn once and kept; larger ones are drawn again, chunk by
 # chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
 MAX_WEIGHT_BYTES = 64 * 2**20
+# from this many picks per call multiplicities() counts them in a compiled loop (numba's import: ~0.4 s, once)
+COMPILE_PICKS = 2**22
 _KEPT = [0, 2, 3, 5]  # the cells a bootstrap sums per prediction; (1, 0) and (0, 0) follow from the class totals
 
 
@@ -78,15 +81,58 @@ def coverage(votes: np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------ bootstrap
 
 
+def classes(codes: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The items' classes under the joint value of per-item integer ``codes`` (each ≥ 0), numbered in the
+    lexicographic order of the codes: (each item's class, one item of each class). One integer key per item, its
+    range compressed whenever the next code would overflow it."""
+    n = len(codes[0]) if codes else 0
+    key, size = np.zeros(n, np.int64), 1
+    for c in codes:
+        width = int(c.max()) + 1 if n else 1
+        if size * width >= 2**62:
+            key, _ = _compress(key, size)
+            size = int(key.max()) + 1
+        key, size = key * width + c, size * width
+    return _compress(key, size)
+
+
+def _compress(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Integer keys in [0, size) renumbered 0, 1, … in their order (each key's number, one index of each number):
+    by a table over the range when it is small, else by a sort."""
+    if size > 4 * len(key) + 1024:
+        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        return inv.ravel(), first
+    present = np.zeros(size, bool)
+    present[key] = True
+    number = np.cumsum(present) - 1
+    some = np.empty(int(present.sum()), np.int64)
+    some[number[key]] = np.arange(len(key))
+    return number[key], some
+
+
+def distinct_rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of X in lexicographic order and each item's row index (``np.unique(X, axis=0,
+    return_inverse=True)``, by one sort per column of its distinct values instead of a sort of whole rows)."""
+    X = np.asarray(X, float)
+    cols = [X[:, j] for j in range(X.shape[1])]
+    inv, some = classes([np.searchsorted(np.unique(c), c) for c in cols])
+    return X[some], inv
+
+
 def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtype=np.float32) -> np.ndarray:
     """``n_draws`` × ``n_clusters`` cluster multiplicities: per draw, ``n_clusters`` clusters picked uniformly
     with replacement and counted — a Multinomial(n_clusters, 1/n_clusters) vector.
 
     Each pick is ⌊u·n_clusters⌋ of one uniform double u (uniform to within 2⁻⁵³), so the generator is consumed one
-    64-bit word per pick, in draw order: any split into chunks gives the same draws. Built a block of rows at a
-    time, so its temporaries stay under half of :data:`MAX_WEIGHT_BYTES`.
+    64-bit word per pick, in draw order: any split into chunks gives the same draws. From :data:`COMPILE_PICKS`
+    picks on, a compiled loop counts them as they come (:func:`_count_picks`); otherwise numpy builds a block of
+    rows at a time, its temporaries under half of :data:`MAX_WEIGHT_BYTES`. The same numbers either way.
     """
-    out = np.empty((n_draws, n_clusters), dtype=dtype)
+    out = np.zeros((n_draws, n_clusters), dtype=dtype)
+    kernel = compiled.njit(_count_picks) if n_draws * n_clusters >= COMPILE_PICKS else None
+    if kernel is not None:
+        kernel(rng, out)
+        return out
     rows = max(1, MAX_WEIGHT_BYTES // (48 * max(n_clusters, 1)))
     for a in range(0, n_draws, rows):
         m = min(rows, n_draws - a)
@@ -96,6 +142,16 @@ def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtyp
         picks += np.arange(0, m * n_clusters, n_clusters)[:, None]
         out[a : a + m] = np.bincount(picks.ravel(), minlength=m * n_clusters).reshape(m, n_clusters)
     return out
+
+
+def _count_picks(rng: np.random.Generator, out: np.ndarray) -> None:
+    """:func:`multiplicities`' picks, one uniform double each, counted into ``out`` (draws × clusters, zeros) in
+    draw order (written to compile: :func:`src.core.compiled.njit`)."""
+    n_draws, n_clusters = out.shape
+    for b in range(n_draws):
+        row = out[b]
+        for _ in range(n_clusters):
+            row[int(rng.random() * n_clusters)] += 1
 
 
 class ClusterBootstrap:
@@ -114,8 +170,8 @@ class ClusterBootstrap:
         self.n_boot, self.seed = int(n_boot), seed
         nc, n = len(self.cluster_ids), len(self.item_cluster)
         # a count is at most n_clusters draws × the largest cluster: whole numbers up to 2²⁴ are exact in float32
-        largest = int(np.bincount(self.item_cluster).max()) if n else 0
-        self.dtype = np.float32 if nc * largest < 2**24 else np.float64
+        self.largest = int(np.bincount(self.item_cluster).max()) if n else 0
+        self.dtype = np.float32 if nc * self.largest < 2**24 else np.float64
         self.chunk = int(chunk or max(1, MAX_WEIGHT_BYTES // (np.dtype(self.dtype).itemsize * max(nc, 1))))
         self._agg = sparse.csr_matrix((np.ones(n), (self.item_cluster, np.arange(n))), shape=(nc, n))
         self._weights = next(self._draws(self.n_boot)) if self.n_boot <= self.chunk else None
@@ -152,9 +208,37 @@ class ClusterBootstrap:
         """Each draw's weighted sums of per-item values (n × …) → B × … (a custom statistic's bootstrap: each
         cluster's sum, times its multiplicity in the draw)."""
         per_item = np.asarray(per_item, dtype=float)
-        per_cluster = self._agg @ per_item.reshape(len(self.item_cluster), -1)
-        out = np.vstack([w @ per_cluster for w in self.chunks()])
+        out = self.sweep([self.cluster_sums(per_item.reshape(len(self.item_cluster), -1))])[0]
         return out.reshape((len(out),) + per_item.shape[1:])
+
+    def cluster_sums(self, values: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Each cluster's sums → n_clusters × q: of per-item ``values`` (n × q), or, with ``rows`` (each item's row),
+        of the rows' values ``values[rows]`` (values: rows × q; the n × q array is never built). Summed in the
+        weights' dtype where the values are whole numbers that no draw can sum past 2²⁴ (n_clusters × the largest
+        cluster × the largest value: then every draw's sums are exact, as the counts are), else in float64."""
+        values = np.asarray(values, dtype=float)
+        top = np.abs(values).max(initial=0)
+        whole = np.array_equal(values, np.round(values)) and len(self.cluster_ids) * self.largest * top < 2**24
+        dtype = self.dtype if whole else np.float64
+        if rows is None:
+            agg = self._agg
+        else:
+            shape = (len(self.cluster_ids), len(values))
+            agg = sparse.csr_matrix((np.ones(len(rows)), (self.item_cluster, rows)), shape=shape)
+        return agg.astype(dtype) @ values.astype(dtype)
+
+    def sweep(self, per_cluster: list[np.ndarray], readers: tuple = ()) -> list[np.ndarray]:
+        """One pass over the draws: each draw's sums (B × q, float64) of each per-cluster matrix (n_clusters × q)
+        weighted by its multiplicities; every chunk of weights is also handed to each of ``readers`` (e.g.
+        :class:`src.core.refit.DrawReader`'s ``add``), so they read the same draws without drawing them again."""
+        out: list[list[np.ndarray]] = [[] for _ in per_cluster]
+        for w in self.chunks():
+            for o, m in zip(out, per_cluster):
+                o.append(w @ m)
+            for read in readers:
+                read(w)
+            del w  # before the next chunk is drawn: one chunk of weights in memory, not two
+        return [np.vstack(o).astype(float) for o in out]
 
     def item_weights(self) -> np.ndarray:
         """B × n item multiplicities (for tests and for custom statistics)."""
@@ -163,22 +247,21 @@ class ClusterBootstrap:
     def per_cluster(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Counts of each cluster for P prediction vectors (preds: n × P) → n_clusters × (2 + 4P): its items of
         gold 1 and of gold 0, then per prediction the cells (1, 1), (1, abstain), (0, 1), (0, abstain) of
-        :func:`indicators`; built a block of predictions at a time (a block's per-item indicators stay under
-        :data:`MAX_WEIGHT_BYTES`)."""
+        :func:`indicators`; from the distinct (gold, predictions) rows (:meth:`cluster_sums`), so no per-item
+        indicators are built."""
         preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
-        n, P = preds.shape
-        gold = np.asarray(gold)
-        step = max(1, MAX_WEIGHT_BYTES // (8 * _N_COUNTS * max(n, 1)))
-        blocks = [self._agg @ np.column_stack([gold == 1, gold == 0]).astype(float)]
-        blocks += [
-            self._agg @ indicators(gold, preds[:, a : a + step])[..., _KEPT].reshape(n, -1) for a in range(0, P, step)
-        ]
-        return np.hstack(blocks).astype(self.dtype)
+        rows, inv = distinct_rows(np.column_stack([gold, preds]))
+        g, p = rows[:, 0], rows[:, 1:]
+        cells = indicators(g, p)[..., _KEPT].reshape(len(rows), -1)
+        return self.cluster_sums(np.column_stack([g == 1, g == 0, cells]), inv).astype(self.dtype)
 
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""
-        per_cluster = self.per_cluster(gold, preds)
-        raw = np.vstack([w @ per_cluster for w in self.chunks()]).astype(float)
+        return self.unpack(self.sweep([self.per_cluster(gold, preds)])[0])
+
+    @staticmethod
+    def unpack(raw: np.ndarray) -> np.ndarray:
+        """The draws' sums of :meth:`per_cluster` (B × (2 + 4P)) as confusion counts, B × P × 6."""
         n1, n0 = raw[:, :1], raw[:, 1:2]
         a11, a1a, a01, a0a = np.moveaxis(raw[:, 2:].reshape(len(raw), -1, 4), -1, 0)
         return np.stack([a11, n1 - a11 - a1a, a1a, a01, n0 - a01 - a0a, a0a], axis=-1)

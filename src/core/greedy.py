@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from src.core.compiled import njit
+
 COMPILE_FROM = 20_000  # groups: from here on the compiled loop (its import and cached compile: ~0.5 s) pays off
 
 
@@ -51,18 +53,9 @@ def _kernel(rows: np.ndarray, order: np.ndarray, totals: np.ndarray, n_splits: i
         out[g] = best
 
 
-_COMPILED: list[Callable] = []
-
-
 def compiled() -> Callable | None:
-    """The numba-compiled :func:`_kernel` (compiled once, cached on disk beside this module); None without numba."""
-    if not _COMPILED:
-        try:
-            import numba  # imported here, not at start-up: numba ~0.4 s, only for tables of many clusters
-        except ImportError:
-            return None
-        _COMPILED.append(numba.njit(cache=True, nogil=True)(_kernel))
-    return _COMPILED[0]
+    """The numba-compiled :func:`_kernel` (:func:`src.core.compiled.njit`); None without numba."""
+    return njit(_kernel)
 
 
 def assign(per_group: np.ndarray, y_cnt: np.ndarray, n_splits: int) -> np.ndarray | None:

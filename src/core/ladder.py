@@ -47,7 +47,7 @@ from src.core.evaluate import (
     interval,
     paired_delta,
 )
-from src.core.refit import RefitBootstrap, RefitDraws, corrected_interval
+from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung, corrected_interval
 from src.core.verdicts import ABSTAIN, VerdictError, VerdictTable
 
 COMPARATORS = (
@@ -262,9 +262,15 @@ def analyze_dataset(
     cells = np.stack([indicators(y, P[:, p]).sum(0) for p in range(P.shape[1])])
     full = from_counts(cells)
     boot = ClusterBootstrap(clusters, s.n_boot, s.seed)
-    draws = boot.metrics(y, P)  # the fixed predictions: one pass over the draws
     at = {**{k: cells[i] for i, k in enumerate(named)}, **({} if alt is None else {"other_encoding": cells[-1]})}
-    rd = refit_draws(RefitBootstrap(y, folds, boot), stacker, X, votes, s.min_coverage, at, alt_stacker)
+    rb = RefitBootstrap(y, folds, boot)
+    reader = DrawReader(rb, refit_rungs(rb, stacker, X, votes, s.min_coverage, alt_stacker), at)
+    # one pass over the draws: the fixed predictions' counts, the members' pair statistics, the refits
+    raw, pair_draws = boot.sweep(
+        [boot.per_cluster(y, P), admissibility.cluster_pair_stats(boot, y, votes)], (reader.add,)
+    )
+    draws = from_counts(ClusterBootstrap.unpack(raw))
+    rd = reader.result()
     refit = {r: from_counts(c) for r, c in rd.counts.items()}
     full_m = {k: v[len(named) : len(named) + K] for k, v in full.items()}
     draw_m = {k: v[:, len(named) : len(named) + K] for k, v in draws.items()}
@@ -314,7 +320,7 @@ def analyze_dataset(
         for j, m in enumerate(table.members)
     }
     adm = admissibility.test(y, votes, s.kappa0, s.c, s.phi0).as_dict()
-    adm["admitted_share"] = admissibility.admitted_share(boot, y, votes, draw_m["kappa"], s.kappa0, s.c, s.phi0)
+    adm["admitted_share"] = admissibility.share_admitted(pair_draws, draw_m["kappa"], s.kappa0, s.c, s.phi0)
     adm["members_uncertain"] = [m for m, v in members.items() if v["kappa_ci"][0] < s.kappa0 <= v["kappa_ci"][1]]
     summary = {
         "n": int(len(y)),
@@ -404,6 +410,34 @@ def ladder_deltas(
     return deltas
 
 
+def refit_rungs(
+    refit: RefitBootstrap,
+    stacker: StackedLogit,
+    X: np.ndarray,
+    votes: np.ndarray,
+    min_coverage: float,
+    other: StackedLogit | None = None,
+) -> dict[str, Rung]:
+    """The rungs fitted to the labels, as the refit bootstrap refits them on every draw (:mod:`src.core.refit`):
+    the stacker (the plain one by the batched Newton fit, any other by its own fit), the CV-best single's choice,
+    the two weighted votes, and ``other_encoding`` (Table 23's other arm) when ``other`` is given."""
+
+    def stacked(st):
+        if type(st) is StackedLogit:
+            return refit.stacked(st.features(X), st.C, st.threshold)
+        return refit.stacked_loop(st, X)
+
+    rungs = {
+        "stacked": stacked(stacker),
+        "best_cv": refit.best_cv(votes, min_coverage),
+        "acc_weighted": refit.weighted(votes, "accuracy"),
+        "logodds_weighted": refit.weighted(votes, "logodds"),
+    }
+    if other is not None:
+        rungs["other_encoding"] = stacked(other)
+    return rungs
+
+
 def refit_draws(
     refit: RefitBootstrap,
     stacker: StackedLogit,
@@ -413,25 +447,9 @@ def refit_draws(
     full: dict[str, np.ndarray],
     other: StackedLogit | None = None,
 ) -> RefitDraws:
-    """The bootstrap draws of the rungs fitted to the labels, each fitted again on the draw (:mod:`src.core.refit`):
-    the stacker (the plain one by the batched Newton fit, any other by its own fit), the CV-best single's choice,
-    the two weighted votes, and ``other_encoding`` (Table 23's other arm) when ``other`` is given; ``full``: each
-    rung's full-sample confusion counts (where its draws are linearised)."""
-
-    def stacked(st):
-        if type(st) is StackedLogit:
-            return refit.stacked_clusters(st.features(X), st.C, st.threshold)
-        return refit.stacked_loop_clusters(st, X)
-
-    parts = {
-        "stacked": stacked(stacker),
-        "best_cv": refit.best_cv_clusters(votes, min_coverage),
-        "acc_weighted": refit.weighted_clusters(votes, "accuracy"),
-        "logodds_weighted": refit.weighted_clusters(votes, "logodds"),
-    }
-    if other is not None:
-        parts["other_encoding"] = stacked(other)
-    return RefitDraws.collect(parts, full)
+    """The bootstrap draws of :func:`refit_rungs`, each fitted again on the draw; ``full``: each rung's full-sample
+    confusion counts (where its draws are linearised)."""
+    return RefitDraws.collect(refit, refit_rungs(refit, stacker, X, votes, min_coverage, other), full)
 
 
 def contrast_delta(

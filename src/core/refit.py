@@ -28,16 +28,21 @@ interval the ladder's calls read (docs/intervals.md has the derivation and the m
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from scipy import sparse
 from scipy.stats import norm
 from sklearn.base import clone
 
 from src.core.aggregate import WeightedVote, member_accuracy
-from src.core.evaluate import MAX_WEIGHT_BYTES, ClusterBootstrap, from_counts, indicators
+from src.core.evaluate import MAX_WEIGHT_BYTES, ClusterBootstrap, classes, distinct_rows, from_counts, indicators
+from src.core.verdicts import ABSTAIN
 
 # a training part holding one gold class only is fitted as scikit-learn cannot: β = 0, intercept ±this
 SINGLE_CLASS_LOGIT = 30.0
+# the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
+MIN_CHUNK = 64
 
 
 def _log1pexp_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -81,22 +86,23 @@ def fit_logit(
     outer = (Z[:, :, None] * Z[:, None, :]).reshape(len(Z), p * p)  # V × p²: each row's zᵀz, flat
 
     def evaluate(w, w1, beta):
-        """(η, σ(η), objective) of the problems with weights w (all items) and w1 (gold 1) at coefficients beta."""
+        """(σ(η), objective) of the problems with weights w (all items) and w1 (gold 1) at coefficients beta."""
         eta = beta @ Z.T
         sp, s = _log1pexp_sigmoid(eta)
-        return eta, s, (w * sp - w1 * eta).sum(axis=1) + 0.5 * (beta**2 * lam).sum(axis=1)
+        return s, (w * sp - w1 * eta).sum(axis=1) + 0.5 * (beta**2 * lam).sum(axis=1)
 
     active = np.flatnonzero(~single)
     w1, w, b = W1[active], W1[active] + W0[active], B[active]
-    eta, s, f = evaluate(w, w1, b)
+    s, f = evaluate(w, w1, b)
     for _ in range(max_iter):
         if not len(active):
             break
-        g = (w * s - w1) @ Z + b * lam
-        H = ((w * s * (1 - s)) @ outer).reshape(len(active), p, p) + np.diag(lam)
+        ws = w * s
+        g = (ws - w1) @ Z + b * lam
+        H = ((ws * (1 - s)) @ outer).reshape(len(active), p, p) + np.diag(lam)
         step = np.linalg.solve(H, g[..., None])[..., 0]
         b_new = b - step
-        eta_new, s_new, f_new = evaluate(w, w1, b_new)
+        s_new, f_new = evaluate(w, w1, b_new)
         t = np.ones(len(active))
         for _halving in range(40):  # halve the step of the problems whose objective went up
             bad = np.flatnonzero(f_new > f + 1e-13 * np.abs(f))
@@ -104,11 +110,12 @@ def fit_logit(
                 break
             t[bad] *= 0.5
             b_new[bad] = b[bad] - t[bad, None] * step[bad]
-            eta_new[bad], s_new[bad], f_new[bad] = evaluate(w[bad], w1[bad], b_new[bad])
-        b, eta, s, f = b_new, eta_new, s_new, f_new
+            s_new[bad], f_new[bad] = evaluate(w[bad], w1[bad], b_new[bad])
+        b, s, f = b_new, s_new, f_new
         B[active] = b
         moving = np.abs(t[:, None] * step).max(axis=1) >= tol
-        active, w, w1, b, eta, s, f = (a[moving] for a in (active, w, w1, b, eta, s, f))
+        if not moving.all():
+            active, w, w1, b, s, f = (a[moving] for a in (active, w, w1, b, s, f))
     return B
 
 
@@ -116,20 +123,79 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def _rows(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct rows of X and each item's row index."""
-    uniq, inv = np.unique(np.asarray(X, float), axis=0, return_inverse=True)
-    return uniq, inv.ravel()
+class Rung:
+    """A label-fitted rung as the refit reads it: its out-of-fold prediction depends on an item only through the
+    item's row (``inv``: each item's row among ``n_rows``) and fold. ``predict(t1, t0, k)`` gives fold k's
+    predictions on every row (draws × rows, in {0, 1, ½}) fitted with t1 / t0 (draws × rows) as each row's weight of
+    training items of gold 1 / gold 0 in each draw; ``abstains`` says whether a prediction can be ½."""
+
+    def __init__(self, inv: np.ndarray, n_rows: int, predict, abstains: bool = False):
+        self.inv, self.n_rows, self.predict, self.abstains = inv, n_rows, predict, abstains
+        self.chosen: list[np.ndarray] = []  # the CV-best single's choices, one array per call of predict
+
+
+class Cells:
+    """The items' joint classes by fold, gold and each rung's row: a draw reaches the rungs' refits only through
+    its count of items in each cell (Σ over clusters of multiplicity × the cluster's items in the cell).
+
+    ``by_cluster`` (cells × clusters) holds each cluster's items per cell, ``fold`` / ``g`` each cell's fold and
+    gold (g = 0 for gold 1, 1 for gold 0: the order of :func:`src.core.evaluate.indicators`' cells), ``rows`` each
+    rung's row of each cell and ``layouts`` each rung's map from cells to its (g, fold, row) counts."""
+
+    def __init__(self, gold: np.ndarray, fold_of: np.ndarray, item_cluster: np.ndarray, n_clusters: int, rungs):
+        g_item = (np.asarray(gold) != 1).astype(np.int64)
+        cell, first = classes([fold_of, g_item] + [r.inv for r in rungs])  # first: one item of each cell
+        self.n_folds = int(fold_of.max()) + 1
+        self.fold, self.g = fold_of[first], g_item[first]
+        self.rows = [r.inv[first] for r in rungs]
+        m = len(first)
+        self.by_cluster = sparse.csr_matrix((np.ones(len(cell)), (cell, item_cluster)), shape=(m, n_clusters))
+        self.by_cluster_csc = self.by_cluster.tocsc()
+        self.layouts = [
+            sparse.csr_matrix(
+                (np.ones(m), (((self.g * self.n_folds + self.fold) * r.n_rows + rows), np.arange(m))),
+                shape=(self.n_folds * 2 * r.n_rows, m),
+            )
+            for r, rows in zip(rungs, self.rows)
+        ]
+
+    def __len__(self) -> int:
+        return len(self.fold)
+
+    def counts(self, w: np.ndarray, block: int = 32) -> np.ndarray:
+        """Each draw's count of items in each cell (draws × cells), ``block`` draws at a time, summed cluster by
+        cluster in the weights' dtype: whole numbers, exact (:class:`ClusterBootstrap` keeps float32 only while
+        every count stays under 2²⁴)."""
+        A = self.by_cluster_csc.astype(w.dtype, copy=False)
+        return np.vstack([(A @ np.ascontiguousarray(w[a : a + block].T)).T for a in range(0, len(w), block)])
+
+    def layout(self, N: np.ndarray, r: int, n_rows: int) -> np.ndarray:
+        """Rung r's counts of a chunk's draws by gold, fold and row (draws × 2 × folds × rows)."""
+        return np.asarray((self.layouts[r].astype(N.dtype) @ N.T).T).reshape(len(N), 2, self.n_folds, n_rows)
+
+    def lift(self, pred: np.ndarray, r: int) -> np.ndarray:
+        """Rung r's predictions (draws × folds × rows) read at each cell (draws × cells)."""
+        return pred[:, self.fold, self.rows[r]]
+
+
+def confusion(R: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`, doubles) of out-of-fold predictions
+    ``pred`` (draws × folds × rows) on a draw's items counted by gold, fold and row (R: draws × 2 × folds × rows, whole
+    numbers exact in its dtype)."""
+    flat = R.reshape(len(R), 2, -1)
+    on = [(flat @ (pred == v).reshape(len(R), -1, 1).astype(R.dtype))[..., 0] for v in (1.0, ABSTAIN)]  # draws × 2
+    total = flat.sum(axis=2)
+    cells = [[on[0][:, g], total[:, g] - on[0][:, g] - on[1][:, g], on[1][:, g]] for g in (0, 1)]
+    return np.stack(cells[0] + cells[1], axis=-1).astype(float)
 
 
 class RefitBootstrap:
-    """Per-draw refits of the ladder's label-fitted comparators on the draws of a :class:`ClusterBootstrap`.
+    """Per-draw refits of the ladder's label-fitted rungs on the draws of a :class:`ClusterBootstrap`.
 
-    Built once per dataset from its gold, its cluster folds and the bootstrap. Each ``*_clusters`` method yields,
-    chunk by chunk of draws, the chunk's cluster multiplicities w (chunk × clusters) and each cluster's confusion
-    counts under the draw's refitted out-of-fold predictions (chunk × clusters × 6, the cells of
-    :func:`src.core.evaluate.indicators`, unweighted); a draw's counts are Σ_c w_c · counts_c. The plain methods
-    return those totals, B × 6, ready for :func:`src.core.evaluate.from_counts`.
+    Built once per dataset from its gold, its cluster folds and the bootstrap. Each rung is a :class:`Rung`
+    (:meth:`stacked`, :meth:`stacked_loop`, :meth:`weighted`, :meth:`best_cv`); :meth:`draws` refits several side
+    by side, chunk by chunk of draws, from the draws' counts of items per cell (:class:`Cells`), and :meth:`counts`
+    gives one rung's B × 6 counts, ready for :func:`src.core.evaluate.from_counts`.
     """
 
     def __init__(self, gold: np.ndarray, folds: list[tuple], boot: ClusterBootstrap):
@@ -144,151 +210,151 @@ class RefitBootstrap:
         if (self.fold_of < 0).any():
             raise ValueError("the folds do not hold every item out once")
         self.n_folds = len(folds)
+        self._distinct: list[tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = []
 
-    # ------------------------------------------------------------------------------------------- plumbing
+    def _rows(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:func:`src.core.evaluate.distinct_rows` of X, once per array while it lives (the ladder's rungs read the
+        same votes)."""
+        for seen, rows in self._distinct:
+            if seen() is X:
+                return rows
+        self._distinct.append((weakref.ref(X), distinct_rows(X)))
+        return self._distinct[-1][1]
 
-    def _by_cluster(self, cols: np.ndarray, keep: np.ndarray) -> np.ndarray:
-        """Σ over each cluster's items with ``keep`` of ``cols`` (n × q) → n_clusters × q."""
-        n = len(self.y)
-        agg = sparse.csr_matrix((keep.astype(float), (self.item_cluster, np.arange(n))), shape=(self.n_clusters, n))
-        return np.asarray(agg @ cols)
+    # ------------------------------------------------------------------------------------------- the draws
 
-    def _row_counts(self, inv: np.ndarray, n_rows: int, keep: np.ndarray) -> sparse.csc_matrix:
-        """n_rows × n_clusters: how many of each cluster's items with ``keep`` have each distinct row."""
-        idx = np.flatnonzero(keep)
-        return sparse.csc_matrix(
-            (np.ones(len(idx)), (inv[idx], self.item_cluster[idx])), shape=(n_rows, self.n_clusters)
-        )
+    def cells(self, rungs: list[Rung]) -> Cells:
+        """The joint cells of ``rungs`` (:class:`Cells`)."""
+        return Cells(self.y, self.fold_of, self.item_cluster, self.n_clusters, rungs)
 
-    def _draw_chunks(self):
-        """The draws' cluster multiplicities (float64), in chunks of draws small enough that a chunk × (items +
-        6·clusters) array of doubles stays under 1/8 of :data:`src.core.evaluate.MAX_WEIGHT_BYTES`. Every comparator
-        gets the same chunks, so their chunks can be read side by side."""
-        width = len(self.y) + 6 * self.n_clusters
-        rows = max(1, MAX_WEIGHT_BYTES // (64 * width))
+    def _split(self, w: np.ndarray, cells: Cells, rungs: list[Rung]):
+        """A chunk of the bootstrap's weights (:meth:`ClusterBootstrap.chunks`) in chunks of draws: as many as fill an
+        eighth of :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles and at least
+        :data:`MIN_CHUNK`, fewer where a chunk × (cells + 8 × the largest rung's rows) array of doubles would
+        exceed it. The stacker's fits start from the fit to their chunk's mean weights and run as one batch: where a
+        refitted probability is the threshold in exact arithmetic (a tie, as on a balanced panel of uninformative
+        members) the last bits of β decide the prediction, and they follow the start and the batch, so the chunks
+        are those results.json's refits were first made with wherever those hold at least MIN_CHUNK draws."""
+        first = MAX_WEIGHT_BYTES // (64 * (len(self.y) + 6 * self.n_clusters))
+        width = len(cells) + 8 * max(r.n_rows for r in rungs)
+        rows = max(1, min(max(MIN_CHUNK, first), MAX_WEIGHT_BYTES // (8 * width)))
+        for a in range(0, len(w), rows):
+            yield w[a : a + rows]
+
+    def draws(self, rungs: dict[str, Rung], cells: Cells | None = None):
+        """Chunk by chunk of draws, each rung's (counts: chunk × 6, out-of-fold predictions: chunk × folds ×
+        rows): :meth:`refit` on every chunk of the bootstrap's weights."""
+        cells = self.cells(list(rungs.values())) if cells is None else cells
         for w in self.boot.chunks():
-            for a in range(0, len(w), rows):
-                yield np.asarray(w[a : a + rows], dtype=float)
+            yield from self.refit(w, rungs, cells)
 
-    @staticmethod
-    def totals(chunks) -> np.ndarray:
-        """B × 6: each draw's counts, Σ over clusters of multiplicity × the cluster's counts."""
-        return np.vstack([np.einsum("bc,bck->bk", w, c) for w, c, *_ in chunks])
+    def refit(self, w: np.ndarray, rungs: dict[str, Rung], cells: Cells):
+        """For draws of weights w, chunk by chunk, each rung's (counts, predictions), every rung refitted on each
+        fold's training part: the draw's clusters outside the fold, weighted by their multiplicity (as duplicated
+        rows would be)."""
+        for part in self._split(w, cells, list(rungs.values())):
+            N = cells.counts(part)
+            yield {
+                name: self._refit(rung, cells.layout(N, r, rung.n_rows)) for r, (name, rung) in enumerate(rungs.items())
+            }
 
-    def _rows_clusters(self, predict, X: np.ndarray):
-        """Per chunk (w, counts) of 0/1 predictions that depend on an item's row of X only: ``predict(rows, t1, t0)``
-        gives a chunk's predictions (chunk × rows) fitted with t1 / t0 (chunk × rows) as each row's weight of
-        training items of gold 1 / gold 0 in each draw."""
-        rows, inv = _rows(X)
-        parts = [
-            [
-                self._row_counts(inv, len(rows), (self.fold_of != k if train else self.fold_of == k) & (self.y == g))
-                for g in (1, 0)
-                for train in (True, False)
-            ]
-            for k in range(self.n_folds)
-        ]
-        n1 = sum(np.asarray(p[1].sum(axis=0)).ravel() for p in parts)  # each cluster's held-out items of gold 1
-        n0 = sum(np.asarray(p[3].sum(axis=0)).ravel() for p in parts)
-        for w in self._draw_chunks():
-            wt = w.T
-            a11, a01 = np.zeros(w.shape), np.zeros(w.shape)
-            for tr1, te1, tr0, te0 in parts:
-                pred = predict(rows, (tr1 @ wt).T, (tr0 @ wt).T)  # chunk × rows
-                a11 += np.asarray(te1.T @ pred.T).T
-                a01 += np.asarray(te0.T @ pred.T).T
-            zero = np.zeros(w.shape)
-            yield w, np.stack([a11, n1 - a11, zero, a01, n0 - a01, zero], axis=-1)
+    def _refit(self, rung: Rung, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A chunk's (counts, predictions) of one rung from its counts by fold, gold and row (R)."""
+        total = R.sum(axis=2)
+        pred = np.empty((len(R), self.n_folds, rung.n_rows), np.float32)  # 0, 1 or ½: exact
+        for k in range(self.n_folds):
+            train = (total - R[:, :, k]).astype(float)
+            pred[:, k] = rung.predict(train[:, 0], train[:, 1], k)
+        return confusion(R, pred), pred
 
-    # ------------------------------------------------------------------------------------------- comparators
+    def counts(self, rung: Rung) -> np.ndarray:
+        """B × 6: each draw's confusion counts of one rung."""
+        return np.vstack([d["rung"][0] for d in self.draws({"rung": rung})])
 
-    def stacked_clusters(self, F: np.ndarray, C: float, threshold: float):
+    def cluster_counts(self, rung: Rung, pred: np.ndarray) -> np.ndarray:
+        """Each cluster's own confusion counts (draws × clusters × 6, unweighted) under a chunk's out-of-fold
+        predictions of ``rung`` (draws × folds × rows, as :meth:`draws` gives them): a draw's counts are Σ_c w_c ·
+        these, and :class:`RefitDraws` linearises them."""
+        agg = sparse.csr_matrix((np.ones(len(self.y)), (self.item_cluster, np.arange(len(self.y)))))
+        return np.stack([agg @ indicators(self.y, p) for p in pred[:, self.fold_of, rung.inv]])
+
+    # ------------------------------------------------------------------------------------------- the rungs
+
+    def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
         per draw and fold (:func:`fit_logit`, started from the fit to the chunk's mean weights): hallucinated iff
         P ≥ ``threshold``."""
+        rows, inv = self._rows(F)
+        Z = np.column_stack([np.ones(len(rows)), rows])
 
-        def predict(rows, t1, t0):
-            Z = np.column_stack([np.ones(len(rows)), rows])
+        def predict(t1, t0, k):
             start = fit_logit(Z, t1.mean(axis=0), t0.mean(axis=0), C)
             return (_sigmoid(fit_logit(Z, t1, t0, C, start) @ Z.T) >= threshold).astype(float)
 
-        return self._rows_clusters(predict, F)
+        return Rung(inv, len(rows), predict)
 
-    def stacked(self, F: np.ndarray, C: float, threshold: float) -> np.ndarray:
-        """B × 6 totals of :meth:`stacked_clusters`."""
-        return self.totals(self.stacked_clusters(F, C, threshold))
-
-    def stacked_loop_clusters(self, stacker, X: np.ndarray):
+    def stacked_loop(self, stacker, X: np.ndarray) -> Rung:
         """Any other stacker (e.g. :class:`src.core.aggregate.NoiseRobustStackedLogit`), refitted per draw and fold by
         its own ``fit`` on the training part's items repeated by their multiplicity: the same refit as
-        :meth:`stacked_clusters`, one fit at a time (B × folds fits). A training part of one gold class predicts
-        it."""
+        :meth:`stacked`, one fit at a time (B × folds fits), each item its own row. A training part of one gold class
+        predicts it."""
         X = np.asarray(X, float)
-        for w in self._draw_chunks():
-            counts = np.zeros(w.shape + (6,))
-            for b, row in enumerate(w):
-                iw = row[self.item_cluster].astype(int)
-                for k in range(self.n_folds):
-                    tr, te = np.flatnonzero(self.fold_of != k), np.flatnonzero(self.fold_of == k)
-                    rep = np.repeat(tr, iw[tr])
-                    if len(np.unique(self.y[rep])) < 2:
-                        pred = np.full(len(te), float(self.y[rep][0]) if len(rep) else 0.0)
-                    else:
-                        pred = clone(stacker).fit(X[rep], self.y[rep]).predict(X[te]).astype(float)
-                    np.add.at(counts[b], self.item_cluster[te], indicators(self.y[te], pred))
-            yield w, counts
+        n = len(self.y)
 
-    def stacked_loop(self, stacker, X: np.ndarray) -> np.ndarray:
-        """B × 6 totals of :meth:`stacked_loop_clusters`."""
-        return self.totals(self.stacked_loop_clusters(stacker, X))
+        def predict(t1, t0, k):
+            te = np.flatnonzero(self.fold_of == k)
+            pred = np.zeros((len(t1), n))
+            for b, iw in enumerate((t1 + t0).astype(int)):
+                rep = np.repeat(np.arange(n), iw)
+                if len(np.unique(self.y[rep])) < 2:
+                    pred[b, te] = float(self.y[rep][0]) if len(rep) else 0.0
+                else:
+                    pred[b, te] = clone(stacker).fit(X[rep], self.y[rep]).predict(X[te])
+            return pred
 
-    def weighted_clusters(self, votes: np.ndarray, weighting: str, threshold: float = 0.5):
+        return Rung(np.arange(n), n, predict)
+
+    def weighted(self, votes: np.ndarray, weighting: str, threshold: float = 0.5) -> Rung:
         """The accuracy- or log-odds-weighted vote (:class:`src.core.aggregate.WeightedVote`), its member accuracies
         taken per draw and fold on the training part."""
+        rows, inv = self._rows(votes)
+        both = np.vstack([rows, rows])
+        gold = np.r_[np.ones(len(rows)), np.zeros(len(rows))]
 
-        def predict(rows, t1, t0):
-            both = np.vstack([rows, rows])
-            acc = member_accuracy(both, np.r_[np.ones(len(rows)), np.zeros(len(rows))], np.hstack([t1, t0]))
-            return (WeightedVote.p1_of(rows, WeightedVote.weights_of(acc, weighting), weighting) >= threshold).astype(
-                float
-            )
+        def predict(t1, t0, k):
+            acc = member_accuracy(both, gold, np.hstack([t1, t0]))
+            p1 = WeightedVote.p1_of(rows, WeightedVote.weights_of(acc, weighting), weighting)
+            return (p1 >= threshold).astype(float)
 
-        return self._rows_clusters(predict, votes)
+        return Rung(inv, len(rows), predict)
 
-    def weighted(self, votes: np.ndarray, weighting: str, threshold: float = 0.5) -> np.ndarray:
-        """B × 6 totals of :meth:`weighted_clusters`."""
-        return self.totals(self.weighted_clusters(votes, weighting, threshold))
-
-    def best_cv_clusters(self, votes: np.ndarray, min_coverage: float):
+    def best_cv(self, votes: np.ndarray, min_coverage: float) -> Rung:
         """The CV-best single judge (:class:`src.core.aggregate.BestSingle`), chosen per draw and fold: the member
         with the highest κ on the training part among those answering at least ``min_coverage`` of it (all
-        members when none does). Yields (w, counts of its out-of-fold votes, chunk × folds chosen members)."""
-        votes = np.asarray(votes, float)
-        K = votes.shape[1]
-        ind = indicators(self.y, votes).reshape(len(self.y), K * 6)
-        tr = [self._by_cluster(ind, self.fold_of != k) for k in range(self.n_folds)]
-        te = [
-            self._by_cluster(ind, self.fold_of == k).reshape(self.n_clusters, K, 6).transpose(1, 0, 2)
-            for k in range(self.n_folds)
-        ]  # K × clusters × 6
-        for w in self._draw_chunks():
-            c = np.zeros(w.shape + (6,))
-            sel = np.empty((len(w), self.n_folds), int)
-            for k in range(self.n_folds):
-                fit = (w @ tr[k]).reshape(len(w), K, 6)
-                kap = from_counts(fit)["kappa"]
-                total = fit.sum(axis=2)
-                cov = np.where(total > 0, (total - fit[..., 2] - fit[..., 5]) / np.where(total > 0, total, 1), 0.0)
-                ok = cov >= min_coverage - 1e-12
-                ok[~ok.any(axis=1)] = True
-                sel[:, k] = np.argmax(np.where(ok, kap, -np.inf), axis=1)
-                c += te[k][sel[:, k]]
-            yield w, c, sel
+        members when none does); its votes, abstentions included, are the predictions. Each call's choices are
+        kept in the rung's ``chosen`` (:meth:`choices`)."""
+        rows, inv = self._rows(votes)
+        K = rows.shape[1]
+        ind = [indicators(np.full(len(rows), g), rows).reshape(len(rows), K * 6) for g in (1, 0)]
 
-    def best_cv(self, votes: np.ndarray, min_coverage: float) -> tuple[np.ndarray, np.ndarray]:
-        """(B × 6 totals of :meth:`best_cv_clusters`, B × folds chosen members)."""
-        parts = list(self.best_cv_clusters(votes, min_coverage))
-        return self.totals(parts), np.vstack([p[2] for p in parts])
+        def predict(t1, t0, k):
+            fit = (t1 @ ind[0] + t0 @ ind[1]).reshape(len(t1), K, 6)
+            kap = from_counts(fit)["kappa"]
+            total = fit.sum(axis=2)
+            cov = np.where(total > 0, (total - fit[..., 2] - fit[..., 5]) / np.where(total > 0, total, 1), 0.0)
+            ok = cov >= min_coverage - 1e-12
+            ok[~ok.any(axis=1)] = True
+            sel = np.argmax(np.where(ok, kap, -np.inf), axis=1)
+            rung.chosen.append(sel)
+            return rows[:, sel].T
+
+        rung = Rung(inv, len(rows), predict, abstains=True)
+        return rung
+
+    def choices(self, rung: Rung) -> np.ndarray:
+        """B × folds: the members a :meth:`best_cv` rung chose, once its draws were read."""
+        F = self.n_folds
+        return np.vstack([np.column_stack(rung.chosen[a : a + F]) for a in range(0, len(rung.chosen), F)])
 
 
 # ------------------------------------------------------------------------------------------- the variance
@@ -303,70 +369,152 @@ def gradients(counts: np.ndarray, h: float = 1e-4) -> dict[str, np.ndarray]:
     return {m: (up[m] - down[m]) / (2 * h) for m in up}
 
 
-OWN_MAX_BYTES = MAX_WEIGHT_BYTES  # :meth:`RefitDraws.collect` keeps per-cluster second moments up to this size
+_CELL_OF = {1.0: 0, 0.0: 1, ABSTAIN: 2}  # a prediction's cell within its gold's three (indicators' order)
+
+
+class OwnCounts:
+    """Σ over clusters of the covariance across draws of each cluster's own counts, exactly, read draw by draw.
+
+    A cluster c of fold k holds n_{c,g,v} items of gold g on row v of a rung; under the rung's fold-k predictions
+    p(b) of draw b its own count of gold-g items predicted ``v`` is y_c(b) = Σ_row n_{c,g,row}·[p_row(b) = v]: a
+    *channel* (rung, v, g) with v = 1 (and v = ½ for a rung that abstains; the third cell is what remains). The
+    covariance is the same for y_c(b) − y_c(b₀) (b₀ the first draw), which is zero wherever the refits predict as
+    in b₀, so each chunk costs the items on the rows whose prediction moved. Every term is a whole number:
+    ``num`` = B·Σ_b Σ_c ẏ_c ẏ_cᵀ − Σ_c (Σ_b ẏ_c)(Σ_b ẏ_c)ᵀ (channels × channels, int64) is B² times the sum, exact in
+    any order and chunking."""
+
+    def __init__(self, cells: Cells, rungs: list[Rung]):
+        self.channels = [
+            (r, v, g)
+            for r, rung in enumerate(rungs)
+            for v in ((1.0, ABSTAIN) if rung.abstains else (1.0,))
+            for g in (0, 1)
+        ]
+        self.n_rows = [rung.n_rows for rung in rungs]
+        self.n_folds = cells.n_folds
+        by_cluster = cells.by_cluster.astype(np.int64)
+        self.maps = [
+            (layout.astype(np.int64) @ by_cluster).tocsr() for layout in cells.layouts
+        ]  # (g, fold, row) × clusters
+        self.n_clusters = by_cluster.shape[1]
+        self.ref: list[np.ndarray] | None = None
+        J = len(self.channels)
+        self.gram = np.zeros((J, J), np.int64)
+        self.sums = np.zeros(J * self.n_clusters)  # whole numbers, far under 2⁵³
+        self.n_draws = 0
+
+    def _moved(self, preds: list[np.ndarray]) -> sparse.coo_matrix:
+        """(channel, draw) × clusters: each cluster's own count in each channel minus its count in the first draw."""
+        ref = self.ref = [p[0] for p in preds] if self.ref is None else self.ref
+        b = len(preds[0])
+        parts = []
+        for j0 in range(0, len(self.channels), 2):  # a (rung, v) pair's two channels, gold 1 then gold 0
+            r, v, _ = self.channels[j0]
+            d = (preds[r] == v).astype(np.int8) - (ref[r] == v).astype(np.int8)  # draws × folds × rows: −1, 0, 1
+            bb, kk, vv = np.nonzero(d)
+            rows = np.concatenate([(j0 + g) * b + bb for g in (0, 1)])
+            cols = np.concatenate([(g * self.n_folds + kk) * self.n_rows[r] + vv for g in (0, 1)])
+            shape = (len(self.channels) * b, self.maps[r].shape[0])
+            parts.append(
+                (sparse.csr_matrix((np.tile(d[bb, kk, vv], 2), (rows, cols)), shape=shape) @ self.maps[r]).tocoo()
+            )
+        joined = [np.concatenate([getattr(p, a) for p in parts]) for a in ("data", "row", "col")]
+        return sparse.coo_matrix((joined[0], (joined[1], joined[2])), shape=(len(self.channels) * b, self.n_clusters))
+
+    def add(self, preds: list[np.ndarray]) -> None:
+        """A chunk's out-of-fold predictions of each rung (draws × folds × rows)."""
+        b = len(preds[0])
+        Y = self._moved(preds)
+        j, draw = np.divmod(Y.row, b)
+        _, at = np.unique(draw * self.n_clusters + Y.col, return_inverse=True)  # the (draw, cluster) pairs moved
+        flat = sparse.csr_matrix((Y.data, (j, at.ravel())), shape=(len(self.channels), int(at.max(initial=-1)) + 1))
+        self.gram += (flat @ flat.T).toarray()
+        self.sums += np.bincount(j * self.n_clusters + Y.col, Y.data.astype(float), len(self.sums))
+        self.n_draws += b
+
+    def num(self) -> np.ndarray:
+        """B² × Σ_c Cov*(ẏ_c) over the channels (int64)."""
+        S = self.sums.reshape(len(self.channels), self.n_clusters)
+        S = S[:, S.any(axis=0)].astype(np.int64)
+        return self.n_draws * self.gram - S @ S.T
+
+
+def _unit_coefficients(channels: list[tuple[int, float, int]], grads: list[dict[str, np.ndarray]]) -> np.ndarray:
+    """channels × units: how one more item in a channel (:class:`OwnCounts`) moves each unit (rung, metric), the
+    gradient of its cell less that of the cell it leaves (the gold's items predicted 0)."""
+    metrics = list(grads[0])
+    alpha = np.zeros((len(channels), len(grads) * len(metrics)))
+    for j, (rung, v, g) in enumerate(channels):
+        for i, m in enumerate(metrics):
+            G = grads[rung][m]
+            alpha[j, rung * len(metrics) + i] = G[3 * g + _CELL_OF[v]] - G[3 * g + _CELL_OF[0.0]]
+    return alpha
 
 
 class RefitDraws:
-    """The draws of the refitted comparators, read side by side (:meth:`collect`): each comparator's B × 6
-    counts, and Σ over clusters of the covariance across draws of each cluster's own linearised contribution
-    (``own``, units × units; a unit is a (comparator, metric) pair, its value for cluster c in draw b the
-    gradient of the metric at the comparator's full-sample counts times the cluster's counts in that draw).
+    """The draws of the refitted rungs, read side by side (:meth:`collect`): each rung's B × 6 counts, and Σ over
+    clusters of the covariance across draws of each cluster's own linearised contribution (``own``, units × units;
+    a unit is a (rung, metric) pair, its value for cluster c in draw b the gradient of the metric at the rung's
+    full-sample counts times the cluster's counts in that draw).
 
     Why the second part. In a refit draw a cluster's outcomes count twice: through its multiplicity (the
     sampling variance the bootstrap is for) and through the predictions that score it, which change as the
-    comparators are refitted on the draw's other clusters. The variance of that second contribution, taken with
+    rungs are refitted on the draw's other clusters. The variance of that second contribution, taken with
     the cluster's *observed* outcomes, is noise the estimate does not have — where a refit flips a decision on an
     item whose class is a coin flip given its votes, the flip moves the expected κ by nothing and the observed
-    one by a whole item — so the refit bootstrap's variance overstates the estimate's. :meth:`variance` takes it
+    one by a whole item — so the refit bootstrap's variance overstates the estimate's. :meth:`correction` takes it
     out: Var*(S) − Σ_c Var*(s_c), with s_c the cluster's own linearised contribution to S (its multiplicity
     aside: w_c is independent of the predictions scoring c, so this keeps the cluster's sampling variance at the
     draws' predictions and every covariance between clusters — how the fit's variation moves many clusters at
-    once, and how a cluster's weight moves the fits that score the others)."""
+    once, and how a cluster's weight moves the fits that score the others). A cluster's contribution is linear in
+    its counts, so ``own`` is the gradients' quadratic form of the counts' exact covariance (:class:`OwnCounts`)."""
 
     def __init__(self, counts: dict[str, np.ndarray], units: list[tuple[str, str]], own: np.ndarray):
         self.counts, self.units, self.own = counts, units, own
 
     @classmethod
-    def collect(cls, parts: dict[str, object], full: dict[str, np.ndarray]) -> RefitDraws:
-        """Read the comparators' chunk generators (``*_clusters`` of :class:`RefitBootstrap`) side by side;
-        ``full`` holds each comparator's full-sample counts (the linearisation point)."""
-        names = list(parts)
-        grads = {r: gradients(full[r]) for r in names}
-        metrics = list(next(iter(grads.values())))
-        units = [(r, m) for r in names for m in metrics]
-        G = np.stack([np.stack([grads[r][m] for m in metrics], axis=1) for r in names])  # rungs × 6 × metrics
-        totals: dict[str, list[np.ndarray]] = {r: [] for r in names}
-        s1: np.ndarray | None = None
-        s2: np.ndarray | None = None
-        per_cluster = True
-        n_draws = 0
-        for chunk in zip(*parts.values()):
-            w = chunk[0][0]
-            u = np.concatenate([c[1] @ G[i] for i, c in enumerate(chunk)], axis=-1)  # draws × clusters × units
-            for r, c in zip(names, chunk):
-                totals[r].append(np.einsum("bc,bck->bk", w, c[1]))
-            if s1 is None:  # each cluster's units × units second moments, unless they would not fit in memory
-                per_cluster = u.shape[1] * len(units) ** 2 * 8 <= OWN_MAX_BYTES
-            s1 = u.sum(axis=0) if s1 is None else s1 + u.sum(axis=0)
-            if per_cluster:
-                outer = np.einsum("bcu,bcv->cuv", u, u)
-            else:  # one matrix product (BLAS) over every draw and cluster of the chunk
-                flat = u.reshape(-1, u.shape[-1])
-                outer = flat.T @ flat
-            s2 = outer if s2 is None else s2 + outer
-            n_draws += len(w)
-        assert s1 is not None and s2 is not None, "no bootstrap draws"
-        mean = s1 / n_draws
-        if per_cluster:
-            own = (s2 / n_draws - np.einsum("cu,cv->cuv", mean, mean)).sum(axis=0)
-        else:  # the same sum over clusters, taken before the moments are combined (equal up to rounding)
-            own = s2 / n_draws - mean.T @ mean
-        return cls({r: np.vstack(v) for r, v in totals.items()}, units, own)
+    def collect(cls, refit: RefitBootstrap, rungs: dict[str, Rung], full: dict[str, np.ndarray]) -> RefitDraws:
+        """Refit ``rungs`` (:class:`RefitBootstrap`) on every draw, side by side; ``full`` holds each rung's
+        full-sample counts (the linearisation point)."""
+        reader = DrawReader(refit, rungs, full)
+        for w in refit.boot.chunks():
+            reader.add(w)
+        return reader.result()
 
     def correction(self, coef: dict[tuple[str, str], float]) -> float:
         """Σ_c Var*(s_c) of the statistic Σ coef[unit]·unit (units not refitted count as constants)."""
         a = np.array([coef.get(u, 0.0) for u in self.units])
         return float(a @ self.own @ a)
+
+
+class DrawReader:
+    """:meth:`RefitDraws.collect` as a reader of weights (:meth:`add`, chunk by chunk of draws, e.g. beside the fixed
+    predictions' sums in one :meth:`ClusterBootstrap.sweep`); :meth:`result` gives the :class:`RefitDraws`."""
+
+    def __init__(self, refit: RefitBootstrap, rungs: dict[str, Rung], full: dict[str, np.ndarray]):
+        self.refit, self.rungs, self.full = refit, rungs, full
+        self.cells = refit.cells(list(rungs.values()))
+        self.own = OwnCounts(self.cells, list(rungs.values()))
+        self.totals: dict[str, list[np.ndarray]] = {r: [] for r in rungs}
+
+    def add(self, w: np.ndarray) -> None:
+        """The next draws' cluster multiplicities (draws × clusters)."""
+        for chunk in self.refit.refit(w, self.rungs, self.cells):
+            for r in self.rungs:
+                self.totals[r].append(chunk[r][0])
+            self.own.add([chunk[r][1] for r in self.rungs])
+            del chunk  # before the next chunk is refitted
+
+    def result(self) -> RefitDraws:
+        """Each rung's B × 6 counts and the own term (:class:`RefitDraws`)."""
+        if not self.own.n_draws:
+            raise ValueError("no bootstrap draws")
+        names = list(self.rungs)
+        grads = [gradients(self.full[r]) for r in names]
+        units = [(r, m) for r in names for m in grads[0]]
+        alpha = _unit_coefficients(self.own.channels, grads)
+        own = alpha.T @ (self.own.num() / self.own.n_draws**2) @ alpha
+        return RefitDraws({r: np.vstack(v) for r, v in self.totals.items()}, units, own)
 
 
 def corrected_interval(
