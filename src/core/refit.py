@@ -123,15 +123,56 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
+def stacked_proba(Z: np.ndarray, t1: np.ndarray, t0: np.ndarray, C: float) -> np.ndarray:
+    """draws × rows: p(hallucinated) of the stacker refitted per draw on rows ``Z`` (intercept column first) weighted
+    by t1 / t0 (draws × rows: each row's weight of gold-1 / gold-0 items), by :func:`fit_logit` started from the fit
+    to the draws' mean weights."""
+    start = fit_logit(Z, t1.mean(axis=0), t0.mean(axis=0), C)
+    return _sigmoid(fit_logit(Z, t1, t0, C, start) @ Z.T)
+
+
+def loop_proba(stacker, rows: np.ndarray, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
+    """draws × rows: p(hallucinated) of any stacker refitted per draw by its own ``fit`` on ``rows`` (its input, one
+    item's columns a row) repeated by their weights t1 / t0 (draws × rows) with gold 1 / 0, row by row: one fit per
+    draw. A training part of one gold class (or none) predicts that class (p = σ(±:data:`SINGLE_CLASS_LOGIT`), 0
+    when empty), as :func:`fit_logit` does."""
+    rows = np.asarray(rows, float)
+    gold = np.tile([1, 0], len(rows))
+    out = np.empty((len(t1), len(rows)))
+    for b, w in enumerate(np.stack([t1, t0], axis=-1).reshape(len(t1), -1)):
+        rep = np.repeat(np.arange(2 * len(rows)), w.astype(int))  # row by row: each row's gold-1 items, then gold-0
+        y = gold[rep]
+        if len(np.unique(y)) < 2:
+            out[b] = _sigmoid(SINGLE_CLASS_LOGIT if len(y) and y[0] == 1 else -SINGLE_CLASS_LOGIT)
+        else:
+            out[b] = clone(stacker).fit(rows[rep // 2], y).predict_proba(rows)[:, 1]
+    return out
+
+
 class Rung:
     """A label-fitted rung as the refit reads it: its out-of-fold prediction depends on an item only through the
     item's row (``inv``: each item's row among ``n_rows``) and fold. ``predict(t1, t0, k)`` gives fold k's
     predictions on every row (draws × rows, in {0, 1, ½}) fitted with t1 / t0 (draws × rows) as each row's weight of
-    training items of gold 1 / gold 0 in each draw; ``abstains`` says whether a prediction can be ½."""
+    training items of gold 1 / gold 0 in each draw; ``abstains`` says whether a prediction can be ½. A
+    ``fractional`` rung predicts instead each row's probability of the verdict 1 (in [0, 1], never an abstention):
+    a randomised rule's expected verdict, its items counted in the cells (g, 1) and (g, 0) by that probability."""
 
-    def __init__(self, inv: np.ndarray, n_rows: int, predict, abstains: bool = False):
+    def __init__(self, inv: np.ndarray, n_rows: int, predict, abstains: bool = False, fractional: bool = False):
+        if abstains and fractional:
+            raise ValueError("a fractional rung never abstains")
         self.inv, self.n_rows, self.predict, self.abstains = inv, n_rows, predict, abstains
+        self.fractional = fractional
         self.chosen: list[np.ndarray] = []  # the CV-best single's choices, one array per call of predict
+
+
+def _share(pred: np.ndarray, v: float, fractional: bool) -> np.ndarray:
+    """Each row's share of items predicted ``v`` (1 or ½): the indicator pred == v, or for a fractional rung's
+    probabilities of 1 the probability itself (v = 1; it never abstains)."""
+    if not fractional:
+        return pred == v
+    if v != 1.0:
+        raise ValueError("a fractional rung predicts 1 with a probability and never abstains")
+    return pred
 
 
 class Cells:
@@ -178,12 +219,16 @@ class Cells:
         return pred[:, self.fold, self.rows[r]]
 
 
-def confusion(R: np.ndarray, pred: np.ndarray) -> np.ndarray:
+def confusion(R: np.ndarray, pred: np.ndarray, fractional: bool = False) -> np.ndarray:
     """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`, doubles) of out-of-fold predictions
     ``pred`` (draws × folds × rows) on a draw's items counted by gold, fold and row (R: draws × 2 × folds × rows, whole
-    numbers exact in its dtype)."""
-    flat = R.reshape(len(R), 2, -1)
-    on = [(flat @ (pred == v).reshape(len(R), -1, 1).astype(R.dtype))[..., 0] for v in (1.0, ABSTAIN)]  # draws × 2
+    numbers exact in its dtype); ``fractional``: pred holds probabilities of 1 (:class:`Rung`), summed in doubles."""
+    dtype = np.float64 if fractional else R.dtype
+    flat = R.reshape(len(R), 2, -1).astype(dtype, copy=False)
+    if fractional:
+        on = [(flat @ pred.reshape(len(R), -1, 1))[..., 0], np.zeros(flat.shape[:2])]
+    else:
+        on = [(flat @ (pred == v).reshape(len(R), -1, 1).astype(dtype))[..., 0] for v in (1.0, ABSTAIN)]  # draws × 2
     total = flat.sum(axis=2)
     cells = [[on[0][:, g], total[:, g] - on[0][:, g] - on[1][:, g], on[1][:, g]] for g in (0, 1)]
     return np.stack(cells[0] + cells[1], axis=-1).astype(float)
@@ -261,11 +306,12 @@ class RefitBootstrap:
     def _refit(self, rung: Rung, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """A chunk's (counts, predictions) of one rung from its counts by fold, gold and row (R)."""
         total = R.sum(axis=2)
-        pred = np.empty((len(R), self.n_folds, rung.n_rows), np.float32)  # 0, 1 or ½: exact
+        dtype = np.float64 if rung.fractional else np.float32  # 0, 1 or ½: exact in float32
+        pred = np.empty((len(R), self.n_folds, rung.n_rows), dtype)
         for k in range(self.n_folds):
             train = (total - R[:, :, k]).astype(float)
             pred[:, k] = rung.predict(train[:, 0], train[:, 1], k)
-        return confusion(R, pred), pred
+        return confusion(R, pred, rung.fractional), pred
 
     def counts(self, rung: Rung) -> np.ndarray:
         """B × 6: each draw's confusion counts of one rung."""
@@ -276,41 +322,31 @@ class RefitBootstrap:
         predictions of ``rung`` (draws × folds × rows, as :meth:`draws` gives them): a draw's counts are Σ_c w_c ·
         these, and :class:`RefitDraws` linearises them."""
         agg = sparse.csr_matrix((np.ones(len(self.y)), (self.item_cluster, np.arange(len(self.y)))))
-        return np.stack([agg @ indicators(self.y, p) for p in pred[:, self.fold_of, rung.inv]])
+        return np.stack([agg @ _cells(self.y, p, rung.fractional) for p in pred[:, self.fold_of, rung.inv]])
 
     # ------------------------------------------------------------------------------------------- the rungs
 
     def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
-        per draw and fold (:func:`fit_logit`, started from the fit to the chunk's mean weights): hallucinated iff
-        P ≥ ``threshold``."""
+        per draw and fold (:func:`stacked_proba`): hallucinated iff P ≥ ``threshold``."""
         rows, inv = self._rows(F)
         Z = np.column_stack([np.ones(len(rows)), rows])
 
         def predict(t1, t0, k):
-            start = fit_logit(Z, t1.mean(axis=0), t0.mean(axis=0), C)
-            return (_sigmoid(fit_logit(Z, t1, t0, C, start) @ Z.T) >= threshold).astype(float)
+            return (stacked_proba(Z, t1, t0, C) >= threshold).astype(float)
 
         return Rung(inv, len(rows), predict)
 
     def stacked_loop(self, stacker, X: np.ndarray) -> Rung:
         """Any other stacker (e.g. :class:`src.core.aggregate.NoiseRobustStackedLogit`), refitted per draw and fold by
-        its own ``fit`` on the training part's items repeated by their multiplicity: the same refit as
-        :meth:`stacked`, one fit at a time (B × folds fits), each item its own row. A training part of one gold class
-        predicts it."""
+        its own ``fit`` on the training part's items repeated by their multiplicity (:func:`loop_proba`): the same
+        refit as :meth:`stacked`, one fit at a time (B × folds fits), each item its own row; its ``threshold`` decides.
+        A training part of one gold class predicts it."""
         X = np.asarray(X, float)
         n = len(self.y)
 
         def predict(t1, t0, k):
-            te = np.flatnonzero(self.fold_of == k)
-            pred = np.zeros((len(t1), n))
-            for b, iw in enumerate((t1 + t0).astype(int)):
-                rep = np.repeat(np.arange(n), iw)
-                if len(np.unique(self.y[rep])) < 2:
-                    pred[b, te] = float(self.y[rep][0]) if len(rep) else 0.0
-                else:
-                    pred[b, te] = clone(stacker).fit(X[rep], self.y[rep]).predict(X[te])
-            return pred
+            return (loop_proba(stacker, X, t1, t0) >= stacker.threshold).astype(float)
 
         return Rung(np.arange(n), n, predict)
 
@@ -372,6 +408,16 @@ def gradients(counts: np.ndarray, h: float = 1e-4) -> dict[str, np.ndarray]:
 _CELL_OF = {1.0: 0, 0.0: 1, ABSTAIN: 2}  # a prediction's cell within its gold's three (indicators' order)
 
 
+def _cells(gold: np.ndarray, pred: np.ndarray, fractional: bool) -> np.ndarray:
+    """n × 6: :func:`src.core.evaluate.indicators`, or for probabilities of 1 (a fractional :class:`Rung`) each
+    item's expected cells."""
+    if not fractional:
+        return indicators(gold, pred)
+    g1, g0 = (np.asarray(gold) == 1).astype(float), (np.asarray(gold) == 0).astype(float)
+    p, none = np.asarray(pred, float), np.zeros(len(gold))
+    return np.stack([g1 * p, g1 * (1 - p), none, g0 * p, g0 * (1 - p), none], axis=-1)
+
+
 class OwnCounts:
     """Σ over clusters of the covariance across draws of each cluster's own counts, exactly, read draw by draw.
 
@@ -381,7 +427,8 @@ class OwnCounts:
     covariance is the same for y_c(b) − y_c(b₀) (b₀ the first draw), which is zero wherever the refits predict as
     in b₀, so each chunk costs the items on the rows whose prediction moved. Every term is a whole number:
     ``num`` = B·Σ_b Σ_c ẏ_c ẏ_cᵀ − Σ_c (Σ_b ẏ_c)(Σ_b ẏ_c)ᵀ (channels × channels, int64) is B² times the sum, exact in
-    any order and chunking."""
+    any order and chunking. A fractional rung's channel (:class:`Rung`) counts its items by their probability of 1,
+    Σ_row n_{c,g,row}·p_row(b): then the terms are doubles, summed in floating point."""
 
     def __init__(self, cells: Cells, rungs: list[Rung]):
         self.channels = [
@@ -390,6 +437,8 @@ class OwnCounts:
             for v in ((1.0, ABSTAIN) if rung.abstains else (1.0,))
             for g in (0, 1)
         ]
+        self.fractional = [rung.fractional for rung in rungs]
+        self.dtype = np.float64 if any(self.fractional) else np.int64
         self.n_rows = [rung.n_rows for rung in rungs]
         self.n_folds = cells.n_folds
         by_cluster = cells.by_cluster.astype(np.int64)
@@ -399,7 +448,7 @@ class OwnCounts:
         self.n_clusters = by_cluster.shape[1]
         self.ref: list[np.ndarray] | None = None
         J = len(self.channels)
-        self.gram = np.zeros((J, J), np.int64)
+        self.gram = np.zeros((J, J), self.dtype)
         self.sums = np.zeros(J * self.n_clusters)  # whole numbers, far under 2⁵³
         self.n_draws = 0
 
@@ -410,7 +459,10 @@ class OwnCounts:
         parts = []
         for j0 in range(0, len(self.channels), 2):  # a (rung, v) pair's two channels, gold 1 then gold 0
             r, v, _ = self.channels[j0]
-            d = (preds[r] == v).astype(np.int8) - (ref[r] == v).astype(np.int8)  # draws × folds × rows: −1, 0, 1
+            share = np.float64 if self.fractional[r] else np.int8
+            d = _share(preds[r], v, self.fractional[r]).astype(share) - _share(ref[r], v, self.fractional[r]).astype(
+                share
+            )  # draws × folds × rows: −1, 0, 1 (a fractional rung: any difference of probabilities)
             bb, kk, vv = np.nonzero(d)
             rows = np.concatenate([(j0 + g) * b + bb for g in (0, 1)])
             cols = np.concatenate([(g * self.n_folds + kk) * self.n_rows[r] + vv for g in (0, 1)])
@@ -433,9 +485,9 @@ class OwnCounts:
         self.n_draws += b
 
     def num(self) -> np.ndarray:
-        """B² × Σ_c Cov*(ẏ_c) over the channels (int64)."""
+        """B² × Σ_c Cov*(ẏ_c) over the channels (int64; doubles where a rung is fractional)."""
         S = self.sums.reshape(len(self.channels), self.n_clusters)
-        S = S[:, S.any(axis=0)].astype(np.int64)
+        S = S[:, S.any(axis=0)].astype(self.dtype)
         return self.n_draws * self.gram - S @ S.T
 
 
