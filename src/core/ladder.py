@@ -287,13 +287,7 @@ def analyze_dataset(
             m: {
                 "estimate": float(est[c][m]),
                 "ci": (
-                    _within(
-                        corrected_interval(est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}), s.level)[
-                            0
-                        ],
-                        -1.0 if m == "kappa" else 0.0,
-                        1.0,
-                    )
+                    refit_ci(m, est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}), s.level)
                     if c in refit
                     else interval(fixed[c][m], s.level)
                 ),
@@ -376,9 +370,22 @@ def analyze_dataset(
     return DatasetResult(summary, final, stk.proba, preds, names, list(table.members))
 
 
-def _within(ci: list[float], lo: float, hi: float) -> list[float]:
-    """A normal interval cut to the metric's range (κ in [−1, 1], bacc and F1 in [0, 1])."""
-    return [float(min(max(ci[0], lo), hi)), float(min(max(ci[1], lo), hi))]
+def refit_ci(
+    metric: str, estimate: float, draws: np.ndarray, fixed: np.ndarray, correction: float, level: float
+) -> list[float]:
+    """A metric's corrected refit interval (:func:`src.core.refit.corrected_interval`: its refit ``draws``, its
+    fixed-prediction ``fixed`` ones, the own term ``correction``), cut to the metric's range (κ in [−1, 1], bacc and
+    F1 in [0, 1])."""
+    ci = corrected_interval(estimate, draws, fixed, correction, level)[0]
+    lo = -1.0 if metric == "kappa" else 0.0
+    return [float(min(max(ci[0], lo), 1.0)), float(min(max(ci[1], lo), 1.0))]
+
+
+def refit_delta(estimate: float, draws: np.ndarray, held: np.ndarray, correction: float, level: float) -> Delta:
+    """A paired Δ on its refit draws (``held``: the fixed-prediction draws, ``correction``: the own term of
+    :meth:`src.core.refit.RefitDraws.correction`): the corrected normal interval, its one-sided p and call."""
+    ci, se, p = corrected_interval(estimate, draws, held, correction, level)
+    return Delta(float(estimate), ci, p, call_for(ci), se=se)
 
 
 def ladder_deltas(
@@ -402,10 +409,8 @@ def ladder_deltas(
                 continue
             assert rd is not None, "refitted draws come with their RefitDraws"
             draws = refit["stacked"][m] - (refit[c][m] if c in refit else fixed[c][m])
-            ci, se, p = corrected_interval(
-                estimate, draws, held, rd.correction({("stacked", m): 1.0, (c, m): -1.0}), level
-            )
-            deltas[c][m] = Delta(float(estimate), ci, p, call_for(ci), se=se)
+            correction = rd.correction({("stacked", m): 1.0, (c, m): -1.0})
+            deltas[c][m] = refit_delta(estimate, draws, held, correction, level)
     deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])
     return deltas
 

@@ -23,9 +23,14 @@ calibrated on held-out labelled data, else escalate). Here:
 * κ / bacc / F1 of every operating point with paired cluster-bootstrap 95% intervals on the ladder's own draws
   (:meth:`src.studies.suite.reference.Reference.bootstrap`), the paired Δκ against the expensive judge alone and the
   panel alone, the realised share escalated, and the cost per 1k items (cheap panel on every item + the share
-  escalated × the expensive judge);
+  escalated × the expensive judge). The intervals read are the **refit** ones of :mod:`src.core.refit`: in every
+  draw the cheap panel's stacker and each share's band (τ and its tie probability) are fitted again on each fold's
+  training clusters (:class:`CascadeRefit`), and the variance corrected as the ladder's is
+  (:func:`src.core.ladder.refit_ci`, :func:`src.core.ladder.refit_delta`; docs/intervals.md). The fixed-prediction
+  percentile intervals (the cross-fitted verdicts held, the paper's §2 bootstrap) stay beside them: ``ci_fixed``,
+  ``delta_expensive_fixed``, ``delta_panel_fixed``, ``noninferior_fixed``;
 * the headline: the fewest escalations from which the cascade is **non-inferior** to the expensive judge alone
-  (lower bound of the paired Δκ interval > −margin at that share and at every larger one on the grid), and κ at
+  (lower bound of the refit paired Δκ interval > −margin at that share and at every larger one on the grid), and κ at
   fixed budgets (10 %, 20 %). The grid is a curve read on the scored items, so the headline share is a reading
   of it, not a threshold tuned on them: each point's τ was fitted on training folds.
 * a reference: escalating the same share of items at random (mean κ over seeded draws).
@@ -36,13 +41,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from scipy import sparse
 from sklearn.base import BaseEstimator, clone
 
 from src.core.aggregate import StackedLogit
 from src.core.errors import RaimError
-from src.core.evaluate import from_counts, interval, paired_delta
-from src.core.ladder import LadderSettings, design_matrix
+from src.core.evaluate import METRICS, ClusterBootstrap, Delta, distinct_rows, from_counts, interval, paired_delta
+from src.core.ladder import LadderSettings, design_matrix, refit_ci, refit_delta
 from src.core.names import metric_name
+from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung, loop_proba, stacked_proba
 from src.core.verdicts import ABSTAIN, VerdictTable
 from src.studies.suite import common
 from src.studies.suite.reference import Reference, rng_for
@@ -58,18 +65,50 @@ class CascadeError(RaimError, ValueError):
 # ------------------------------------------------------------------------------------------------ the rule
 
 
-def band_thresholds(conf: np.ndarray, shares: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def band_thresholds(
+    conf: np.ndarray, shares: np.ndarray, weights: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per target share s: (τ, q) such that escalating the items with confidence < τ, and those exactly at τ
-    with probability q, escalates exactly s of ``conf`` in expectation. s = 0 → τ = −∞; s = 1 → τ = +∞."""
-    c = np.sort(np.asarray(conf, float))
+    with probability q, escalates exactly s of ``conf`` in expectation. s = 0 → τ = −∞; s = 1 → τ = +∞.
+
+    ``conf`` is one item's confidence per entry (n), or rows of them (… × n, each row its own set of items, e.g. a
+    bootstrap draw's); ``weights`` (its shape) counts each entry as that many items (whole numbers: a row of distinct
+    confidences weighted by its items' multiplicities gives the τ and q of those items listed one by one). τ is the
+    confidence of the ⌊s·N⌋-th of the N items in increasing order (0-based, the last when s·N = N); the shape of
+    τ and q is conf's with the last axis the shares."""
+    conf = np.asarray(conf, float)
+    w = np.ones_like(conf) if weights is None else np.broadcast_to(np.asarray(weights, float), conf.shape)
+    c2, w2 = conf.reshape(-1, conf.shape[-1]), w.reshape(-1, conf.shape[-1])
+    order = np.argsort(c2, axis=1, kind="stable")
+    c_sorted = np.take_along_axis(c2, order, axis=1)
+    upto = np.cumsum(np.take_along_axis(w2, order, axis=1), axis=1)  # items up to each sorted entry
+    total = upto[:, -1]
     s = np.asarray(shares, float)
-    m = s * len(c)
-    tau = c[np.minimum(np.floor(m).astype(int), len(c) - 1)]
-    below = np.searchsorted(c, tau, "left")
-    at = np.searchsorted(c, tau, "right") - below
-    q = np.clip((m - below) / at, 0.0, 1.0)
+    tau, q = np.empty((len(c2), len(s))), np.empty((len(c2), len(s)))
+    for j, share in enumerate(s):
+        m = share * total
+        at_item = np.minimum(np.floor(m), total - 1)  # the item (0-based) whose confidence τ is
+        entry = np.minimum((upto <= at_item[:, None]).sum(axis=1), c2.shape[1] - 1)
+        tau[:, j] = c_sorted[np.arange(len(c2)), entry]
+        below = (w2 * (c2 < tau[:, j, None])).sum(axis=1)
+        at = (w2 * (c2 == tau[:, j, None])).sum(axis=1)
+        q[:, j] = np.clip(np.divide(m - below, at, out=np.zeros_like(m), where=at > 0), 0.0, 1.0)
+    edge = (s <= 0) | (s >= 1)
     tau = np.where(s <= 0, -np.inf, np.where(s >= 1, np.inf, tau))
-    return tau, np.where((s <= 0) | (s >= 1), 0.0, q)
+    q = np.where(edge, 0.0, q)
+    shape = conf.shape[:-1] + (len(s),)
+    return tau.reshape(shape), q.reshape(shape)
+
+
+def confidence_of(p: np.ndarray, threshold: float) -> np.ndarray:
+    """|p − threshold| (rounded to :data:`ROUND` decimals): 0 = the panel cannot tell, 0.5 = certain."""
+    return np.round(np.abs(p - threshold), ROUND)
+
+
+def escalation_prob(conf: np.ndarray, tau: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Each item's probability of escalating under the band (τ, q) of :func:`band_thresholds`: 1 below τ, q at τ,
+    0 above (broadcast)."""
+    return (conf < tau) + q * (conf == tau)
 
 
 class Cascade(BaseEstimator):
@@ -95,21 +134,23 @@ class Cascade(BaseEstimator):
         return self.stacker_.predict_proba(X)[:, 1]
 
     def confidence(self, X: np.ndarray) -> np.ndarray:
-        """|p − threshold|: 0 = the panel cannot tell, 0.5 = certain."""
-        return np.round(np.abs(self.p_hallucinated(X) - self.stacker_.threshold), ROUND)
+        """|p − threshold| (:func:`confidence_of`)."""
+        return confidence_of(self.p_hallucinated(X), self.stacker_.threshold)
 
     def escalate(self, X: np.ndarray) -> np.ndarray:
-        """S × n: item i escalates at share s (ties at τ broken by a seeded uniform draw per item)."""
+        """S × n: item i escalates at share s (ties at τ broken by a seeded uniform draw per item: u < its
+        :func:`escalation_prob`)."""
         conf = self.confidence(X)[None, :]
         u = np.random.default_rng(self.random_state).random(conf.shape[1])[None, :]
-        tau, q = self.thresholds_[:, None], self.tie_prob_[:, None]
-        return (conf < tau) | ((conf == tau) & (u < q))
+        return u < escalation_prob(conf, self.thresholds_[:, None], self.tie_prob_[:, None])
 
 
 def merge(panel: np.ndarray, expensive: np.ndarray, escalated: np.ndarray) -> np.ndarray:
-    """Cascade verdicts (… × n): the expensive judge's on escalated items it answered, the panel's elsewhere."""
+    """Cascade verdicts (… × n): the expensive judge's on escalated items it answered, the panel's elsewhere.
+    ``escalated`` may also be each item's probability of escalating (:func:`escalation_prob`): then each item's
+    probability of the verdict 1 (the randomised rule's expected verdict)."""
     expensive = np.asarray(expensive, float)
-    return np.where(escalated & (expensive != ABSTAIN), expensive, panel)
+    return panel + np.where(expensive != ABSTAIN, escalated * (expensive - panel), 0.0)
 
 
 # ------------------------------------------------------------------------------------------- the analysis
@@ -177,8 +218,97 @@ def crossfit_cascade(
     return {"panel": panel, "escalated": esc, "verdicts": merge(panel, expensive, esc), "tau": np.array(taus)}
 
 
-def _ci(est: float, draws: np.ndarray, level: float) -> dict:
-    return {"estimate": float(est), "ci": interval(draws, level)}
+class CascadeRefit:
+    """The cascade's label-fitted steps refitted in every draw of the refit paired cluster bootstrap
+    (:mod:`src.core.refit`), fold by fold on the draw's training clusters: the cheap panel's stacker, then, per
+    target share, its band τ and tie probability q (:func:`band_thresholds` on the training items' confidence,
+    each item counted with its cluster's multiplicity), exactly as :class:`Cascade` is fitted on those items
+    repeated.
+
+    A held-out item's verdict depends on it only through its row — its cheap design row and the expensive judge's
+    vote — and its fold: the panel's verdict on the design row, escalated (the expensive judge's verdict, where it
+    answered) below τ, with probability q at τ. The seeded tie draw of :meth:`Cascade.escalate` is replaced by its
+    expectation, so each share is a fractional :class:`src.core.refit.Rung` (each row's probability of the verdict
+    1, :func:`merge` of :func:`escalation_prob`). The stacker is fitted once per draw chunk and fold for all shares:
+    by :func:`src.core.refit.stacked_proba` for :class:`StackedLogit`, by its own fit otherwise
+    (:func:`src.core.refit.loop_proba`)."""
+
+    def __init__(self, stacker: StackedLogit, X: np.ndarray, expensive: np.ndarray, shares: np.ndarray):
+        rows, self.inv = distinct_rows(np.column_stack([X, expensive]))
+        self.x_rows, self.x_of = distinct_rows(rows[:, :-1])  # the design rows, and each row's
+        self.e = rows[:, -1]
+        self.to_x = sparse.csr_matrix((np.ones(len(rows)), (np.arange(len(rows)), self.x_of)))
+        self.stacker, self.shares = stacker, np.asarray(shares, float)
+        self.Z = np.column_stack([np.ones(len(self.x_rows)), stacker.features(self.x_rows)])
+        self._fits: dict[int, tuple] = {}
+
+    def _proba(self, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
+        if type(self.stacker) is StackedLogit:
+            return stacked_proba(self.Z, t1, t0, self.stacker.C)
+        return loop_proba(self.stacker, self.x_rows, t1, t0)
+
+    def fit(self, t1: np.ndarray, t0: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+        """Fold k's fits on training weights t1 / t0 (draws × rows): the panel's verdict and confidence on each design
+        row (draws × design rows), τ and q (draws × shares); kept for the other shares' rungs of the same chunk."""
+        kept = self._fits.get(k)
+        if kept is not None and np.array_equal(kept[0], t1) and np.array_equal(kept[1], t0):
+            return kept[2]
+        x1, x0 = (np.asarray(t @ self.to_x) for t in (t1, t0))
+        p = self._proba(x1, x0)
+        conf = confidence_of(p, self.stacker.threshold)
+        fitted = ((p >= self.stacker.threshold).astype(float), conf, *band_thresholds(conf, self.shares, x1 + x0))
+        self._fits[k] = (t1, t0, fitted)
+        return fitted
+
+    def share(self, i: int) -> Rung:
+        """The cascade at the i-th share: each row's probability of the verdict 1."""
+
+        def predict(t1, t0, k):
+            panel, conf, tau, q = self.fit(t1, t0, k)
+            esc = escalation_prob(conf, tau[:, i, None], q[:, i, None])
+            return merge(panel[:, self.x_of], self.e, esc[:, self.x_of])
+
+        return Rung(self.inv, len(self.e), predict, fractional=True)
+
+    def panel(self) -> Rung:
+        """The cheap panel alone (its stacker's verdict)."""
+        return Rung(self.inv, len(self.e), lambda t1, t0, k: self.fit(t1, t0, k)[0][:, self.x_of])
+
+    def rungs(self) -> dict:
+        """Each share's rung (keyed by its index) and the panel's (``panel``)."""
+        return {**{i: self.share(i) for i in range(len(self.shares))}, "panel": self.panel()}
+
+
+def _ci(m: str, est: float, refit: np.ndarray, fixed: np.ndarray, correction: float, level: float) -> dict:
+    """A metric's refit interval (the one read) and the fixed-prediction percentile interval beside it."""
+    return {
+        "estimate": float(est),
+        "ci": refit_ci(m, est, refit, fixed, correction, level),
+        "ci_fixed": interval(fixed, level),
+    }
+
+
+def _fixed_ci(est: float, fixed: np.ndarray, level: float) -> dict:
+    """An interval of a verdict nothing was fitted for (the expensive judge): the same draws either way."""
+    ci = interval(fixed, level)
+    return {"estimate": float(est), "ci": ci, "ci_fixed": list(ci)}
+
+
+def bootstrap_draws(
+    ref: Reference, s: LadderSettings, refit: CascadeRefit, P: np.ndarray, counts: np.ndarray
+) -> tuple[dict, dict, RefitDraws]:
+    """One pass over the dataset's paired cluster bootstrap (the ladder's draws, :meth:`Reference.bootstrap`): the
+    fixed predictions' metric draws (B × rows of P: the shares, the panel, the expensive judge), each refitted
+    rung's (:class:`CascadeRefit`, on the ladder's folds) and the own term of the variance correction
+    (:class:`src.core.refit.DrawReader`, linearised at the rows' full-sample ``counts``)."""
+    boot = ref.bootstrap(s.n_boot, s.seed)
+    S = len(refit.shares)
+    rungs = refit.rungs()
+    full = {r: counts[S if r == "panel" else r] for r in rungs}
+    reader = DrawReader(RefitBootstrap(ref.gold, ref.design.folds, boot), rungs, full)
+    (raw,) = boot.sweep([boot.per_cluster(ref.gold, P.T)], (reader.add,))
+    rd = reader.result()
+    return from_counts(ClusterBootstrap.unpack(raw)), {r: from_counts(c) for r, c in rd.counts.items()}, rd
 
 
 def dataset(
@@ -199,40 +329,29 @@ def dataset(
         return {"skipped": f"the expensive judge {expensive} answered no item of {ref.name}"}
     y = t.gold
     X, _ = design_matrix(cheap_t, list(s.features))
-    est = Cascade(clone(stacker).set_params(n_votes=len(cheap_t.members)), tuple(shares))
-    cf = crossfit_cascade(X, y, e_votes, ref.design.folds, est, rng_for(seed, "cascade", ref.name))
+    st = clone(stacker).set_params(n_votes=len(cheap_t.members))
+    cf = crossfit_cascade(
+        X, y, e_votes, ref.design.folds, Cascade(st, tuple(shares)), rng_for(seed, "cascade", ref.name)
+    )
     P = np.vstack([cf["verdicts"], cf["panel"], e_votes])  # (S + 2) × n: the curve, panel alone, expensive alone
-    full = from_counts(common.counts(y, P))
-    draws = ref.bootstrap(s.n_boot, s.seed).metrics(y, P.T)
-    S = len(shares)
-    margin = float(cfg.margin)
+    counts = common.counts(y, P)
+    fixed, refit, rd = bootstrap_draws(ref, s, CascadeRefit(st, X, e_votes, shares), P, counts)
+    reading = _Reading(from_counts(counts), fixed, refit, rd, len(shares), s.level)
     share = cf["escalated"].mean(axis=1)
     rand = _random_kappa(y, cf["panel"], e_votes, shares, cfg.random_draws, rng_for(seed, "cascade-random", ref.name))
     cheap_1k, exp_1k = cost_1k
-    points = []
-    for i in range(S):
-        d_exp = paired_delta(
-            full["kappa"][i] - full["kappa"][S + 1], draws["kappa"][:, i] - draws["kappa"][:, S + 1], s.level
-        )
-        d_pan = paired_delta(full["kappa"][i] - full["kappa"][S], draws["kappa"][:, i] - draws["kappa"][:, S], s.level)
-        tau = cf["tau"][:, i]
-        points.append(
-            {
-                "target": float(shares[i]),
-                "share": float(share[i]),
-                **{m: _ci(full[m][i], draws[m][:, i], s.level) for m in ("kappa", "bacc", "f1")},
-                "delta_expensive": d_exp.as_dict(),
-                "delta_panel": d_pan.as_dict(),
-                "noninferior": bool(d_exp.ci[0] > -margin),
-                "band_halfwidth": float(np.mean(tau)) if np.all(np.isfinite(tau)) else None,
-                "random_kappa": float(rand[i]),
-                "cost_per_1k": cheap_1k + float(share[i]) * exp_1k,
-            }
-        )
-    alone = {
-        k: {m: _ci(full[m][j], draws[m][:, j], s.level) for m in ("kappa", "bacc", "f1")}
-        for k, j in (("panel", S), ("expensive", S + 1))
-    }
+    points = [
+        {
+            "target": float(shares[i]),
+            "share": float(share[i]),
+            **reading.point(i, float(cfg.margin)),
+            "band_halfwidth": float(np.mean(cf["tau"][:, i])) if np.all(np.isfinite(cf["tau"][:, i])) else None,
+            "random_kappa": float(rand[i]),
+            "cost_per_1k": cheap_1k + float(share[i]) * exp_1k,
+        }
+        for i in range(len(shares))
+    ]
+    alone = reading.alone()
     alone["panel"]["cost_per_1k"], alone["expensive"]["cost_per_1k"] = cheap_1k, exp_1k
     alone["expensive"]["coverage"] = float(np.mean(e_votes != ABSTAIN))
     return {
@@ -241,8 +360,67 @@ def dataset(
         "alone": alone,
         "points": points,
         "noninferior": _first_stable(points),
+        "noninferior_fixed": _first_stable(points, fixed=True),
         "budgets": _at_budgets(points, cfg.budgets),
     }
+
+
+class _Reading:
+    """The intervals of one dataset's cascade from its draws (:func:`bootstrap_draws`): ``full`` / ``fixed`` the
+    metrics of the rows of P (the S shares, the panel, the expensive judge) on the sample / the fixed-prediction
+    draws, ``refit`` each refitted rung's metric draws (shares by index, ``panel``), ``rd`` their own term."""
+
+    def __init__(self, full: dict, fixed: dict, refit: dict, rd: RefitDraws, n_shares: int, level: float):
+        self.full, self.fixed, self.refit, self.rd, self.S, self.level = full, fixed, refit, rd, n_shares, level
+
+    def metrics(self, rung: int | str) -> dict:
+        """κ / bacc / F1 of a refitted rung: the refit interval and the fixed-prediction one beside it."""
+        j = self.S if rung == "panel" else int(rung)
+        return {
+            m: _ci(
+                m,
+                self.full[m][j],
+                self.refit[rung][m],
+                self.fixed[m][:, j],
+                self.rd.correction({(rung, m): 1.0}),
+                self.level,
+            )
+            for m in METRICS
+        }
+
+    def delta(self, i: int, other: str) -> tuple[Delta, Delta]:
+        """Δκ (share i − ``other``: ``expensive`` or ``panel``), paired: (refit, fixed predictions)."""
+        j = self.S + 1 if other == "expensive" else self.S
+        k_full, k_fixed = self.full["kappa"], self.fixed["kappa"]
+        estimate = k_full[i] - k_full[j]
+        held = k_fixed[:, i] - k_fixed[:, j]
+        against = k_fixed[:, j] if other == "expensive" else self.refit["panel"]["kappa"]
+        coef = {(i, "kappa"): 1.0} if other == "expensive" else {(i, "kappa"): 1.0, ("panel", "kappa"): -1.0}
+        refit = refit_delta(estimate, self.refit[i]["kappa"] - against, held, self.rd.correction(coef), self.level)
+        return refit, paired_delta(estimate, held, self.level)
+
+    def point(self, i: int, margin: float) -> dict:
+        """The i-th share's intervals, its paired Δκ against the expensive judge and the panel, and whether it is
+        non-inferior to the expensive judge (lower bound of Δκ > −margin) on each interval."""
+        d_exp, d_exp_fixed = self.delta(i, "expensive")
+        d_pan, d_pan_fixed = self.delta(i, "panel")
+        return {
+            **self.metrics(i),
+            "delta_expensive": d_exp.as_dict(),
+            "delta_expensive_fixed": d_exp_fixed.as_dict(),
+            "delta_panel": d_pan.as_dict(),
+            "delta_panel_fixed": d_pan_fixed.as_dict(),
+            "noninferior": bool(d_exp.ci[0] > -margin),
+            "noninferior_fixed": bool(d_exp_fixed.ci[0] > -margin),
+        }
+
+    def alone(self) -> dict:
+        """The panel alone (refitted) and the expensive judge alone (nothing fitted: fixed draws)."""
+        j = self.S + 1
+        return {
+            "panel": self.metrics("panel"),
+            "expensive": {m: _fixed_ci(self.full[m][j], self.fixed[m][:, j], self.level) for m in METRICS},
+        }
 
 
 def _random_kappa(y, panel, expensive, shares, n_draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -254,9 +432,11 @@ def _random_kappa(y, panel, expensive, shares, n_draws: int, rng: np.random.Gene
     return common.kappas(y, preds.reshape(-1, len(y))).reshape(n_draws, len(shares)).mean(axis=0)
 
 
-def _first_stable(points: list[dict]) -> dict | None:
-    """The smallest target share from which every point of the grid is non-inferior, with its numbers."""
-    ok = [p["noninferior"] for p in points]
+def _first_stable(points: list[dict], fixed: bool = False) -> dict | None:
+    """The smallest target share from which every point of the grid is non-inferior, with its numbers: on the refit
+    interval of Δκ (the headline), or with ``fixed`` on the fixed-prediction one."""
+    key = "_fixed" if fixed else ""
+    ok = [p["noninferior" + key] for p in points]
     if not ok[-1]:
         return None
     i = len(ok) - 1
@@ -268,17 +448,15 @@ def _first_stable(points: list[dict]) -> dict | None:
         "share": p["share"],
         "calls_saved": 1.0 - p["share"],
         "kappa": p["kappa"],
-        "delta_expensive": p["delta_expensive"],
+        "delta_expensive": p["delta_expensive" + key],
         "cost_per_1k": p["cost_per_1k"],
     }
 
 
 def _at_budgets(points: list[dict], budgets: list) -> dict:
     by = {round(p["target"], 6): p for p in points}
-    return {
-        f"{float(b):g}": {k: by[round(float(b), 6)][k] for k in ("share", "kappa", "delta_expensive", "cost_per_1k")}
-        for b in budgets
-    }
+    keys = ("share", "kappa", "delta_expensive", "delta_expensive_fixed", "cost_per_1k")
+    return {f"{float(b):g}": {k: by[round(float(b), 6)][k] for k in keys} for b in budgets}
 
 
 def run(
@@ -306,11 +484,15 @@ def run(
     cheap_1k = float(sum(costs["members"][m]["per_1k"] for m in cheap))
     per = {n: dataset(r, stacker, s, expensive, shares, cfg, (cheap_1k, exp_1k), seed) for n, r in refs.items()}
     done = {n: d for n, d in per.items() if "skipped" not in d}
-    saved = [d["noninferior"]["calls_saved"] if d["noninferior"] else 0.0 for d in done.values()]
+    saved = {
+        key: [d[key]["calls_saved"] if d[key] else 0.0 for d in done.values()]
+        for key in ("noninferior", "noninferior_fixed")
+    }
     return {
         "expensive": expensive,
         "chosen_as": how,
         "cheap": cheap,
+        "interval": "refit_corrected",
         "margin": float(cfg.margin),
         "operating_points": [float(v) for v in cfg.operating_points],
         "budgets": [float(v) for v in cfg.budgets],
@@ -319,7 +501,9 @@ def run(
         "summary": {
             "datasets": len(done),
             "noninferior": sum(d["noninferior"] is not None for d in done.values()),
-            "calls_saved_mean": float(np.mean(saved)) if saved else None,
+            "calls_saved_mean": float(np.mean(saved["noninferior"])) if done else None,
+            "noninferior_fixed": sum(d["noninferior_fixed"] is not None for d in done.values()),
+            "calls_saved_mean_fixed": float(np.mean(saved["noninferior_fixed"])) if done else None,
         },
     }
 
