@@ -76,6 +76,117 @@ def test_band_thresholds_escalate_the_target_share_exactly_despite_ties():
     assert tau[2] == 0.0 and q[2] == pytest.approx(2.5 / 3)  # a share inside a tie: part of the tied items
 
 
+def test_band_thresholds_of_weighted_rows_are_those_of_the_items_repeated():
+    """A draw's distinct confidences weighted by their items' multiplicities give the τ and q of the items listed one
+    by one; rows of draws at once."""
+    rng = np.random.default_rng(3)
+    shares = np.array([0.0, 0.05, 0.1, 0.33, 0.5, 0.8, 0.97, 1.0])
+    conf = np.round(rng.choice([0.0, 0.05, 0.1, 0.2, 0.3, 0.45], (6, 9)), 2)
+    w = rng.integers(0, 4, (6, 9)).astype(float)
+    w[:, 0] += 1  # no empty draw
+    tau, q = cascade.band_thresholds(conf, shares, w)
+    assert tau.shape == q.shape == (6, len(shares))
+    for b in range(6):
+        t1, q1 = cascade.band_thresholds(np.repeat(conf[b], w[b].astype(int)), shares)
+        np.testing.assert_array_equal(tau[b], t1)
+        np.testing.assert_array_equal(q[b], q1)
+
+
+def test_the_tie_draw_escalates_with_its_probability():
+    """The seeded tie rule escalates an item at τ with probability q: over many seeds, :func:`escalation_prob`."""
+    ref = _ref([0.7] * 5, 0.2, 0.9, n_clusters=60, seed=2, n_boot=10)
+    X, y = ref.table.votes, ref.table.gold
+    est = cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.1, 0.3, 0.5)).fit(X, y)
+    prob = cascade.escalation_prob(est.confidence(X)[None], est.thresholds_[:, None], est.tie_prob_[:, None])
+    assert ((prob > 0) & (prob < 1)).any()  # some items tie at τ
+    seen = np.mean([clone(est).set_params(random_state=r).fit(X, y).escalate(X) for r in range(400)], axis=0)
+    assert np.abs(seen - prob).max() < 0.1 and np.all(seen[prob == 0] == 0) and np.all(seen[prob == 1] == 1)
+
+
+class _OtherStacker(StackedLogit):
+    """The same stacker as another class: the refit fits it by its own ``fit``, one draw at a time."""
+
+
+def _brute_refit(X, y, e, folds, boot, est, n_draws):
+    """Per draw and fold, the cascade fitted on the training clusters' items repeated by their multiplicity and applied
+    to the held-out ones: each share's expected confusion counts (ties at τ escalated with probability q)."""
+    from src.core.refit import _cells
+
+    w = boot.weights
+    out = np.zeros((n_draws, len(est.shares), 6))
+    for b in range(n_draws):
+        iw = w[b][boot.item_cluster]
+        for tr, te in folds:
+            rep = np.repeat(tr, iw[tr].astype(int))
+            f = clone(est).fit(X[rep], y[rep])
+            esc = cascade.escalation_prob(f.confidence(X[te])[None], f.thresholds_[:, None], f.tie_prob_[:, None])
+            pred = cascade.merge(f.stacker_.predict(X[te]).astype(float), e[te], esc)
+            out[b] += np.stack([iw[te] @ _cells(y[te], p, True) for p in pred])
+    return out
+
+
+@pytest.mark.parametrize("stacker", [StackedLogit(), StackedLogit(abstention="category"), _OtherStacker()])
+def test_a_refit_draw_is_the_cascade_fitted_on_the_draws_repeated_items(stacker):
+    """Every share of :class:`CascadeRefit`: the stacker, τ and q refitted on a draw's training clusters (each item
+    counted by its multiplicity) equal :class:`Cascade` fitted on those items repeated, draw by draw."""
+    from src.core.aggregate import cluster_folds
+    from src.core.evaluate import ClusterBootstrap
+    from src.core.refit import RefitBootstrap
+
+    df = simulate.panel(40, 2, [0.8, 0.7, 0.66, 0.6, 0.58], rho=0.2, abstain_rate=0.05, seed=4, frontier_accuracy=0.85)
+    t = verdicts.validate(df, frontier="frontier")
+    X, y = t.votes, t.gold
+    e = t.frontier.copy()
+    e[::7] = 0.5  # the expensive judge abstains on some items: they keep the panel's verdict
+    folds = cluster_folds(y, t.clusters, 5, 0)
+    boot = ClusterBootstrap(t.clusters, 12, 1)
+    shares = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+    st = clone(stacker).set_params(n_votes=X.shape[1])
+    refit = cascade.CascadeRefit(st, X, e, np.array(shares))
+    rb = RefitBootstrap(y, folds, boot)
+    n = 5
+    brute = _brute_refit(X, y, e, folds, boot, cascade.Cascade(st, shares), n)
+    got = {r: rb.counts(rung)[:n] for r, rung in refit.rungs().items()}
+    for i in range(len(shares)):
+        np.testing.assert_allclose(got[i], brute[:, i], rtol=0, atol=1e-9)
+    assert any((got[i] != np.round(got[i])).any() for i in range(len(shares)))  # ties at τ: fractional counts
+    np.testing.assert_array_equal(got["panel"], got[0])  # nothing escalated: the panel
+
+
+def test_the_headline_reads_the_refit_interval():
+    """The fewest escalations non-inferior: from the refit lower bound of Δκ, the fixed-prediction one kept apart."""
+    base = {"target": 0.0, "share": 0.0, "kappa": {}, "cost_per_1k": 1.0}
+    d = {"estimate": 0.0, "ci": [0.0, 0.0]}
+    points = [
+        {**base, "target": t, "share": t, "noninferior": r, "noninferior_fixed": f}
+        | {"delta_expensive": {**d, "se": 1.0}, "delta_expensive_fixed": d}
+        for t, r, f in ((0.2, False, True), (0.4, False, True), (0.6, True, True), (0.8, True, True))
+    ]
+    assert cascade._first_stable(points)["share"] == 0.6 and cascade._first_stable(points)["delta_expensive"]["se"]
+    assert cascade._first_stable(points, fixed=True)["share"] == 0.2
+
+
+def test_every_share_reads_refit_intervals_beside_the_fixed_ones(informative_doc):
+    d = informative_doc["datasets"]["sim"]
+    margin = informative_doc["margin"]
+    assert informative_doc["interval"] == "refit_corrected"
+    wider = 0
+    for p in d["points"]:
+        for m in ("kappa", "bacc", "f1"):
+            assert set(p[m]) == {"estimate", "ci", "ci_fixed"}
+        de, df = p["delta_expensive"], p["delta_expensive_fixed"]
+        assert de["se"] is not None and df["se"] is None and de["estimate"] == df["estimate"]
+        assert p["noninferior"] == (de["ci"][0] > -margin) and p["noninferior_fixed"] == (df["ci"][0] > -margin)
+        assert de["ci"][0] < de["estimate"] < de["ci"][1] or de["se"] == 0
+        wider += (de["ci"][1] - de["ci"][0]) > (df["ci"][1] - df["ci"][0])
+    assert wider > len(d["points"]) // 2  # the fit's variation widens most intervals
+    assert d["noninferior"] == cascade._first_stable(d["points"])
+    assert d["noninferior_fixed"] == cascade._first_stable(d["points"], fixed=True)
+    assert d["points"][0]["delta_panel"]["ci"] == [0.0, 0.0]  # share 0 is the panel, in every draw
+    assert d["alone"]["panel"]["kappa"]["ci"] == d["points"][0]["kappa"]["ci"]
+    assert d["alone"]["expensive"]["kappa"]["ci"] == d["alone"]["expensive"]["kappa"]["ci_fixed"]
+
+
 def test_no_escalation_is_the_panel_and_full_escalation_the_expensive_judge(informative, informative_doc):
     d = informative_doc["datasets"]["sim"]
     first, last = d["points"][0], d["points"][-1]

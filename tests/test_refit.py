@@ -7,7 +7,7 @@ from sklearn.linear_model import LogisticRegression
 
 from src.core import refit
 from src.core.aggregate import BestSingle, StackedLogit, WeightedVote, cluster_folds
-from src.core.evaluate import ClusterBootstrap, from_counts, indicators
+from src.core.evaluate import ClusterBootstrap, distinct_rows, from_counts, indicators
 from src.core.refit import SINGLE_CLASS_LOGIT, RefitBootstrap, RefitDraws, corrected_interval, fit_logit, gradients
 from src.studies import simulate
 
@@ -147,6 +147,41 @@ def test_the_own_term_is_each_clusters_variance_summed(seed, n_clusters, n_boot)
     assert np.abs(rd.own - ref).max() <= 1e-10 * np.abs(ref).max()
     for r in rungs:
         assert np.array_equal(rd.counts[r], rb.counts(rungs[r]))
+    # a fractional rung among them (each row's probability of 1): its own term in doubles, the same sum
+    rungs["smoothed"] = smoothed_rung(votes)
+    full["smoothed"] = indicators(gold, votes[:, 1]).sum(0)
+    rd = RefitDraws.collect(rb, rungs, full)
+    ref = own_by_cluster(rb, rungs, full)
+    assert np.abs(rd.own - ref).max() <= 1e-9 * np.abs(ref).max()
+
+
+def smoothed_rung(votes):
+    """A fractional rung: each vote pattern predicts 1 with its training share of gold 1, smoothed (varies by draw)."""
+    rows, inv = distinct_rows(votes)
+    return refit.Rung(inv, len(rows), lambda t1, t0, k: (t1 + 1) / (t1 + t0 + 2), fractional=True)
+
+
+def test_a_fractional_rung_counts_its_items_by_their_probability():
+    """Its draws' counts are the items' expected cells under the refitted probabilities, summed with multiplicity."""
+    gold, votes, clusters = panel(4, n_clusters=30)
+    folds = cluster_folds(gold, clusters, 5, 0)
+    boot = ClusterBootstrap(clusters, 20, 3)
+    rb = RefitBootstrap(gold, folds, boot)
+    rung = smoothed_rung(votes)
+    counts = rb.counts(rung)
+    rows, inv = distinct_rows(votes)
+    for b, w in enumerate(boot.weights[:5]):
+        iw = w[boot.item_cluster]
+        want = np.zeros(6)
+        for tr, te in folds:
+            t1 = np.bincount(inv[tr], iw[tr] * (gold[tr] == 1), len(rows))
+            t0 = np.bincount(inv[tr], iw[tr] * (gold[tr] == 0), len(rows))
+            p = ((t1 + 1) / (t1 + t0 + 2))[inv[te]]
+            g = gold[te] == 1
+            want += iw[te] @ np.column_stack([g * p, g * (1 - p), 0 * p, ~g * p, ~g * (1 - p), 0 * p])
+        np.testing.assert_allclose(counts[b], want, rtol=1e-12)
+    with pytest.raises(ValueError, match="never abstains"):
+        refit.Rung(inv, len(rows), None, abstains=True, fractional=True)
 
 
 def test_the_own_term_is_exact_whatever_the_chunks(monkeypatch):

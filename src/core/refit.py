@@ -143,7 +143,7 @@ def loop_proba(stacker, rows: np.ndarray, t1: np.ndarray, t0: np.ndarray) -> np.
         rep = np.repeat(np.arange(2 * len(rows)), w.astype(int))  # row by row: each row's gold-1 items, then gold-0
         y = gold[rep]
         if len(np.unique(y)) < 2:
-            out[b] = _sigmoid(SINGLE_CLASS_LOGIT if len(y) and y[0] == 1 else -SINGLE_CLASS_LOGIT)
+            out[b] = _sigmoid(np.array(SINGLE_CLASS_LOGIT if len(y) and y[0] == 1 else -SINGLE_CLASS_LOGIT))
         else:
             out[b] = clone(stacker).fit(rows[rep // 2], y).predict_proba(rows)[:, 1]
     return out
