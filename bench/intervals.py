@@ -3,7 +3,7 @@
     python bench/intervals.py truth                       # the regimes' population values (once, ~1 min)
     python bench/intervals.py timing [--reps 3]           # seconds per analysis, per interval, at B = 2000
     python bench/intervals.py run --reps 200 --boot 1000  # the coverage cells, resumable (appends per cell)
-    python bench/intervals.py cascade --reps 200          # the cascade's per-share intervals
+    python bench/intervals.py cascade --reps 1000         # the cascade's per-share intervals, refit and fixed
     python bench/intervals.py decisions --sizes 200 800   # does the decision deploy the better arm? (resumable)
     python bench/intervals.py report [--decisions]        # the markdown tables of docs/intervals.md
 
@@ -338,8 +338,7 @@ def cmd_report(args) -> None:
     if args.decisions:
         return report_decisions()
     truth = json.loads(TRUTH.read_text())
-    cells = [json.loads(x) for x in OUT.read_text().splitlines()]
-    cells = list({(c["kind"], c["regime"], c["n"]): c for c in cells}.values())  # the latest line of each cell
+    cells = list({(c["kind"], c["regime"], c["n"]): c for c in _cells()}.values())  # the latest line of each cell
     cov = {(c["regime"], c["n"]): c for c in cells if c["kind"] == "coverage"}
     null = [c for c in cells if c["kind"] == "null"]
     names = {"d_best_cv": "Δκ stacked − CV-best", "d_majority": "Δκ stacked − majority", "stacked": "stacked κ"}
@@ -382,17 +381,7 @@ def cmd_report(args) -> None:
                 f"{fmt(((a[:, 3] > 0) | (a[:, 4] < 0)).sum(), R)} | "
                 f"{fmt(((k[:, 1] > 0) | (k[:, 2] < 0)).sum(), R)} / {fmt(((k[:, 3] > 0) | (k[:, 4] < 0)).sum(), R)} |"
             )
-    casc = [c for c in cells if c["kind"] == "cascade"]
-    if casc:
-        print("\nThe cascade's per-share κ interval (fixed predictions, percentile), coverage % [Wilson 95 %]:\n")
-        print("| regime | n | R | B | " + " | ".join(f"share {s:g}" for s in casc[0]["shares"]) + " |")
-        print("|---|---|---|---|" + "---|" * len(casc[0]["shares"]))
-        for c in casc:
-            print(
-                f"| {c['regime']} | {c['n']} | {c['reps']} | {c['n_boot']} | "
-                + " | ".join(f"{fmt(k, c['reps'])} (κ {t:.3f})" for k, t in zip(c["covered"], c["truth"]))
-                + " |"
-            )
+    report_cascade(cells)
     tf = RESULTS / "coverage_timing.jsonl"
     if tf.exists():
         rows = {(t["n"], t["n_boot"]): t for t in map(json.loads, tf.read_text().splitlines())}
@@ -409,9 +398,10 @@ CASCADE_SHARES = (0.1, 0.3, 0.5, 0.7, 0.9, 0.95)
 FRONTIER_ACCURACY = 0.85  # the expensive judge: errs independently of the panel's shared difficulty
 
 
-def cascade_population(regime: str, seed: int = 54321, n_items: int = TRUTH_N) -> list[float]:
+def cascade_population(regime: str, seed: int = 54321, n_items: int = TRUTH_N) -> dict:
     """κ of the cascade at each target share, its band and stacker fitted on one half of a large sample and
-    applied to the other (the expensive judge: the simulator's ``frontier`` column, accuracy FRONTIER_ACCURACY)."""
+    applied to the other (the expensive judge: the simulator's ``frontier`` column, accuracy FRONTIER_ACCURACY), and
+    the expensive judge's κ on the same half (Δκ paired on its items)."""
     from src.studies.suite.cascade import Cascade, merge
 
     r = REGIMES[regime]
@@ -421,13 +411,19 @@ def cascade_population(regime: str, seed: int = 54321, n_items: int = TRUTH_N) -
     a, b = slice(0, n_items // 2), slice(n_items // 2, None)
     c = Cascade(StackedLogit().set_params(n_votes=v.shape[1]), CASCADE_SHARES).fit(v[a], y[a])
     out = merge(c.stacker_.predict(v[b]).astype(float), fr[b], c.escalate(v[b]))
-    return [kappa_of(y[b], out[i]) for i in range(len(CASCADE_SHARES))]
+    return {
+        "kappa": [kappa_of(y[b], out[i]) for i in range(len(CASCADE_SHARES))],
+        "kappa_expensive": kappa_of(y[b], fr[b]),
+    }
 
 
-def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> list[list[float]]:
-    """One panel: per share, [κ, percentile interval] of the cascade as the suite computes it (fixed predictions)."""
-    from src.core.evaluate import interval
-    from src.studies.suite.cascade import Cascade, crossfit_cascade
+def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
+    """One panel analysed by the suite's own call (:func:`src.studies.suite.cascade.dataset`, the frontier column as
+    the expensive judge, B = ``n_boot``): per share, [κ, refit interval, fixed-prediction interval] and the same for
+    Δκ (cascade − expensive judge); the CPU seconds of that call, and of the fixed-prediction analysis alone (the
+    cross-fitted cascade and its percentile draws, the analysis before the refit)."""
+    from src.studies.suite import cascade
+    from src.studies.suite.reference import reference
 
     r = REGIMES[regime]
     t = simulate.table(
@@ -441,43 +437,152 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> list[list[float]
         seed=seed,
         frontier_accuracy=FRONTIER_ACCURACY,
     )
-    y, cl = t.gold, t.clusters
-    folds = ladder.checked_folds(y, cl, ladder.LadderSettings())
-    est = Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
+    s = ladder.LadderSettings(n_boot=n_boot)
+    cfg = {
+        "enabled": True,
+        "expensive": "frontier",
+        "operating_points": list(CASCADE_SHARES),
+        "budgets": [],
+        "grid_step": 1.0,
+        "margin": 0.05,
+        "random_draws": 0,
+    }
     with threadpool_limits(1):
-        cf = crossfit_cascade(t.votes, y, t.frontier, folds, est, np.random.default_rng(seed))
-        draws = ClusterBootstrap(cl, n_boot, 0).metrics(y, cf["verdicts"].T)["kappa"]
-    k = from_counts(np.stack([indicators(y, p).sum(0) for p in cf["verdicts"]]))["kappa"]
-    return [[float(k[i]), *interval(draws[:, i])] for i in range(len(CASCADE_SHARES))]
+        ref = reference(regime, t, StackedLogit(), s)
+        t0 = time.process_time()
+        d = cascade.dataset(ref, StackedLogit(), s, "frontier", np.array(CASCADE_SHARES), cfg, (0.0, 0.0), seed)
+        t1 = time.process_time()
+        est = cascade.Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
+        cf = cascade.crossfit_cascade(t.votes, t.gold, t.frontier, ref.design.folds, est, np.random.default_rng(seed))
+        ClusterBootstrap(t.clusters, n_boot, 0).metrics(t.gold, np.vstack([cf["verdicts"], t.frontier]).T)
+        t2 = time.process_time()
+
+    def row(x: dict) -> list[float]:
+        return [round(float(v), 6) for v in (x["estimate"], *x["ci"], *(x.get("ci_fixed") or []))]
+
+    pts = d["points"]
+    return {
+        "kappa": [row(p["kappa"]) for p in pts],
+        "delta": [row(p["delta_expensive"])[:3] + [round(v, 6) for v in p["delta_expensive_fixed"]["ci"]] for p in pts],
+        "cpu_s": round(t1 - t0, 4),
+        "cpu_fixed_s": round(t2 - t1, 4),
+    }
+
+
+def cascade_cells(cells: list[dict]) -> list[dict]:
+    """The latest refit cascade cell per (regime, n)."""
+    return list({(c["regime"], c["n"]): c for c in cells if c["kind"] == "cascade_refit"}.values())
+
+
+def cascade_covered(cell: dict) -> dict[str, np.ndarray]:
+    """Per share, how many runs' intervals hold the population value: κ and Δκ, refit and fixed; and how many put the
+    population Δκ under the lower bound (the side the non-inferiority headline errs on; nominal 2.5 %)."""
+    k, dk = np.array([r["kappa"] for r in cell["results"]]), np.array([r["delta"] for r in cell["results"]])
+    tk = np.array(cell["truth"]["kappa"])
+    td = tk - cell["truth"]["kappa_expensive"]
+
+    def inside(a, t, lo):
+        return ((a[:, :, lo] <= t) & (t <= a[:, :, lo + 1])).sum(axis=0)
+
+    return {
+        "kappa_refit": inside(k, tk, 1),
+        "kappa_fixed": inside(k, tk, 3),
+        "delta_refit": inside(dk, td, 1),
+        "delta_fixed": inside(dk, td, 3),
+        "delta_over_refit": (dk[:, :, 1] > td).sum(axis=0),
+        "delta_over_fixed": (dk[:, :, 3] > td).sum(axis=0),
+        "width_refit": (k[:, :, 2] - k[:, :, 1]).mean(axis=0),
+        "width_fixed": (k[:, :, 4] - k[:, :, 3]).mean(axis=0),
+    }
 
 
 def cmd_cascade(args) -> None:
+    """The refit cascade cells (``cascade_refit``), one per regime, resumable rep by rep (a partial file per cell)."""
     from tqdm import tqdm
 
+    done = {(c["regime"], c["n"], c["reps"], c["n_boot"]) for c in cascade_cells(_cells())}
     for regime in args.regimes:
+        if (regime, args.n, args.reps, args.boot) in done:
+            continue
+        part = RESULTS / f"cascade_{regime}_{args.n}_{args.reps}_{args.boot}.partial.jsonl"
+        reps = [json.loads(x) for x in part.read_text().splitlines()] if part.exists() else []
         truth = cascade_population(regime)
         t0 = time.perf_counter()
-        reps = [
-            cascade_rep(regime, args.n, seed_of(regime, args.n, "cascade", r), args.boot)
-            for r in tqdm(range(args.reps), desc=f"cascade {regime} n={args.n}", mininterval=10, file=sys.stdout)
-        ]
-        a = np.array(reps)  # R × shares × 3
-        cov = ((a[:, :, 1] <= np.array(truth)) & (np.array(truth) <= a[:, :, 2])).sum(axis=0)
+        for r in tqdm(
+            range(len(reps), args.reps), desc=f"cascade {regime} n={args.n}", mininterval=10, file=sys.stdout
+        ):
+            reps.append(cascade_rep(regime, args.n, seed_of(regime, args.n, "cascade", r), args.boot))
+            with open(part, "a") as fh:
+                fh.write(json.dumps(reps[-1]) + "\n")
         line = {
-            "kind": "cascade",
+            "kind": "cascade_refit",
             "regime": regime,
             "n": args.n,
             "reps": args.reps,
             "n_boot": args.boot,
             "shares": list(CASCADE_SHARES),
             "truth": truth,
-            "covered": cov.tolist(),
             "seconds": time.perf_counter() - t0,
             "results": reps,
         }
         with open(OUT, "a") as fh:
             fh.write(json.dumps(line) + "\n")
-        print(regime, dict(zip(CASCADE_SHARES, (cov / args.reps).round(3))), flush=True)
+        part.unlink()
+        cov = cascade_covered(line)
+        print(regime, {k: (v / args.reps).round(3).tolist() for k, v in cov.items() if "width" not in k}, flush=True)
+
+
+def _cells() -> list[dict]:
+    return [json.loads(x) for x in OUT.read_text().splitlines()] if OUT.exists() else []
+
+
+def report_cascade(cells: list[dict]) -> None:
+    """The cascade's tables of docs/intervals.md: per share, coverage of the refit and fixed κ and Δκ intervals."""
+    casc = sorted(cascade_cells(cells), key=lambda c: (list(REGIMES).index(c["regime"]), c["n"]))
+    if not casc:
+        return
+    shares = casc[0]["shares"]
+    head = "| regime | n | R | B | " + " | ".join(f"share {s:g}" for s in shares) + " |"
+    rule = "|---|---|---|---|" + "---|" * len(shares)
+    parts = [
+        ("κ interval", "kappa", "κ"),
+        ("Δκ (cascade − expensive judge) interval, the non-inferiority headline's", "delta", "Δκ"),
+    ]
+    for title, key, sym in parts:
+        print(f"\nThe cascade's per-share {title}, coverage %, refit / fixed [Wilson 95 % of the refit]:\n")
+        print(head)
+        print(rule)
+        for c in casc:
+            cov, R = cascade_covered(c), c["reps"]
+            truth = np.array(c["truth"]["kappa"]) - (c["truth"]["kappa_expensive"] if key == "delta" else 0.0)
+            cellv = [
+                f"{fmt(a, R)} / {100 * b / R:.1f} ({sym} {t:+.3f})"
+                if key == "delta"
+                else f"{fmt(a, R)} / {100 * b / R:.1f} ({sym} {t:.3f})"
+                for a, b, t in zip(cov[f"{key}_refit"], cov[f"{key}_fixed"], truth)
+            ]
+            print(f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | " + " | ".join(cellv) + " |")
+    print(
+        "\nThe population Δκ under the refit / fixed lower bound (a non-inferiority claimed too high; nominal 2.5 %), %:\n"
+    )
+    print(head)
+    print(rule)
+    for c in casc:
+        cov, R = cascade_covered(c), c["reps"]
+        cellv = [
+            f"{100 * a / R:.1f} / {100 * b / R:.1f}" for a, b in zip(cov["delta_over_refit"], cov["delta_over_fixed"])
+        ]
+        print(f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | " + " | ".join(cellv) + " |")
+    print("\nMean width of the κ interval, refit / fixed; CPU seconds per analysis (median, one thread):\n")
+    print(
+        "| regime | n | B | " + " | ".join(f"share {s:g}" for s in shares) + " | refit analysis | fixed-only analysis |"
+    )
+    print("|---|---|---|" + "---|" * (len(shares) + 2))
+    for c in casc:
+        cov = cascade_covered(c)
+        cpu = np.median([r["cpu_s"] for r in c["results"]]), np.median([r["cpu_fixed_s"] for r in c["results"]])
+        widths = " | ".join(f"{a:.3f} / {b:.3f}" for a, b in zip(cov["width_refit"], cov["width_fixed"]))
+        print(f"| {c['regime']} | {c['n']} | {c['n_boot']} | {widths} | {cpu[0]:.2f} | {cpu[1]:.3f} |")
 
 
 # ------------------------------------------------------------------------------------------------ the decisions

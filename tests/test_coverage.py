@@ -124,3 +124,23 @@ def test_decision_runs_where_the_outcome_is_forced(monkeypatch, accuracy, arm):
         c = cov.tally(runs, rule, t["better"], t["rule"])
         assert (c["better"], c["other"], c["nothing"], c["as_rule"], c["vetoed"]) == (3, 0, 0, 3, 0), (rule, runs)
         assert c["win"] == c["admissible"] == (3 if arm == "panel" else 0), (rule, runs)
+
+
+def test_cascade_cells_read_the_suites_refit_and_fixed_intervals(capsys):
+    """bench/intervals.py cascade: each run is the suite's own cascade call, refit and fixed intervals side by side,
+    and the report counts the runs whose intervals hold the population values."""
+    truth = cov.cascade_population("independent", n_items=100_000)
+    reps = [cov.cascade_rep("independent", 200, cov.seed_of("independent", 200, "test", r), 100) for r in range(3)]
+    for r in reps:
+        assert np.shape(r["kappa"]) == (len(cov.CASCADE_SHARES), 5) and np.shape(r["delta"]) == (6, 5)
+        assert r["cpu_s"] > 0 and r["cpu_fixed_s"] > 0
+    cell = {"kind": "cascade_refit", "regime": "independent", "n": 200, "reps": 3, "n_boot": 100}
+    cell |= {"shares": list(cov.CASCADE_SHARES), "truth": truth, "results": reps}
+    c = cov.cascade_covered(cell)
+    k = np.array([r["kappa"] for r in reps])
+    inside = (k[:, :, 1] <= truth["kappa"]) & (np.array(truth["kappa"]) <= k[:, :, 2])
+    np.testing.assert_array_equal(c["kappa_refit"], inside.sum(axis=0))
+    for key in ("kappa_fixed", "delta_refit", "delta_fixed", "delta_over_refit", "delta_over_fixed"):
+        assert ((0 <= c[key]) & (c[key] <= 3)).all()
+    cov.report_cascade([cell])
+    assert "share 0.95" in capsys.readouterr().out

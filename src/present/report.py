@@ -816,7 +816,9 @@ def cascade_section(suite: dict, fig) -> list[str]:
         f"The cheap panel ({', '.join(c['cheap'])}; ${cost['cheap_panel']:.3f} per 1k items) decides; the items "
         f"whose stacked p(hallucinated) lies in the uncertainty band around the threshold go to {c['expensive']} "
         f"({c['chosen_as']}; ${cost['expensive']:.3f} per 1k items). Band widths are fitted on the training "
-        f"folds and applied to the held-out ones; intervals are paired cluster-bootstrap 95% intervals. "
+        f"folds and applied to the held-out ones; intervals are paired cluster-bootstrap 95% intervals with the "
+        "stacker, the band and its tie rule refitted in every draw (docs/intervals.md; the fixed-prediction ones are "
+        "in suite.json as `*_fixed`). "
         f"Non-inferior: the lower bound of Δκ (cascade − {c['expensive']}) above −{c['margin']:g} at that share "
         "and every larger one.",
         "",
