@@ -142,7 +142,7 @@ def test_a_refit_draw_is_the_cascade_fitted_on_the_draws_repeated_items(stacker)
     boot = ClusterBootstrap(t.clusters, 12, 1)
     shares = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
     st = clone(stacker).set_params(n_votes=X.shape[1])
-    refit = cascade.CascadeRefit(st, X, e, np.array(shares))
+    refit = cascade.CascadeRefit(st, X, e, np.array(shares), folds)
     rb = RefitBootstrap(y, folds, boot)
     n = 5
     brute = _brute_refit(X, y, e, folds, boot, cascade.Cascade(st, shares), n)

@@ -181,7 +181,9 @@ class Cells:
 
     ``by_cluster`` (cells × clusters) holds each cluster's items per cell, ``fold`` / ``g`` each cell's fold and
     gold (g = 0 for gold 1, 1 for gold 0: the order of :func:`src.core.evaluate.indicators`' cells), ``rows`` each
-    rung's row of each cell and ``layouts`` each rung's map from cells to its (g, fold, row) counts."""
+    rung's row of each cell, ``layouts`` each rung's map from cells to its (g, fold, row) counts and ``pairs`` each
+    rung's (fold, row) pairs that hold items (fold × n_rows + row, sorted): a row scores only its own fold's items, so
+    the counts of a draw and the moves of its predictions are read on those pairs only."""
 
     def __init__(self, gold: np.ndarray, fold_of: np.ndarray, item_cluster: np.ndarray, n_clusters: int, rungs):
         g_item = (np.asarray(gold) != 1).astype(np.int64)
@@ -199,6 +201,7 @@ class Cells:
             )
             for r, rows in zip(rungs, self.rows)
         ]
+        self.pairs = [np.unique(self.fold * r.n_rows + rows) for r, rows in zip(rungs, self.rows)]
 
     def __len__(self) -> int:
         return len(self.fold)
@@ -222,7 +225,8 @@ class Cells:
 def confusion(R: np.ndarray, pred: np.ndarray, fractional: bool = False) -> np.ndarray:
     """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`, doubles) of out-of-fold predictions
     ``pred`` (draws × folds × rows) on a draw's items counted by gold, fold and row (R: draws × 2 × folds × rows, whole
-    numbers exact in its dtype); ``fractional``: pred holds probabilities of 1 (:class:`Rung`), summed in doubles."""
+    numbers exact in its dtype; or both read on the same (fold, row) pairs: draws × pairs and draws × 2 × pairs);
+    ``fractional``: pred holds probabilities of 1 (:class:`Rung`), summed in doubles."""
     dtype = np.float64 if fractional else R.dtype
     flat = R.reshape(len(R), 2, -1).astype(dtype, copy=False)
     if fractional:
@@ -279,9 +283,12 @@ class RefitBootstrap:
         exceed it. The stacker's fits start from the fit to their chunk's mean weights and run as one batch: where a
         refitted probability is the threshold in exact arithmetic (a tie, as on a balanced panel of uninformative
         members) the last bits of β decide the prediction, and they follow the start and the batch, so the chunks
-        are those results.json's refits were first made with wherever those hold at least MIN_CHUNK draws."""
+        are those results.json's refits were first made with wherever those hold at least MIN_CHUNK draws. A
+        fractional rung's predictions are doubles kept for every fold: its folds × rows add to the width."""
         first = MAX_WEIGHT_BYTES // (64 * (len(self.y) + 6 * self.n_clusters))
-        width = len(cells) + 8 * max(r.n_rows for r in rungs)
+        width = (
+            len(cells) + 8 * max(r.n_rows for r in rungs) + self.n_folds * sum(r.n_rows for r in rungs if r.fractional)
+        )
         rows = max(1, min(max(MIN_CHUNK, first), MAX_WEIGHT_BYTES // (8 * width)))
         for a in range(0, len(w), rows):
             yield w[a : a + rows]
@@ -296,22 +303,38 @@ class RefitBootstrap:
     def refit(self, w: np.ndarray, rungs: dict[str, Rung], cells: Cells):
         """For draws of weights w, chunk by chunk, each rung's (counts, predictions), every rung refitted on each
         fold's training part: the draw's clusters outside the fold, weighted by their multiplicity (as duplicated
-        rows would be)."""
+        rows would be). Rungs on the same rows (one ``inv`` array) share their counts by fold, gold and row, and each
+        fold's training weights: the same arrays reach their ``predict``, fold by fold."""
+        groups: dict[tuple[int, int], list[tuple[int, str]]] = {}
+        for r, (name, rung) in enumerate(rungs.items()):
+            groups.setdefault((id(rung.inv), rung.n_rows), []).append((r, name))
         for part in self._split(w, cells, list(rungs.values())):
             N = cells.counts(part)
-            yield {
-                name: self._refit(rung, cells.layout(N, r, rung.n_rows)) for r, (name, rung) in enumerate(rungs.items())
-            }
+            out = {}
+            for members in groups.values():
+                r0, name0 = members[0]
+                R = cells.layout(N, r0, rungs[name0].n_rows)
+                out.update(self._refit({name: rungs[name] for _, name in members}, R, cells.pairs[r0]))
+            yield {name: out[name] for name in rungs}
 
-    def _refit(self, rung: Rung, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A chunk's (counts, predictions) of one rung from its counts by fold, gold and row (R)."""
+    def _refit(self, group: dict[str, Rung], R: np.ndarray, pairs: np.ndarray) -> dict:
+        """A chunk's (counts, predictions) of rungs on the same rows from their counts by fold, gold and row (R), the
+        counts read on the (fold, row) pairs that hold items (``pairs``)."""
         total = R.sum(axis=2)
-        dtype = np.float64 if rung.fractional else np.float32  # 0, 1 or ½: exact in float32
-        pred = np.empty((len(R), self.n_folds, rung.n_rows), dtype)
+        pred = {
+            name: np.empty((len(R), self.n_folds, rung.n_rows), np.float64 if rung.fractional else np.float32)
+            for name, rung in group.items()
+        }  # 0, 1 or ½: exact in float32
         for k in range(self.n_folds):
             train = (total - R[:, :, k]).astype(float)
-            pred[:, k] = rung.predict(train[:, 0], train[:, 1], k)
-        return confusion(R, pred, rung.fractional), pred
+            for name, rung in group.items():
+                pred[name][:, k] = rung.predict(train[:, 0], train[:, 1], k)
+        dtype = np.float64 if any(rung.fractional for rung in group.values()) else R.dtype
+        on = R.reshape(len(R), 2, -1)[:, :, pairs].astype(dtype)
+        return {
+            name: (confusion(on, pred[name].reshape(len(R), -1)[:, pairs], rung.fractional), pred[name])
+            for name, rung in group.items()
+        }
 
     def counts(self, rung: Rung) -> np.ndarray:
         """B × 6: each draw's confusion counts of one rung."""
@@ -440,6 +463,7 @@ class OwnCounts:
         self.fractional = [rung.fractional for rung in rungs]
         self.dtype = np.float64 if any(self.fractional) else np.int64
         self.n_rows = [rung.n_rows for rung in rungs]
+        self.pairs = cells.pairs
         self.n_folds = cells.n_folds
         by_cluster = cells.by_cluster.astype(np.int64)
         self.maps = [
@@ -454,22 +478,22 @@ class OwnCounts:
 
     def _moved(self, preds: list[np.ndarray]) -> sparse.coo_matrix:
         """(channel, draw) × clusters: each cluster's own count in each channel minus its count in the first draw."""
-        ref = self.ref = [p[0] for p in preds] if self.ref is None else self.ref
+        on = [p.reshape(len(p), -1)[:, self.pairs[r]] for r, p in enumerate(preds)]  # draws × pairs: the rows scored
+        ref = self.ref = [p[0] for p in on] if self.ref is None else self.ref
         b = len(preds[0])
         parts = []
         for j0 in range(0, len(self.channels), 2):  # a (rung, v) pair's two channels, gold 1 then gold 0
             r, v, _ = self.channels[j0]
             share = np.float64 if self.fractional[r] else np.int8
-            d = _share(preds[r], v, self.fractional[r]).astype(share) - _share(ref[r], v, self.fractional[r]).astype(
+            d = _share(on[r], v, self.fractional[r]).astype(share) - _share(ref[r], v, self.fractional[r]).astype(
                 share
-            )  # draws × folds × rows: −1, 0, 1 (a fractional rung: any difference of probabilities)
-            bb, kk, vv = np.nonzero(d)
+            )  # draws × pairs: −1, 0, 1 (a fractional rung: any difference of probabilities)
+            bb, pp = np.nonzero(d)
+            kk, vv = np.divmod(self.pairs[r][pp], self.n_rows[r])
             rows = np.concatenate([(j0 + g) * b + bb for g in (0, 1)])
             cols = np.concatenate([(g * self.n_folds + kk) * self.n_rows[r] + vv for g in (0, 1)])
             shape = (len(self.channels) * b, self.maps[r].shape[0])
-            parts.append(
-                (sparse.csr_matrix((np.tile(d[bb, kk, vv], 2), (rows, cols)), shape=shape) @ self.maps[r]).tocoo()
-            )
+            parts.append((sparse.csr_matrix((np.tile(d[bb, pp], 2), (rows, cols)), shape=shape) @ self.maps[r]).tocoo())
         joined = [np.concatenate([getattr(p, a) for p in parts]) for a in ("data", "row", "col")]
         return sparse.coo_matrix((joined[0], (joined[1], joined[2])), shape=(len(self.channels) * b, self.n_clusters))
 

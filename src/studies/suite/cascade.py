@@ -78,26 +78,50 @@ def band_thresholds(
     τ and q is conf's with the last axis the shares."""
     conf = np.asarray(conf, float)
     w = np.ones_like(conf) if weights is None else np.broadcast_to(np.asarray(weights, float), conf.shape)
-    c2, w2 = conf.reshape(-1, conf.shape[-1]), w.reshape(-1, conf.shape[-1])
-    order = np.argsort(c2, axis=1, kind="stable")
-    c_sorted = np.take_along_axis(c2, order, axis=1)
-    upto = np.cumsum(np.take_along_axis(w2, order, axis=1), axis=1)  # items up to each sorted entry
+    n = conf.shape[-1]
+    c2, w2 = conf.reshape(-1, n), w.reshape(-1, n)
+    order = np.argsort(c2, axis=1)  # equal confidences are one group (_tie_groups): their order is immaterial
+    c_sorted, w_sorted = np.take_along_axis(c2, order, axis=1), np.take_along_axis(w2, order, axis=1)
+    upto = np.cumsum(w_sorted, axis=1)  # items up to each sorted entry (whole numbers: exact)
+    below, at = _tie_groups(c_sorted, w_sorted, upto)
     total = upto[:, -1]
     s = np.asarray(shares, float)
-    tau, q = np.empty((len(c2), len(s))), np.empty((len(c2), len(s)))
-    for j, share in enumerate(s):
-        m = share * total
-        at_item = np.minimum(np.floor(m), total - 1)  # the item (0-based) whose confidence τ is
-        entry = np.minimum((upto <= at_item[:, None]).sum(axis=1), c2.shape[1] - 1)
-        tau[:, j] = c_sorted[np.arange(len(c2)), entry]
-        below = (w2 * (c2 < tau[:, j, None])).sum(axis=1)
-        at = (w2 * (c2 == tau[:, j, None])).sum(axis=1)
-        q[:, j] = np.clip(np.divide(m - below, at, out=np.zeros_like(m), where=at > 0), 0.0, 1.0)
-    edge = (s <= 0) | (s >= 1)
+    m = s[None, :] * total[:, None]  # rows × shares
+    at_item = np.minimum(np.floor(m), total[:, None] - 1)  # the item (0-based) whose confidence τ is
+    entry = np.minimum(_count_upto(upto, at_item), n - 1)  # the sorted entry that holds it
+    r = np.arange(len(c2))[:, None]
+    tau = c_sorted[r, entry]
+    b, a = below[r, entry], at[r, entry]
+    q = np.clip(np.divide(m - b, a, out=np.zeros_like(m), where=a > 0), 0.0, 1.0)
     tau = np.where(s <= 0, -np.inf, np.where(s >= 1, np.inf, tau))
-    q = np.where(edge, 0.0, q)
+    q = np.where((s <= 0) | (s >= 1), 0.0, q)
     shape = conf.shape[:-1] + (len(s),)
     return tau.reshape(shape), q.reshape(shape)
+
+
+def _tie_groups(c_sorted: np.ndarray, w_sorted: np.ndarray, upto: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each sorted entry (rows of sorted confidences, their weights and running sums): the items of a smaller
+    confidence, and those of its own."""
+    n = c_sorted.shape[1]
+    idx = np.arange(n)
+    starts = np.ones(c_sorted.shape, bool)
+    starts[:, 1:] = c_sorted[:, 1:] != c_sorted[:, :-1]
+    ends = np.ones(c_sorted.shape, bool)
+    ends[:, :-1] = starts[:, 1:]
+    first = np.maximum.accumulate(np.where(starts, idx, 0), axis=1)
+    last = np.minimum.accumulate(np.where(ends, idx, n)[:, ::-1], axis=1)[:, ::-1]
+    r = np.arange(len(c_sorted))[:, None]
+    below = upto[r, first] - w_sorted[r, first]
+    return below, upto[r, last] - below
+
+
+def _count_upto(upto: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per row, how many of its running sums (nondecreasing, ≥ 0) are ≤ each of x's values (rows × queries, ≥ −1):
+    one search of all rows laid end to end."""
+    span = float(upto[:, -1].max(initial=0.0)) + 2.0
+    offset = np.arange(len(upto))[:, None] * span
+    found = np.searchsorted((upto + offset).ravel(), (x + offset).ravel(), side="right").reshape(x.shape)
+    return found - np.arange(len(upto))[:, None] * upto.shape[1]
 
 
 def confidence_of(p: np.ndarray, threshold: float) -> np.ndarray:
@@ -220,63 +244,78 @@ def crossfit_cascade(
 
 class CascadeRefit:
     """The cascade's label-fitted steps refitted in every draw of the refit paired cluster bootstrap
-    (:mod:`src.core.refit`), fold by fold on the draw's training clusters: the cheap panel's stacker, then, per
-    target share, its band τ and tie probability q (:func:`band_thresholds` on the training items' confidence,
-    each item counted with its cluster's multiplicity), exactly as :class:`Cascade` is fitted on those items
-    repeated.
+        (:mod:`src.core.refit`), fold by fold on the draw's training clusters: the cheap panel's stacker, then, per
+        target share, its band τ and tie probability q (:func:`band_thresholds` on the training items' confidence,
+        each item counted with its cluster's multiplicity), exactly as :class:`Cascade` is fitted on those items
+        repeated.
 
-    A held-out item's verdict depends on it only through its row — its cheap design row and the expensive judge's
-    vote — and its fold: the panel's verdict on the design row, escalated (the expensive judge's verdict, where it
-    answered) below τ, with probability q at τ. The seeded tie draw of :meth:`Cascade.escalate` is replaced by its
-    expectation, so each share is a fractional :class:`src.core.refit.Rung` (each row's probability of the verdict
-    1, :func:`merge` of :func:`escalation_prob`). The stacker is fitted once per draw chunk and fold for all shares:
-    by :func:`src.core.refit.stacked_proba` for :class:`StackedLogit`, by its own fit otherwise
-    (:func:`src.core.refit.loop_proba`)."""
+        A held-out item's verdict depends on it only through its row — its cheap design row and the expensive judge's
+        vote — and its fold: the panel's verdict on the design row, escalated (the expensive judge's verdict, where it
+        answered) below τ, with probability q at τ. The seeded tie draw of :meth:`Cascade.escalate` is replaced by its
+        expectation, so each share is a fractional :class:`src.core.refit.Rung` (each row's probability of the verdict
+        1, :func:`merge` of :func:`escalation_prob`). The stacker is fitted once per draw chunk and fold for all shares
+    (:meth:`fold`):
+        by :func:`src.core.refit.stacked_proba` for :class:`StackedLogit`, by its own fit otherwise
+        (:func:`src.core.refit.loop_proba`)."""
 
-    def __init__(self, stacker: StackedLogit, X: np.ndarray, expensive: np.ndarray, shares: np.ndarray):
+    def __init__(self, stacker: StackedLogit, X: np.ndarray, expensive: np.ndarray, shares: np.ndarray, folds: list):
         rows, self.inv = distinct_rows(np.column_stack([X, expensive]))
         self.x_rows, self.x_of = distinct_rows(rows[:, :-1])  # the design rows, and each row's
         self.e = rows[:, -1]
         self.to_x = sparse.csr_matrix((np.ones(len(rows)), (np.arange(len(rows)), self.x_of)))
         self.stacker, self.shares = stacker, np.asarray(shares, float)
         self.Z = np.column_stack([np.ones(len(self.x_rows)), stacker.features(self.x_rows)])
-        self._fits: dict[int, tuple] = {}
+        self.held = [np.unique(self.inv[te]) for _, te in folds]  # the rows each fold's held-out items hold
+        self._kept: tuple | None = None
 
     def _proba(self, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
         if type(self.stacker) is StackedLogit:
             return stacked_proba(self.Z, t1, t0, self.stacker.C)
         return loop_proba(self.stacker, self.x_rows, t1, t0)
 
-    def fit(self, t1: np.ndarray, t0: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
-        """Fold k's fits on training weights t1 / t0 (draws × rows): the panel's verdict and confidence on each design
-        row (draws × design rows), τ and q (draws × shares); kept for the other shares' rungs of the same chunk."""
-        kept = self._fits.get(k)
-        if kept is not None and np.array_equal(kept[0], t1) and np.array_equal(kept[1], t0):
-            return kept[2]
+    def fold(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
+        """Fold k's verdicts refitted on training weights t1 / t0 (draws × rows) on the rows its held-out items hold
+        (draws × shares + 1 × those rows): each share's (probability of 1), then the panel's alone. Computed once
+        for all the shares' rungs: kept while the same weights come back."""
+        kept = self._kept
+        if kept is not None and kept[0] == k and _same(kept[1], t1) and _same(kept[2], t0):
+            return kept[3]
         x1, x0 = (np.asarray(t @ self.to_x) for t in (t1, t0))
         p = self._proba(x1, x0)
         conf = confidence_of(p, self.stacker.threshold)
-        fitted = ((p >= self.stacker.threshold).astype(float), conf, *band_thresholds(conf, self.shares, x1 + x0))
-        self._fits[k] = (t1, t0, fitted)
-        return fitted
+        tau, q = band_thresholds(conf, self.shares, x1 + x0)
+        xr = self.x_of[self.held[k]]
+        panel = (p[:, xr] >= self.stacker.threshold).astype(float)
+        esc = escalation_prob(conf[:, None, xr], tau[:, :, None], q[:, :, None])
+        verdicts = np.concatenate([merge(panel[:, None, :], self.e[self.held[k]], esc), panel[:, None, :]], axis=1)
+        self._kept = (k, t1, t0, verdicts)
+        return verdicts
+
+    def _rung(self, j: int, fractional: bool) -> Rung:
+        """Column j of :meth:`fold` as a rung (the rows no held-out item holds predict 0: they score nothing)."""
+
+        def predict(t1, t0, k):
+            out = np.zeros((len(t1), len(self.e)))
+            out[:, self.held[k]] = self.fold(t1, t0, k)[:, j]
+            return out
+
+        return Rung(self.inv, len(self.e), predict, fractional=fractional)
 
     def share(self, i: int) -> Rung:
         """The cascade at the i-th share: each row's probability of the verdict 1."""
-
-        def predict(t1, t0, k):
-            panel, conf, tau, q = self.fit(t1, t0, k)
-            esc = escalation_prob(conf, tau[:, i, None], q[:, i, None])
-            return merge(panel[:, self.x_of], self.e, esc[:, self.x_of])
-
-        return Rung(self.inv, len(self.e), predict, fractional=True)
+        return self._rung(i, True)
 
     def panel(self) -> Rung:
         """The cheap panel alone (its stacker's verdict)."""
-        return Rung(self.inv, len(self.e), lambda t1, t0, k: self.fit(t1, t0, k)[0][:, self.x_of])
+        return self._rung(len(self.shares), False)
 
     def rungs(self) -> dict:
         """Each share's rung (keyed by its index) and the panel's (``panel``)."""
         return {**{i: self.share(i) for i in range(len(self.shares))}, "panel": self.panel()}
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a is b or np.array_equal(a, b)
 
 
 def _ci(m: str, est: float, refit: np.ndarray, fixed: np.ndarray, correction: float, level: float) -> dict:
@@ -335,7 +374,7 @@ def dataset(
     )
     P = np.vstack([cf["verdicts"], cf["panel"], e_votes])  # (S + 2) × n: the curve, panel alone, expensive alone
     counts = common.counts(y, P)
-    fixed, refit, rd = bootstrap_draws(ref, s, CascadeRefit(st, X, e_votes, shares), P, counts)
+    fixed, refit, rd = bootstrap_draws(ref, s, CascadeRefit(st, X, e_votes, shares, ref.design.folds), P, counts)
     reading = _Reading(from_counts(counts), fixed, refit, rd, len(shares), s.level)
     share = cf["escalated"].mean(axis=1)
     rand = _random_kappa(y, cf["panel"], e_votes, shares, cfg.random_draws, rng_for(seed, "cascade-random", ref.name))
