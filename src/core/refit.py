@@ -224,8 +224,8 @@ class Cells:
 
 def confusion(R: np.ndarray, pred: np.ndarray, fractional: bool = False) -> np.ndarray:
     """draws × 6 counts (the cells of :func:`src.core.evaluate.indicators`, doubles) of out-of-fold predictions
-    ``pred`` (draws × folds × rows) on a draw's items counted by gold, fold and row (R: draws × 2 × folds × rows, whole
-    numbers exact in its dtype; or both read on the same (fold, row) pairs: draws × pairs and draws × 2 × pairs);
+    ``pred`` (draws × pairs) on a draw's items counted by gold and (fold, row) pair (R: draws × 2 × pairs, whole
+    numbers exact in its dtype; or draws × folds × rows and draws × 2 × folds × rows);
     ``fractional``: pred holds probabilities of 1 (:class:`Rung`), summed in doubles."""
     dtype = np.float64 if fractional else R.dtype
     flat = R.reshape(len(R), 2, -1).astype(dtype, copy=False)
@@ -284,18 +284,18 @@ class RefitBootstrap:
         refitted probability is the threshold in exact arithmetic (a tie, as on a balanced panel of uninformative
         members) the last bits of β decide the prediction, and they follow the start and the batch, so the chunks
         are those results.json's refits were first made with wherever those hold at least MIN_CHUNK draws. A
-        fractional rung's predictions are doubles kept for every fold: its folds × rows add to the width."""
+        fractional rung's predictions are doubles: its (fold, row) pairs add to the width."""
         first = MAX_WEIGHT_BYTES // (64 * (len(self.y) + 6 * self.n_clusters))
-        width = (
-            len(cells) + 8 * max(r.n_rows for r in rungs) + self.n_folds * sum(r.n_rows for r in rungs if r.fractional)
-        )
+        width = len(cells) + 8 * max(r.n_rows for r in rungs)
+        width += sum(len(pairs) for r, pairs in zip(rungs, cells.pairs) if r.fractional)
         rows = max(1, min(max(MIN_CHUNK, first), MAX_WEIGHT_BYTES // (8 * width)))
         for a in range(0, len(w), rows):
             yield w[a : a + rows]
 
     def draws(self, rungs: dict[str, Rung], cells: Cells | None = None):
-        """Chunk by chunk of draws, each rung's (counts: chunk × 6, out-of-fold predictions: chunk × folds ×
-        rows): :meth:`refit` on every chunk of the bootstrap's weights."""
+        """Chunk by chunk of draws, each rung's (counts: chunk × 6, out-of-fold predictions: chunk × pairs, each
+        (fold, row) pair that holds items, :class:`Cells`' ``pairs``): :meth:`refit` on every chunk of the bootstrap's
+        weights."""
         cells = self.cells(list(rungs.values())) if cells is None else cells
         for w in self.boot.chunks():
             yield from self.refit(w, rungs, cells)
@@ -318,23 +318,23 @@ class RefitBootstrap:
             yield {name: out[name] for name in rungs}
 
     def _refit(self, group: dict[str, Rung], R: np.ndarray, pairs: np.ndarray) -> dict:
-        """A chunk's (counts, predictions) of rungs on the same rows from their counts by fold, gold and row (R), the
-        counts read on the (fold, row) pairs that hold items (``pairs``)."""
+        """A chunk's (counts, predictions) of rungs on the same rows from their counts by fold, gold and row (R), read
+        on the (fold, row) pairs that hold items (``pairs``): each fold's predictions on its own rows."""
         total = R.sum(axis=2)
+        fold, row = np.divmod(pairs, R.shape[3])
         pred = {
-            name: np.empty((len(R), self.n_folds, rung.n_rows), np.float64 if rung.fractional else np.float32)
+            name: np.empty((len(R), len(pairs)), np.float64 if rung.fractional else np.float32)
             for name, rung in group.items()
         }  # 0, 1 or ½: exact in float32
         for k in range(self.n_folds):
             train = (total - R[:, :, k]).astype(float)
+            t1, t0 = train[:, 0], train[:, 1]
+            at = np.flatnonzero(fold == k)
             for name, rung in group.items():
-                pred[name][:, k] = rung.predict(train[:, 0], train[:, 1], k)
+                pred[name][:, at] = rung.predict(t1, t0, k)[:, row[at]]
         dtype = np.float64 if any(rung.fractional for rung in group.values()) else R.dtype
         on = R.reshape(len(R), 2, -1)[:, :, pairs].astype(dtype)
-        return {
-            name: (confusion(on, pred[name].reshape(len(R), -1)[:, pairs], rung.fractional), pred[name])
-            for name, rung in group.items()
-        }
+        return {name: (confusion(on, pred[name], rung.fractional), pred[name]) for name, rung in group.items()}
 
     def counts(self, rung: Rung) -> np.ndarray:
         """B × 6: each draw's confusion counts of one rung."""
@@ -342,10 +342,11 @@ class RefitBootstrap:
 
     def cluster_counts(self, rung: Rung, pred: np.ndarray) -> np.ndarray:
         """Each cluster's own confusion counts (draws × clusters × 6, unweighted) under a chunk's out-of-fold
-        predictions of ``rung`` (draws × folds × rows, as :meth:`draws` gives them): a draw's counts are Σ_c w_c ·
-        these, and :class:`RefitDraws` linearises them."""
+        predictions of ``rung`` (draws × pairs, as :meth:`draws` gives them): a draw's counts are Σ_c w_c · these, and
+        :class:`RefitDraws` linearises them."""
         agg = sparse.csr_matrix((np.ones(len(self.y)), (self.item_cluster, np.arange(len(self.y)))))
-        return np.stack([agg @ _cells(self.y, p, rung.fractional) for p in pred[:, self.fold_of, rung.inv]])
+        _, at = np.unique(self.fold_of * rung.n_rows + rung.inv, return_inverse=True)  # each item's pair (Cells')
+        return np.stack([agg @ _cells(self.y, p, rung.fractional) for p in pred[:, at.ravel()]])
 
     # ------------------------------------------------------------------------------------------- the rungs
 
@@ -478,7 +479,7 @@ class OwnCounts:
 
     def _moved(self, preds: list[np.ndarray]) -> sparse.coo_matrix:
         """(channel, draw) × clusters: each cluster's own count in each channel minus its count in the first draw."""
-        on = [p.reshape(len(p), -1)[:, self.pairs[r]] for r, p in enumerate(preds)]  # draws × pairs: the rows scored
+        on = preds  # draws × pairs: each fold's predictions on its own rows
         ref = self.ref = [p[0] for p in on] if self.ref is None else self.ref
         b = len(preds[0])
         parts = []
@@ -498,7 +499,7 @@ class OwnCounts:
         return sparse.coo_matrix((joined[0], (joined[1], joined[2])), shape=(len(self.channels) * b, self.n_clusters))
 
     def add(self, preds: list[np.ndarray]) -> None:
-        """A chunk's out-of-fold predictions of each rung (draws × folds × rows)."""
+        """A chunk's out-of-fold predictions of each rung (draws × pairs, :meth:`RefitBootstrap.draws`)."""
         b = len(preds[0])
         Y = self._moved(preds)
         j, draw = np.divmod(Y.row, b)
