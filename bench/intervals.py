@@ -279,8 +279,6 @@ def done_cells() -> set[tuple]:
 
 
 def cmd_run(args) -> None:
-    from tqdm import tqdm
-
     done = done_cells()
     cells = [(rg, n, "coverage") for n in args.sizes for rg in args.regimes]
     if args.null:
@@ -288,22 +286,30 @@ def cmd_run(args) -> None:
     todo = [c for c in cells if (*c, args.reps, args.boot) not in done]
     print(f"{len(todo)} of {len(cells)} cells to run, R = {args.reps}, B = {args.boot}", flush=True)
     for regime, n, kind in todo:
-        t0 = time.perf_counter()
-        reps = []
-        for rep in tqdm(range(args.reps), desc=f"{regime} n={n} {kind}", mininterval=10, file=sys.stdout):
-            reps.append(analyse(sample(regime, n, seed_of(regime, n, kind, rep), null=kind == "null"), args.boot))
-        line = {
-            "regime": regime,
-            "n": n,
-            "kind": kind,
-            "reps": args.reps,
-            "n_boot": args.boot,
-            "seconds": time.perf_counter() - t0,
-            "results": reps,
-        }
-        with open(OUT, "a") as fh:
-            fh.write(json.dumps(line) + "\n")
+        line = run_cell(
+            OUT,
+            {"regime": regime, "n": n, "kind": kind},
+            lambda rep, regime=regime, n=n, kind=kind: analyse(
+                sample(regime, n, seed_of(regime, n, kind, rep), null=kind == "null"), args.boot
+            ),
+            args.reps,
+            args.boot,
+        )
         print(summary_line(line, json.loads(TRUTH.read_text())), flush=True)
+
+
+def run_cell(path: Path, key: dict, one_rep, reps: int, boot: int) -> dict:
+    """One cell: ``one_rep(r)`` for r < ``reps`` (a progress bar), appended to ``path`` as one JSON line (the
+    cell's ``key``, R, B, its seconds and the replicates' results), so that an interrupted run resumes by cell."""
+    from tqdm import tqdm
+
+    t0 = time.perf_counter()
+    desc = " ".join(f"{v}" if k != "n" else f"n={v}" for k, v in key.items())
+    results = [one_rep(r) for r in tqdm(range(reps), desc=desc, mininterval=10, file=sys.stdout)]
+    line = {**key, "reps": reps, "n_boot": boot, "seconds": time.perf_counter() - t0, "results": results}
+    with open(path, "a") as fh:
+        fh.write(json.dumps(line) + "\n")
+    return line
 
 
 # ------------------------------------------------------------------------------------------------ the report
@@ -718,8 +724,6 @@ def report_decisions() -> None:
 
 
 def cmd_decisions(args) -> None:
-    from tqdm import tqdm
-
     truth = load_decision_truth(args.regimes)
     done = set()
     if DECISIONS.exists():
@@ -729,22 +733,13 @@ def cmd_decisions(args) -> None:
     todo = [(rg, n) for n in args.sizes for rg in args.regimes if (rg, n, args.reps, args.boot) not in done]
     print(f"{len(todo)} decision cells to run, R = {args.reps}, B = {args.boot}", flush=True)
     for regime, n in todo:
-        t0 = time.perf_counter()
-        reps = [
-            decision_rep(regime, n, seed_of(regime, n, "decision", r), args.boot)
-            for r in tqdm(range(args.reps), desc=f"decisions {regime} n={n}", mininterval=10, file=sys.stdout)
-        ]
-        line = {
-            "kind": "decision",
-            "regime": regime,
-            "n": n,
-            "reps": args.reps,
-            "n_boot": args.boot,
-            "seconds": time.perf_counter() - t0,
-            "results": reps,
-        }
-        with open(DECISIONS, "a") as fh:
-            fh.write(json.dumps(line) + "\n")
+        line = run_cell(
+            DECISIONS,
+            {"kind": "decision", "regime": regime, "n": n},
+            lambda r, regime=regime, n=n: decision_rep(regime, n, seed_of(regime, n, "decision", r), args.boot),
+            args.reps,
+            args.boot,
+        )
         print(decision_line(line, truth[regime]), f"({line['seconds']:.0f}s)", flush=True)
 
 
