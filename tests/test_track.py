@@ -400,6 +400,37 @@ def test_the_store_is_set_up_once_per_run(tmp_path, monkeypatch):
         assert len(calls) == 2
 
 
+def test_one_analysis_reads_its_config_and_git_once_for_all_its_runs(tmp_path, monkeypatch):
+    """The parent and every child share one reading of the config (its choices, git's commit, the logged
+    config): each reading resolves and scans the whole config and asks git twice."""
+    import mlflow
+
+    calls = dict.fromkeys(("choices", "git_commit", "run_config"), 0)
+
+    def counted(name):
+        real = getattr(track, name)
+
+        def call(*args):
+            calls[name] += 1
+            return real(*args)
+
+        return call
+
+    for name in calls:
+        monkeypatch.setattr(track, name, counted(name))
+    with tracking_store(tmp_path):
+        rid, *_ = log_simulated(tmp_path)
+        parent, kids = mlflow.get_run(rid), children(rid)
+    assert sorted(kids) == ["bad", "good"]
+    assert calls == {"choices": 1, "git_commit": 1, "run_config": 1}
+    for kid in kids.values():  # what the shared reading gave each child: the parent's tags and params
+        assert kid.data.tags["stacker"] == parent.data.tags["stacker"]
+        assert kid.data.tags.get("git_commit") == parent.data.tags.get("git_commit")
+        assert {k: kid.data.params[k] for k in kid.data.params if k.startswith("stacker.")} == {
+            k: v for k, v in parent.data.params.items() if k.startswith("stacker.")
+        }
+
+
 def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage():
     """`python -m src.run` has Hydra's group choices; the DVC stage (`--config-name params`) has none: the tags
     must not differ between the two for the same values (they read `logreg`/`StackedLogit` before)."""

@@ -27,6 +27,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -149,11 +150,30 @@ def input_hashes(cfg: DictConfig, table, dataset: str | None = None) -> dict[str
 
 
 def base_tags(cfg: DictConfig, kind: str) -> dict[str, str]:
-    tags = {"kind": kind, **choices(cfg)}
-    sha, dirty = git_commit()
-    if sha:
-        tags.update({"git_commit": sha, "mlflow.source.git.commit": sha, "git_dirty": str(dirty).lower()})
-    return tags
+    """The tags every run of ``kind`` carries: the run's choices (:func:`choices`) and git's commit."""
+    return RunContext.read(cfg, with_config=False).tags(kind)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the runs of one analysis share, read once off its config (each read resolves and scans the whole
+    config, and asks git twice): the choices, git's commit and whether the tree is dirty, and the scrubbed config
+    the parent run logs (:func:`run_config`; empty when read ``with_config=False``)."""
+
+    picked: dict[str, str]
+    commit: tuple[str | None, bool | None]
+    config: dict = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, cfg: DictConfig, with_config: bool = True) -> RunContext:
+        return cls(choices(cfg), git_commit(), run_config(cfg) if with_config else {})
+
+    def tags(self, kind: str) -> dict[str, str]:
+        tags = {"kind": kind, **self.picked}
+        sha, dirty = self.commit
+        if sha:
+            tags.update({"git_commit": sha, "mlflow.source.git.commit": sha, "git_dirty": str(dirty).lower()})
+        return tags
 
 
 def _sweep_parent(cfg: DictConfig, exp_id: str) -> str | None:
@@ -193,18 +213,25 @@ def _sweep_parent(cfg: DictConfig, exp_id: str) -> str | None:
 
 @contextlib.contextmanager
 def start_run(
-    cfg: DictConfig, kind: str, tags: dict | None = None, nested: bool = False, run_name: str | None = None
+    cfg: DictConfig,
+    kind: str,
+    tags: dict | None = None,
+    nested: bool = False,
+    run_name: str | None = None,
+    context: RunContext | None = None,
 ) -> Iterator[Any]:
     """Open a tagged run with the composed config logged as params (secrets scrubbed); yields the run.
 
     Nested under the active run if there is one; inside a Hydra multirun with no active run, nested under the
     sweep's parent run (``$RAIM_MLFLOW_PARENT_RUN_ID`` names a parent explicitly). ``nested`` is accepted for
-    symmetry with ``mlflow.start_run``: with no parent to nest under, the run is a top-level one.
+    symmetry with ``mlflow.start_run``: with no parent to nest under, the run is a top-level one. ``context``:
+    the config's tags and logged config, read once for many runs (default: read off ``cfg`` for this one).
     """
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
 
     exp_id = setup(cfg)
-    all_tags = {**base_tags(cfg, kind), **{k: str(v) for k, v in (tags or {}).items()}}
+    base = context.tags(kind) if context is not None else base_tags(cfg, kind)
+    all_tags = {**base, **{k: str(v) for k, v in (tags or {}).items()}}
     all_tags = scrub(all_tags)  # key-aware: git_commit and *_sha256 keep their hashes
     active = mlflow.active_run()
     kwargs: dict[str, Any] = {
@@ -221,7 +248,7 @@ def start_run(
             kwargs["nested"] = True
     with store_errors(tracking_uri(cfg)), mlflow.start_run(**kwargs) as run:
         if active is None:  # children inherit the parent's config: log it once
-            data = run_config(cfg)
+            data = context.config if context is not None and context.config else run_config(cfg)
             mlflow.log_params(flatten(data))
             with tempfile.TemporaryDirectory() as tmp:
                 p = Path(tmp) / "config.yaml"
@@ -261,9 +288,10 @@ DISTINGUISHING = (
 )
 
 
-def distinguishing_params(cfg: DictConfig) -> dict[str, str]:
-    """:data:`DISTINGUISHING` as MLflow params (dotted keys, as on the parent run)."""
-    data, out = run_config(cfg), {}
+def distinguishing_params(data: Mapping) -> dict[str, str]:
+    """:data:`DISTINGUISHING` of a run's logged config (:func:`run_config`) as MLflow params (dotted keys, as on
+    the parent run)."""
+    out: dict[str, str] = {}
     for key in DISTINGUISHING:
         node = data
         for part in key.split("."):
@@ -286,15 +314,19 @@ def log_figures(paths: Iterable[str | Path], artifact_path: str = "figures") -> 
 
 
 def log_metrics(
-    metrics: Mapping[str, float], series: Mapping[str, Iterable[float]] | None = None, model_id: str | None = None
+    metrics: Mapping[str, float],
+    series: Mapping[str, Iterable[float]] | None = None,
+    model_id: str | None = None,
+    params: Mapping[str, str] | None = None,
+    tags: Mapping[str, str] | None = None,
 ) -> None:
     """The active run's metrics in one batch (one store transaction, not one per metric): ``metrics`` at step 0,
     each of ``series`` as one value per step (e.g. β per fold, step = fold). ``model_id``: the step-0 metrics
     are also the metrics of that logged model (what MLflow's ``log_model`` does for metrics logged before it,
-    at one query per metric name)."""
+    at one query per metric name). ``params`` and ``tags`` go in the same batch."""
 
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
-    from mlflow.entities import Metric  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.entities import Metric, Param, RunTag  # imported here, not at start-up: mlflow ~1.8 s
 
     ts = int(time.time() * 1000)
     rows = [Metric(k, float(v), ts, 0, model_id=model_id) for k, v in metrics.items()]
@@ -303,7 +335,12 @@ def log_metrics(
         for k, vals in (series or {}).items()
         for i, v in enumerate(vals)
     ]
-    mlflow.MlflowClient().log_batch(mlflow.active_run().info.run_id, metrics=rows)
+    mlflow.MlflowClient().log_batch(
+        mlflow.active_run().info.run_id,
+        metrics=rows,
+        params=[Param(k, str(v)) for k, v in (params or {}).items()],
+        tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
+    )
 
 
 def log_json(obj: Any, name: str) -> None:
@@ -412,14 +449,15 @@ def stacker_example(table, result, rows: int = 5):
     return pd.DataFrame(X[:rows], columns=list(fitted.members) + names)
 
 
-def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None = None) -> str:
+def log_dataset(
+    cfg: DictConfig, table, name: str, result, summary: dict | None = None, context: RunContext | None = None
+) -> str:
     """The active (child) run ← one dataset's ladder and decision (``summary``: its results.json entry; default
     the ladder's summary), the params that set it apart, β table, hashes and the fitted stacker model."""
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
 
     s = summary or result.summary
     metrics, tags = summary_metrics(s)
-    mlflow.log_params(distinguishing_params(cfg))
     # the model first, then its metrics in one batch carrying its id (logged after the metrics, MLflow would
     # copy each onto the model with one history query per metric name)
     # only a tracked run logs a model: the pyfunc module (mlflow.pyfunc, ~0.8 s) is not part of the start-up
@@ -428,12 +466,13 @@ def log_dataset(cfg: DictConfig, table, name: str, result, summary: dict | None 
     example = stacker_example(table, result)
     info = serving.log_stacker(result.stacker, list(example.columns), example, decision=s.get("decision"))
     folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
-    log_metrics(
+    log_metrics(  # metrics, params and tags: one transaction
         metrics,
         {metric_name("beta_fold", k): [f[k] for f in folds] for k in (folds[0] if folds else {})},
         model_id=info.model_id,
+        params=distinguishing_params(context.config if context is not None else run_config(cfg)),
+        tags={**tags, **input_hashes(cfg, table, name), "stacker_model_uri": info.model_uri},
     )
-    mlflow.set_tags({**tags, **input_hashes(cfg, table, name), "stacker_model_uri": info.model_uri})
     mlflow.log_text(beta_table(s).to_csv(index=False), "beta.csv")
     log_json(s, "summary.json")
     return info.model_uri
@@ -467,18 +506,15 @@ def tracking_failure(cfg: DictConfig, e: Exception) -> RaimError | None:
 
 
 def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -> str:
-    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
-
     by = table.by_dataset()
-    with start_run(cfg, kind) as run:
+    context = RunContext.read(cfg)  # once for the parent and every child
+    with start_run(cfg, kind, context=context) as run:
         decisions = {n: s["decision"]["label"] for n, s in doc["datasets"].items() if "decision" in s}
-        mlflow.set_tags(
-            {
-                **input_hashes(cfg, table),
-                "datasets": ",".join(results),
-                "decisions": "; ".join(f"{n}: {d}" for n, d in decisions.items()),
-            }
-        )
+        tags = {
+            **input_hashes(cfg, table),
+            "datasets": ",".join(results),
+            "decisions": "; ".join(f"{n}: {d}" for n, d in decisions.items()),
+        }
         log_json(doc, "results.json")
         prov = table.provenance or {}
         metrics = {}
@@ -489,8 +525,8 @@ def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -
         kappas = [r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]
         metrics["stacked/kappa_mean"] = np.mean(kappas)
         metrics["admissible_count"] = sum(r.summary["admissibility"]["admissible"] for r in results.values())
-        log_metrics(metrics)
-        for name, result in results.items():
-            with start_run(cfg, kind, tags={"dataset": name}, nested=True):  # named stacking/<roster>/<dataset>
-                log_dataset(cfg, by[name], name, result, doc["datasets"].get(name))
+        log_metrics(metrics, tags=tags)
+        for name, result in results.items():  # each child named stacking/<roster>/<dataset>
+            with start_run(cfg, kind, tags={"dataset": name}, nested=True, context=context):
+                log_dataset(cfg, by[name], name, result, doc["datasets"].get(name), context)
         return run.info.run_id
