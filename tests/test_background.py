@@ -78,3 +78,19 @@ def test_a_cancelled_worker_exits_and_logs_nothing(tmp_path):
         exp = mlflow.get_experiment_by_name(cfg.tracking.experiment or "raim")
         runs = mlflow.search_runs([exp.experiment_id]) if exp else []
         assert len(runs) == 0, uri
+
+
+def test_the_workers_warm_up_loads_no_judge_engine():
+    """The worker's warm-up (what it imports while the analysis runs) is on a tracked run's critical path: it
+    loads MLflow, the tracking and serving modules, and none of the judges' engines (tokenizers alone ~0.2 s)."""
+    import subprocess
+    import sys
+
+    from src.mlops.background import WARM, WARM_AFTER
+
+    engines = ("tokenizers", "safetensors", "torch", "transformers", "llama_cpp", "vllm", "anthropic")
+    code = f"import importlib, sys\nfor m in {WARM + WARM_AFTER!r}: importlib.import_module(m)\n"
+    code += f"print(sorted(m for m in {engines!r} if m in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=track.ROOT)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "[]"

@@ -23,9 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import load_file
 from threadpoolctl import threadpool_limits
-from tokenizers import Tokenizer
 
 from src.judges.backends.base import Backend, abstention
 from src.judges.frames import Frame
@@ -94,6 +92,9 @@ class NumpyMiniLM:
     """A numpy forward pass of a BERT sentence encoder (mean pooling, L2-normalised)."""
 
     def __init__(self, model_dir: Path | str, max_len: int = 256):
+        # serving and the tracking worker import the judges' roster, not this encoder
+        from safetensors.numpy import load_file  # imported here, not at start-up: safetensors
+        from tokenizers import Tokenizer  # imported here, not at start-up: tokenizers ~0.2 s
 
         d = Path(model_dir)
         self.w = {k: v.astype(np.float32) for k, v in load_file(str(d / "model.safetensors")).items()}
