@@ -478,7 +478,7 @@ def serving(args: list[str], port: int, env: dict):
                     break
             except OSError:
                 if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"server {args[:4]} did not start")
+                    raise RuntimeError(f"server {args[:4]} did not start") from None
                 time.sleep(0.5)
         yield url
     finally:

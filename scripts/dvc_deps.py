@@ -114,7 +114,7 @@ def declared(body: dict) -> list[str]:
 def rewrite(text: str, stage: str, files: list[str]) -> str:
     """dvc.yaml with ``stage``'s ``src/`` deps replaced by ``files`` (kept before the other deps)."""
     lines = text.splitlines(keepends=True)
-    start = next(i for i, l in enumerate(lines) if re.match(rf"^  {re.escape(stage)}:\s*$", l))
+    start = next(i for i, line in enumerate(lines) if re.match(rf"^  {re.escape(stage)}:\s*$", line))
     deps = next(i for i in range(start, len(lines)) if re.match(r"^\s+deps:\s*$", lines[i]))
     indent = re.match(r"^(\s*)", lines[deps + 1]).group(1)
     j, kept = deps + 1, []

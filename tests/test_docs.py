@@ -176,3 +176,9 @@ def test_src_cites_no_issue_numbers():
     """Docstrings and comments cite the paper's sections, never an issue number (conf/ comments too)."""
     assert issue_citations((ROOT / "src").rglob("*.py")) == []
     assert issue_citations((ROOT / "conf").rglob("*.yaml")) == []
+
+
+def test_tests_benchmarks_and_scripts_cite_no_issue_numbers():
+    """A test, benchmark or script says what it checks or does, not which tracker issue asked for it."""
+    paths = [p for d in ("tests", "bench", "scripts") for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".sh"}]
+    assert issue_citations(paths) == []

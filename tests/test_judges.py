@@ -442,7 +442,7 @@ def test_rosters_compose_and_instantiate_without_loading(name):
     judges = roster_judges(r)
     names = [n for n, _, f in judges if not f]
     assert len(names) == len(set(names)) >= 2
-    for n, b, _ in judges:
+    for _, b, _ in judges:
         be = build_backend(b)  # must not load weights / import vllm / need an API key
         ident = be.identity()
         assert ident["backend"] and json.dumps(ident)

@@ -74,8 +74,8 @@ try:
 except (ModuleNotFoundError, FileNotFoundError) as e:  # pragma: no cover
     pytest.skip(f"SmolLM2 weights not installed: {e}", allow_module_level=True)
 
-from src.io.datasets import read_dataset
-from src.judges.config import load_frame_cfgs, load_roster
+from src.io.datasets import read_dataset  # noqa: E402
+from src.judges.config import load_frame_cfgs, load_roster  # noqa: E402
 from src.judges.runner import cluster_subsample, verdict_table  # noqa: E402
 
 

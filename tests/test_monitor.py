@@ -1,4 +1,4 @@
-"""Live admissibility monitoring (src/studies/monitor.py; issue 11 §3): recording from served models, the windowed drift
+"""Live admissibility monitoring (src/studies/monitor.py): recording from served models, the windowed drift
 and prevalence tests on replayed streams, the entry point's JSON, figure and MLflow step metrics."""
 
 from __future__ import annotations

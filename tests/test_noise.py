@@ -1,4 +1,4 @@
-"""Noisy calibration labels (issue 12): the injectors, TRIVIA+'s own columns, the robust stacker, the study and
+"""Noisy calibration labels (the noisy-label study beyond the paper; TRIVIA+'s label types): the injectors, TRIVIA+'s own columns, the robust stacker, the study and
 its entry point, on panels whose answer is known."""
 
 from __future__ import annotations

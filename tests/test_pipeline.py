@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 ENV_AT_IMPORT = dict(os.environ)  # before this module imports anything: what conftest.py has set by now
+# ruff: noqa: E402 (the imports below come after ENV_AT_IMPORT on purpose)
 
 import hashlib
 import json

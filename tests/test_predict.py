@@ -297,7 +297,10 @@ def test_frames_forced_own_calibrated_or_by_shape():
         ["l1", "l2", "l3"],
     )
     frames = serve.frame_configs()
-    by = lambda forced, calibrated: predict.assign_frames(items, frames, forced, calibrated).frame["frame"].tolist()
+
+    def by(forced, calibrated):
+        return predict.assign_frames(items, frames, forced, calibrated).frame["frame"].tolist()
+
     assert by(None, None) == ["def_on", "claim", "def_on"]
     assert by(None, "claim") == ["claim", "claim", "def_on"]
     assert by("claim", "def_on") == ["claim", "claim", "claim"]

@@ -1,4 +1,4 @@
-"""Prior-shift correction and label-free prevalence estimate (src/studies/prevalence.py; issue 11 §2)."""
+"""Prior-shift correction and label-free prevalence estimate (src/studies/prevalence.py)."""
 
 import json
 import os
@@ -431,7 +431,10 @@ def test_estimate_converges_on_the_likelihood_where_it_is_flat():
     for _ in range(40):
         p = np.clip(0.5 + 0.03 * rng.standard_normal(200), 0.01, 0.99)
         a, b = p / 0.5, (1 - p) / 0.5
-        slope = lambda q: np.sum((a - b) / (q * a + (1 - q) * b))  # noqa: E731
+
+        def slope(q, a=a, b=b):
+            return np.sum((a - b) / (q * a + (1 - q) * b))
+
         if not (slope(0.0) > 0 > slope(1.0)):
             continue
         interior += 1

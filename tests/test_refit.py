@@ -72,7 +72,7 @@ def test_every_refit_equals_the_loop_of_fits(seed):
     for weighting in ("accuracy", "logodds"):
         assert np.array_equal(
             rb.counts(rb.weighted(votes, weighting))[:n],
-            loop_counts(gold, votes, clusters, folds, boot, lambda: WeightedVote(weighting), n),
+            loop_counts(gold, votes, clusters, folds, boot, lambda w=weighting: WeightedVote(w), n),
         )
     categorical = StackedLogit(abstention="category", n_votes=votes.shape[1])
     assert np.array_equal(

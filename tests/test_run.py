@@ -47,13 +47,13 @@ def test_cli_writes_results_json(table_csv, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert set(doc["datasets"]) == {"sim0", "sim1"}
-    for name, d in doc["datasets"].items():
+    for d in doc["datasets"].values():
         assert set(d["comparators"]) == set(COMPARATORS)
         for c, v in d["comparators"].items():
             for m in ("kappa", "bacc", "f1"):
                 lo, hi = v[m]["ci"]
                 assert lo <= v[m]["estimate"] + 1e-9 and v[m]["estimate"] <= hi + 1e-9 or c == "oracle"
-        for c, v in d["deltas"].items():
+        for v in d["deltas"].values():
             assert v["kappa"]["call"] in {
                 "win",
                 "clean win",

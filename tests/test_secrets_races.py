@@ -1,4 +1,4 @@
-"""Issue 10, item 5 "Secrets and races": redaction by shape (and what it must keep), Hydra's run folder holds no
+"""Secrets and races: redaction by shape (and what it must keep), Hydra's run folder holds no
 secret, concurrent first runs on a new MLflow store, atomic DVC stage files, no timings in suite.json."""
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def test_subset_and_by_dataset():
     assert t.subset(np.ones(4, bool), ["m2"]).members == ["m2"]
 
 
-# --- issue 10: every bad table is one VerdictError line naming the file, and the row and field where there are ones
+# --- every bad table is one VerdictError line naming the file, and the row and field where there are ones
 
 
 def cell(row: int, col: str, value: str) -> str:
