@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
-from src.core import admissibility
+from src.core import admissibility, memory
 from src.core.aggregate import (
     BestSingle,
     DawidSkene,
@@ -163,14 +163,17 @@ def best_on_average(table: VerdictTable, min_coverage: float = 0.5) -> tuple[str
     """The member with the highest mean κ across the table's datasets (Table 15 'best-on-average': one judge
     deployed everywhere), among the members that answer at least ``min_coverage`` of the items of *every*
     dataset. Returns (its name or None when no member qualifies, {ineligible member: why})."""
-    parts = table.by_dataset()
-    kappas = np.array([admissibility.member_kappas(t.gold, t.votes) for t in parts.values()])
-    covs = np.array([coverage(t.votes) for t in parts.values()])
-    ok = np.all([eligible(t.votes, min_coverage) for t in parts.values()], axis=0)
+    names: list[str] = []
+    rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for name, t in table.each_dataset():  # one subset at a time
+        names.append(name)
+        rows.append((admissibility.member_kappas(t.gold, t.votes), coverage(t.votes), eligible(t.votes, min_coverage)))
+    kappas, covs = np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+    ok = np.all([r[2] for r in rows], axis=0)
     why = {}
     for j in np.flatnonzero(~ok):
         d = int(np.argmin(covs[:, j]))
-        why[table.members[j]] = f"coverage {covs[d, j]:.3f} < {min_coverage:g} on {list(parts)[d]}"
+        why[table.members[j]] = f"coverage {covs[d, j]:.3f} < {min_coverage:g} on {names[d]}"
     if not ok.any():
         return None, why
     return table.members[int(np.argmax(np.where(ok, kappas.mean(axis=0), -np.inf)))], why
@@ -230,7 +233,8 @@ def analyze_dataset(
     """The whole ladder on one dataset (members that never voted on it are set aside and listed; members
     below ``s.min_coverage`` are not eligible as a single-judge comparator, and listed with the reason).
     ``folds``: the dataset's cluster folds when already computed (:func:`dataset_folds`)."""
-    best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)]
+    # a copy, not a view: the result keeps it, and a view would keep the whole vote matrix alive with it
+    best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)].copy()
     table, excluded = active_members(table)
     y, clusters, votes = table.gold, table.clusters, table.votes
     ok, ineligible = single_judge_eligibility(table, s.min_coverage)
@@ -520,7 +524,7 @@ def analyze(
     with threadpool_limits(1):
         best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
         results = {}
-        for name, t in table.by_dataset().items():
+        for name, t in table.each_dataset():  # one subset at a time
             if len(np.unique(t.gold)) < 2:
                 raise AnalysisError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
             try:
@@ -528,6 +532,8 @@ def analyze(
             except AnalysisError as e:
                 raise AnalysisError(f"{table.source}: dataset {name!r}: {e}") from e
             results[name].summary["selected"]["best_avg_ineligible"] = avg_ineligible
+            del t
+            memory.trim()  # the next dataset's peak starts from what is live, not from this one's high-water mark
     _apply_holm(results, s.core, s.holm)
     return results
 

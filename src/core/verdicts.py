@@ -15,7 +15,7 @@ import csv
 import io
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,8 +92,13 @@ class VerdictTable:
         )
 
     def by_dataset(self) -> dict[str, VerdictTable]:
+        return dict(self.each_dataset())
+
+    def each_dataset(self) -> Iterator[tuple[str, VerdictTable]]:
+        """(name, its rows) per dataset, one subset at a time (a large table's subsets are not all held at once)."""
         ds = self.items["dataset"].to_numpy()
-        return {name: self.subset(ds == name) for name in self.datasets}
+        for name in self.datasets:
+            yield name, self.subset(ds == name)
 
     def to_frame(self) -> pd.DataFrame:
         """Back to the on-disk contract (abstentions as empty cells)."""

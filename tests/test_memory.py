@@ -1,0 +1,65 @@
+"""Memory between the datasets of a large table (src/core/memory.py and the ladder's loop over datasets): one
+dataset's subset alive at a time, freed heap handed back to the system after each, and nothing kept by a
+result beyond its own predictions."""
+
+from __future__ import annotations
+
+import ctypes.util
+import sys
+
+import numpy as np
+import pytest
+from test_ladder_intervals import _table
+
+from src.core import ladder, memory
+from src.core.aggregate import StackedLogit
+
+GLIBC = sys.platform.startswith("linux") and ctypes.util.find_library("c") is not None
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096 / 2**20
+
+
+@pytest.mark.skipif(not GLIBC, reason="malloc_trim is glibc's")
+def test_trim_returns_freed_heap_pages_to_the_system():
+    """Blocks under glibc's mmap threshold live on the heap; with every tenth kept, the freed ones between them
+    cannot be returned by the heap's own top-trimming, only by malloc_trim."""
+    blocks = [bytearray(64 * 1024) for _ in range(3200)]  # ~200 MB of heap, every page touched
+    kept = blocks[::10]
+    del blocks
+    before = _rss_mb()
+    assert memory.trim() is True
+    after = _rss_mb()
+    assert before - after > 100, f"RSS {before:.0f} MB → {after:.0f} MB after trim"
+    assert len(kept) == 320
+
+
+def test_the_ladder_trims_once_per_dataset_and_builds_one_subset_at_a_time(monkeypatch):
+    table = _table(datasets=("a", "b", "c"))
+    trims: list[int] = []
+    monkeypatch.setattr(memory, "trim", lambda: trims.append(1) or True)
+
+    def no_dict(self):  # the ladder iterates the subsets; it does not build them all at once
+        raise AssertionError("by_dataset() holds every subset at once")
+
+    monkeypatch.setattr(type(table), "by_dataset", no_dict)
+    results = ladder.analyze(table, StackedLogit(), ladder.LadderSettings(n_boot=50))
+    assert sorted(results) == ["a", "b", "c"] and len(trims) == 3
+
+
+def test_each_dataset_yields_what_by_dataset_holds():
+    table = _table(datasets=("a", "b"))
+    lazy = table.each_dataset()
+    assert not isinstance(lazy, dict)
+    for (name, part), (name2, part2) in zip(lazy, table.by_dataset().items(), strict=True):
+        assert name == name2 and np.array_equal(part.votes, part2.votes, equal_nan=True)
+
+
+def test_a_result_keeps_no_view_of_the_whole_vote_matrix():
+    table = _table(datasets=("a", "b"))
+    results = ladder.analyze(table, StackedLogit(), ladder.LadderSettings(n_boot=50))
+    for r in results.values():
+        for name, pred in r.predictions.items():
+            assert pred is None or pred.base is None or pred.base.size == pred.size, name
