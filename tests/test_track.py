@@ -302,6 +302,54 @@ def test_stacker_model_signature_requirements_and_probabilities(logged):
         model.predict(pd.DataFrame({c: [2.0] for c in cols}))
 
 
+ALONE = """
+import json, sys
+# the checkout's src must not be importable: only the model's own copy of the code
+sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+sys.path_hooks = [h for h in sys.path_hooks if "editable" not in repr(h).lower()]
+sys.path = [p for p in sys.path if p not in ("", sys.argv[2])]
+import mlflow.pyfunc, pandas as pd
+model = mlflow.pyfunc.load_model(sys.argv[1])
+X = pd.DataFrame(json.loads(sys.argv[3]))
+out = [model.predict(X)["p_hallucinated"].tolist(), model.predict(X, params={"prevalence": "0.1"})["p_hallucinated"].tolist()]
+import src
+print(json.dumps({"src": src.__file__, "p": out}))
+"""
+
+
+def test_a_stacker_model_ships_the_code_it_imports_and_runs_from_it_alone(logged, tmp_path):
+    """A logged stacker carries the package's modules its model and stacker import (at any depth, inside functions
+    too: the prior-shift path runs only when a request names a prevalence), not the whole package: a fresh
+    interpreter that cannot import the checkout loads it and predicts from that copy alone, as it does here."""
+    import mlflow
+
+    uri = children(logged["run_id"])["good"].data.tags["stacker_model_uri"]
+    path = Path(mlflow.artifacts.download_artifacts(uri))
+    code = path / "code" / "src"
+    shipped = {p.relative_to(code).as_posix() for p in code.rglob("*.py")}
+    assert {"__init__.py", "mlops/serving.py", "core/aggregate.py", "core/priorshift.py", "core/errors.py"} <= shipped
+    assert not shipped & {"run.py", "mlops/tracking.py", "studies/stacking.py", "core/ladder.py", "present/report.py"}
+    assert not list(code.rglob("*.yaml")) and not list(code.rglob("__pycache__"))
+    rows = {f"m{j:02d}": [1.0, 0.0, float(j % 2), 0.5 if j else 1.0] for j in range(8)}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-c", ALONE, str(path), str(ROOT), json.dumps(rows)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    alone = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert Path(alone["src"]).resolve().is_relative_to(code.resolve())
+    here = mlflow.pyfunc.load_model(uri)
+    X = pd.DataFrame(rows)
+    assert alone["p"][0] == pytest.approx(here.predict(X)["p_hallucinated"].tolist())
+    assert alone["p"][1] == pytest.approx(here.predict(X, params={"prevalence": "0.1"})["p_hallucinated"].tolist())
+    assert alone["p"][0] != pytest.approx(alone["p"][1])
+
+
 def test_each_logged_stacker_carries_its_datasets_metrics(logged):
     """The model is logged before the metrics, which then carry its id (one batch): MLflow's Models view shows
     the dataset's κ on the model, as when MLflow copies earlier metrics onto it one query per name."""
