@@ -36,6 +36,22 @@ def test_batched_fit_is_sklearns_logistic_regression(C):
     assert np.abs(started - B).max() < 1e-6
 
 
+def test_the_fits_elementwise_terms_are_the_textbook_formulas_bit_for_bit():
+    """log(1 + eᶯ) and σ(η), computed in place, are the same doubles as the formulas written out (ties at p = ½
+    make the last bits of β decide predictions), from −800 to 800; and a rung's design matrix gets its rows' zᵀz
+    computed once, not once a fit."""
+    rng = np.random.default_rng(0)
+    eta = np.concatenate([rng.normal(0, 8, 3500), [-800.0, -40, -1e-300, 0.0, 1e-300, 40, 800]]).reshape(-1, 7)
+    e = np.exp(-np.abs(eta))
+    log1pexp, sigmoid = refit._log1pexp_sigmoid(eta)
+    assert np.array_equal(log1pexp, np.maximum(eta, 0.0) + np.log1p(e))
+    assert np.array_equal(sigmoid, np.where(eta >= 0, 1.0, e) / (1.0 + e))
+    Z = np.column_stack([np.ones(5), rng.choice([0.0, 0.5, 1.0], (5, 3))])
+    outer = refit._row_outer(Z)
+    assert np.array_equal(outer, (Z[:, :, None] * Z[:, None, :]).reshape(5, 16))
+    assert refit._row_outer(Z) is outer and refit._row_outer(Z.copy()) is not outer
+
+
 def test_batched_fit_gives_a_one_class_problem_its_class():
     Z = np.column_stack([np.ones(3), [0.0, 0.5, 1.0]])
     B = fit_logit(Z, np.array([[1.0, 2, 0], [0, 0, 0]]), np.array([[0.0, 0, 0], [1, 1, 1]]))

@@ -46,9 +46,31 @@ MIN_CHUNK = 64
 
 
 def _log1pexp_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log(1 + eᶯ) and σ(η), stable for any η."""
-    e = np.exp(-np.abs(eta))
-    return np.maximum(eta, 0.0) + np.log1p(e), np.where(eta >= 0, 1.0, e) / (1.0 + e)
+    """log(1 + eᶯ) = max(η, 0) + log1p(e^{−|η|}) and σ(η) = (η ≥ 0 ? 1 : e^{−|η|}) / (1 + e^{−|η|}), stable for any η;
+    computed in place (the same operations on the same values: the same bits, fewer arrays of draws × rows)."""
+    e = np.abs(eta)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    log1pexp = np.maximum(eta, 0.0)
+    log1pexp += np.log1p(e)
+    sigmoid = np.where(eta >= 0, 1.0, e)
+    e += 1.0
+    sigmoid /= e
+    return log1pexp, sigmoid
+
+
+_OUTER: list[tuple[weakref.ref, np.ndarray]] = []
+
+
+def _row_outer(Z: np.ndarray) -> np.ndarray:
+    """V × p²: each row's zᵀz, flat; once per design matrix while it lives (a rung's fits, two per draw chunk and
+    fold, share theirs)."""
+    for seen, outer in _OUTER:
+        if seen() is Z:
+            return outer
+    outer = (Z[:, :, None] * Z[:, None, :]).reshape(len(Z), -1)
+    _OUTER[:] = [(seen, o) for seen, o in _OUTER if seen() is not None][-3:] + [(weakref.ref(Z), outer)]
+    return outer
 
 
 def fit_logit(
@@ -83,7 +105,7 @@ def fit_logit(
     B[single, 0] = np.where(pos[single] > 0, SINGLE_CLASS_LOGIT, -SINGLE_CLASS_LOGIT)
     lam = np.full(p, 1.0 / C)
     lam[0] = 0.0
-    outer = (Z[:, :, None] * Z[:, None, :]).reshape(len(Z), p * p)  # V × p²: each row's zᵀz, flat
+    outer = _row_outer(Z)
 
     def evaluate(w, w1, beta):
         """(σ(η), objective) of the problems with weights w (all items) and w1 (gold 1) at coefficients beta."""
