@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,6 +49,7 @@ from harness import (  # noqa: E402
     import_seconds,
     interleaved,
     machine,
+    paired,
     ratio,
     settle,
     summary,
@@ -179,7 +182,8 @@ def analysis_part(table, s, repeats: int, load: int) -> None:
             print(f"   {name:24s} quiet {summary(q)}; under load {summary(busy[k])}: {min(busy[k]) / min(q):.2f}x")
 
 
-def cli(env: dict, out: Path) -> None:
+def cli(env: dict, out: Path) -> float:
+    """One ``python -m src.run``; returns its CPU seconds (user + system, the forked tracking worker's included)."""
     cmd = [
         sys.executable,
         "-m",
@@ -195,7 +199,10 @@ def cli(env: dict, out: Path) -> None:
     ]
     if "MLFLOW_TRACKING_URI" not in env:
         cmd.append("tracking.enabled=false")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def cli_part(repeats: int, load: int) -> None:
@@ -207,24 +214,28 @@ def cli_part(repeats: int, load: int) -> None:
         (tmp / "existing").mkdir()
         cli(existing, tmp)  # the existing store: created once, before the clocks
         fresh = iter(range(10**6))
+        cpu_s: dict[str, list[float]] = {"no tracking": [], "existing store": [], "new store": []}
 
         def new_store():
             d = tmp / f"new{next(fresh)}"
             d.mkdir()
-            cli({**base, "MLFLOW_TRACKING_URI": f"sqlite:///{d}/m.db"}, tmp)
+            cpu_s["new store"].append(cli({**base, "MLFLOW_TRACKING_URI": f"sqlite:///{d}/m.db"}, tmp))
 
         sides = {
-            "no tracking": lambda: cli(base, tmp),
-            "existing store": lambda: cli(existing, tmp),
+            "no tracking": lambda: cpu_s["no tracking"].append(cli(base, tmp)),
+            "existing store": lambda: cpu_s["existing store"].append(cli(existing, tmp)),
             "new store": new_store,
         }
         print("3. python -m src.run on the committed verdict caches, end to end (a new process: imports counted)")
         times, _ = interleaved(sides, repeats)
         for k, v in times.items():
-            print(f"   {k:15s} {summary(v)}")
+            print(f"   {k:15s} {summary(v)}; CPU {summary(cpu_s[k][-len(v) :])}")
+        untracked = times["no tracking"]
         for k in ("existing store", "new store"):
-            untracked = times["no tracking"]
-            print(f"   {k} / no tracking: {min(times[k]) / min(untracked):.2f}x (minima) [{cpu()}]")
+            print(
+                f"   {k} / no tracking: {min(times[k]) / min(untracked):.2f}x (minima), {paired(times[k], untracked)}; "
+                f"CPU {statistics.median(cpu_s[k]) / statistics.median(cpu_s['no tracking']):.2f}x (medians) [{cpu()}]"
+            )
         if load:
             with competing_load(load):
                 print(f"   under {load} busy process(es): {machine()}")

@@ -106,6 +106,13 @@ def summary(times: list[float]) -> str:
     return f"min {min(times):.3f} s, median {statistics.median(times):.3f} s over {len(times)}"
 
 
+def paired(slow: list[float], fast: list[float]) -> str:
+    """The median of the rounds' ratios slow / fast (each round runs both sides back to back, so a busy spell
+    slows both) and their range."""
+    r = sorted(a / b for a, b in zip(slow, fast))
+    return f"{statistics.median(r):.2f}x (median of {len(r)} rounds' ratios, {r[0]:.2f}–{r[-1]:.2f})"
+
+
 def import_seconds(stderr: str) -> float:
     """The total of a ``-X importtime`` report: the cumulative times of its top-level imports, in seconds."""
     rows = [ln.split("|") for ln in stderr.splitlines() if ln.startswith("import time:") and "cumulative" not in ln]

@@ -67,3 +67,10 @@ def test_the_installed_modules_carry_their_bytecode(name):
     assert spec is not None and spec.origin is not None, name
     cached = importlib.util.cache_from_source(spec.origin)
     assert os.path.exists(cached), f"{name}: no bytecode at {cached} (scripts/setup.sh compiles it)"
+
+
+def test_the_benchmarks_paired_ratio_reads_each_round_against_its_own_baseline():
+    """A busy spell slows both sides of a round: the median of the rounds' ratios is 2 here, where the ratio of
+    the minima (2/1) and of the medians (9/3) disagree."""
+    slow, fast = [2.0, 9.0, 12.0], [1.0, 3.0, 6.0]
+    assert HARNESS.paired(slow, fast) == "2.00x (median of 3 rounds' ratios, 2.00–3.00)"
