@@ -71,11 +71,12 @@ def main(cfg: DictConfig) -> float:
     outputs = output_paths(cfg)
     for path in outputs:
         check_output(path)
-    # a tracked run loads MLflow in a forked worker beside the analysis (src.mlops.background), which then logs it
+    from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
+
+    # a tracked run loads MLflow in a worker forked beside the analysis (src.mlops.background), which then logs it;
+    # forked once the analysis's libraries are loaded, it inherits them instead of importing them a second time
     worker = TrackingWorker.start(cfg) if cfg.tracking.enabled else None
     try:
-        from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
-
         table, results, doc = analyse(cfg)
     except BaseException:
         if worker is not None:

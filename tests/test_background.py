@@ -94,3 +94,35 @@ def test_the_workers_warm_up_loads_no_judge_engine():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=track.ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip() == "[]"
+
+
+FORK_WATCH = """
+import runpy, sys
+from src.mlops import background
+start = background.TrackingWorker.start.__func__
+def watched(cls, cfg):
+    print("loaded at fork:", sorted(m for m in ("sklearn", "scipy", "pandas") if m in sys.modules), flush=True)
+    return start(cls, cfg)
+background.TrackingWorker.start = classmethod(watched)
+sys.argv = ["src.run", *sys.argv[1:]]
+runpy.run_module("src.run", run_name="__main__")
+"""
+
+
+def test_the_worker_is_forked_once_the_analysis_libraries_are_loaded(tmp_path):
+    """The worker inherits scikit-learn, SciPy and pandas from the run instead of importing them again beside the
+    analysis (the unpickled analysis needs them): the same import work is not done twice on a two-core machine."""
+    import subprocess
+    import sys
+
+    from test_track import ROOT
+
+    csv = write_panels(tmp_path / "verdicts.csv", ("good", "bad"))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/m.db", "MLFLOW_DISABLE_TELEMETRY": "true"}
+    args = [*analysis_overrides(csv, tmp_path / "r.json"), f"hydra.run.dir={tmp_path}/h"]
+    proc = subprocess.run(
+        [sys.executable, "-c", FORK_WATCH, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "loaded at fork: ['pandas', 'scipy', 'sklearn']" in proc.stdout
+    assert "MLflow run " in proc.stdout and (tmp_path / "r.json").is_file()
