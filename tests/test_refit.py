@@ -43,7 +43,7 @@ def test_the_fits_elementwise_terms_are_the_textbook_formulas_bit_for_bit():
     rng = np.random.default_rng(0)
     eta = np.concatenate([rng.normal(0, 8, 3500), [-800.0, -40, -1e-300, 0.0, 1e-300, 40, 800]]).reshape(-1, 7)
     e = np.exp(-np.abs(eta))
-    log1pexp, sigmoid = refit._log1pexp_sigmoid(eta)
+    log1pexp, sigmoid = refit.softplus_sigmoid(eta)
     assert np.array_equal(log1pexp, np.maximum(eta, 0.0) + np.log1p(e))
     assert np.array_equal(sigmoid, np.where(eta >= 0, 1.0, e) / (1.0 + e))
     Z = np.column_stack([np.ones(5), rng.choice([0.0, 0.5, 1.0], (5, 3))])

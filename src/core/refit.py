@@ -45,7 +45,7 @@ SINGLE_CLASS_LOGIT = 30.0
 MIN_CHUNK = 64
 
 
-def _log1pexp_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """log(1 + eᶯ) = max(η, 0) + log1p(e^{−|η|}) and σ(η) = (η ≥ 0 ? 1 : e^{−|η|}) / (1 + e^{−|η|}), stable for any η;
     computed in place (the same operations on the same values: the same bits, fewer arrays of draws × rows)."""
     e = np.abs(eta)
@@ -110,7 +110,7 @@ def fit_logit(
     def evaluate(w, w1, beta):
         """(σ(η), objective) of the problems with weights w (all items) and w1 (gold 1) at coefficients beta."""
         eta = beta @ Z.T
-        sp, s = _log1pexp_sigmoid(eta)
+        sp, s = softplus_sigmoid(eta)
         return s, (w * sp - w1 * eta).sum(axis=1) + 0.5 * (beta**2 * lam).sum(axis=1)
 
     active = np.flatnonzero(~single)

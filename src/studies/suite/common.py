@@ -26,6 +26,7 @@ from sklearn.base import clone
 from src.core.aggregate import StackedLogit, cluster_folds
 from src.core.evaluate import from_counts, indicators
 from src.core.ladder import design_matrix
+from src.core.refit import softplus_sigmoid
 from src.core.verdicts import ABSTAIN, VerdictTable
 
 # --------------------------------------------------------------------------------------------- the stacker
@@ -201,18 +202,6 @@ def unique_rows(*arrays: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(back, return_index=True)[1], back
 
 
-def _softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """log(1 + eᶯ) and σ(η), sharing one exponential (in place where it can: the same operations)."""
-    e = np.abs(eta)
-    np.exp(np.negative(e, out=e), out=e)
-    sp = np.maximum(eta, 0.0)
-    sp += np.log1p(e)
-    sg = np.where(eta >= 0, 1.0, e)
-    e += 1.0
-    sg /= e
-    return sp, sg
-
-
 def _newton(Z, y, r, c, w, on, lam, max_iter, tol):
     """Batched damped Newton on Σ w·logloss + λ/2‖β₁:‖² (λ = 1/C), over the nonzero (problem r, pattern c)
     weights w only (sorted by problem), so a small label budget costs in proportion to its records."""
@@ -238,7 +227,7 @@ def _newton(Z, y, r, c, w, on, lam, max_iter, tol):
     fix = np.eye(p)[None] * (1.0 - onf)[:, None, :] + np.diag(pen)[None]
     B = np.zeros((M, p))
     eta = np.zeros(len(r))
-    sp, sg = _softplus_sigmoid(eta)
+    sp, sg = softplus_sigmoid(eta)
     f = by_problem(w * (sp - yy * eta), ones)[:, 0]
     for _ in range(max_iter):
         g = (by_problem(w * (sg - yy), Z) + B * pen) * onf
@@ -250,7 +239,7 @@ def _newton(Z, y, r, c, w, on, lam, max_iter, tol):
         t = np.ones(M)
         for trial in range(30):  # halve the step where the objective went up
             eta_c = eta - (t[r] * d_eta if trial else d_eta)  # a full step first (t = 1: the same numbers)
-            sp, sg = _softplus_sigmoid(eta_c)
+            sp, sg = softplus_sigmoid(eta_c)
             Bc = B - (t[:, None] * step if trial else step)
             fc = by_problem(w * (sp - yy * eta_c), ones)[:, 0] + 0.5 * (Bc**2 * pen).sum(1)
             bad = fc > f + 1e-12 * np.abs(f)
