@@ -229,7 +229,7 @@ def cli_part(repeats: int, load: int) -> None:
         print("3. python -m src.run on the committed verdict caches, end to end (a new process: imports counted)")
         times, _ = interleaved(sides, repeats)
         for k, v in times.items():
-            print(f"   {k:15s} {summary(v)}; CPU {summary(cpu_s[k][-len(v) :])}")
+            print(f"   {k:15s} {summary(v)}; CPU {summary(cpu_s[k])}")
         untracked = times["no tracking"]
         for k in ("existing store", "new store"):
             print(
