@@ -63,3 +63,18 @@ def test_a_result_keeps_no_view_of_the_whole_vote_matrix():
     for r in results.values():
         for name, pred in r.predictions.items():
             assert pred is None or pred.base is None or pred.base.size == pred.size, name
+
+
+def test_a_per_array_value_is_computed_once_while_its_array_lives_and_goes_with_it():
+    """The refit's fits share their design matrix's zᵀz and distinct rows: computed once per array (an equal copy
+    is another array), a freed array's entry dropped first, at most ``keep`` held."""
+    calls: list[int] = []
+    per = memory.PerArray(lambda X: calls.append(1) or X.sum(), keep=3)
+    a, b, c, d, e = np.ones(3), np.ones(3), np.arange(3.0), np.zeros(2), np.ones(1)
+    assert (per(a), per(a), per(b), per(c), per(b)) == (3.0, 3.0, 3.0, 3.0, 3.0) and len(calls) == 3
+    del b  # its entry goes before any live one
+    per(d)
+    assert per(a) == 3.0 and per(c) == 3.0 and len(calls) == 4
+    assert all(seen() is x for (seen, _), x in zip(per._seen, (a, c, d), strict=True))
+    per(e)  # a fourth live array: the oldest (a's) goes
+    assert per(a) == 3.0 and len(calls) == 6

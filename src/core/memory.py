@@ -1,9 +1,11 @@
-"""Freed memory handed back to the operating system between the datasets of a large table.
+"""Memory of a large table's analysis: freed pages handed back to the operating system between its datasets, and
+values derived from an array kept only while that array lives.
 
 An analysis frees most of what it allocates for one dataset before the next, but the C allocator (glibc's) keeps
 the freed pages of its heap for reuse, so the resident size stays at the high-water mark of the datasets before
 and the next dataset's peak lands on top of it. :func:`trim` asks the allocator to return those pages
-(``malloc_trim(0)``); where there is no glibc it does nothing.
+(``malloc_trim(0)``); where there is no glibc it does nothing. :class:`PerArray` computes a value of an array
+once while the array lives (the refit bootstrap's fits share their design matrix's rows, :mod:`src.core.refit`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,13 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import weakref
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
 
 
 @functools.cache
@@ -30,3 +39,22 @@ def trim() -> bool:
         return False
     fn(0)
     return True
+
+
+class PerArray(Generic[T]):
+    """``f(X)`` computed once per array while the array lives: entries are keyed by the array itself through a weak
+    reference (never by ``id``, which a freed array's successor may reuse), an entry whose array was freed is
+    dropped, and at most ``keep`` entries are held."""
+
+    def __init__(self, f: Callable[[np.ndarray], T], keep: int = 4):
+        self.f, self.keep = f, keep
+        self._seen: list[tuple[weakref.ref, T]] = []
+
+    def __call__(self, X: np.ndarray) -> T:
+        for seen, value in self._seen:
+            if seen() is X:
+                return value
+        value = self.f(X)
+        live = [(seen, v) for seen, v in self._seen if seen() is not None]
+        self._seen = live[len(live) - self.keep + 1 :] + [(weakref.ref(X), value)]
+        return value

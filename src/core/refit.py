@@ -28,8 +28,6 @@ interval the ladder's calls read (docs/intervals.md has the derivation and the m
 
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 from scipy import sparse
 from scipy.stats import norm
@@ -37,6 +35,7 @@ from sklearn.base import clone
 
 from src.core.aggregate import WeightedVote, member_accuracy
 from src.core.evaluate import MAX_WEIGHT_BYTES, ClusterBootstrap, classes, distinct_rows, from_counts, indicators
+from src.core.memory import PerArray
 from src.core.verdicts import ABSTAIN
 
 # a training part holding one gold class only is fitted as scikit-learn cannot: β = 0, intercept ±this
@@ -59,18 +58,13 @@ def softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return log1pexp, sigmoid
 
 
-_OUTER: list[tuple[weakref.ref, np.ndarray]] = []
+def _outer(Z: np.ndarray) -> np.ndarray:
+    return (Z[:, :, None] * Z[:, None, :]).reshape(len(Z), -1)
 
 
-def _row_outer(Z: np.ndarray) -> np.ndarray:
-    """V × p²: each row's zᵀz, flat; once per design matrix while it lives (a rung's fits, two per draw chunk and
-    fold, share theirs)."""
-    for seen, outer in _OUTER:
-        if seen() is Z:
-            return outer
-    outer = (Z[:, :, None] * Z[:, None, :]).reshape(len(Z), -1)
-    _OUTER[:] = [(seen, o) for seen, o in _OUTER if seen() is not None][-3:] + [(weakref.ref(Z), outer)]
-    return outer
+# V × p²: each row's zᵀz, flat; once per design matrix while it lives (a rung's fits, two per draw chunk and fold,
+# share theirs)
+_row_outer = PerArray(_outer)
 
 
 def fit_logit(
@@ -281,16 +275,8 @@ class RefitBootstrap:
         if (self.fold_of < 0).any():
             raise ValueError("the folds do not hold every item out once")
         self.n_folds = len(folds)
-        self._distinct: list[tuple[weakref.ref, tuple[np.ndarray, np.ndarray]]] = []
-
-    def _rows(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:func:`src.core.evaluate.distinct_rows` of X, once per array while it lives (the ladder's rungs read the
-        same votes)."""
-        for seen, rows in self._distinct:
-            if seen() is X:
-                return rows
-        self._distinct.append((weakref.ref(X), distinct_rows(X)))
-        return self._distinct[-1][1]
+        # :func:`src.core.evaluate.distinct_rows` of an array, once while it lives (the ladder's rungs read the same votes)
+        self._rows = PerArray(distinct_rows)
 
     # ------------------------------------------------------------------------------------------- the draws
 
