@@ -1,8 +1,9 @@
 """The ``src/`` files each DVC stage depends on, derived from the import graph of its command's module.
 
 A stage runs ``python -m src.<module>``; it depends on every ``src/`` file that module imports, directly or
-through others, plus the modules the composed config names as ``_target_`` (the roster's backends, the stacker,
-the analysis settings, Hydra callbacks) — Hydra imports those at run time. ``python scripts/dvc_deps.py``
+through others (:func:`src.io.modules.closure`, the packages above it included: ``-m`` imports them), plus the
+modules the composed config names as ``_target_`` (the roster's backends, the stacker, the analysis settings,
+Hydra callbacks) — Hydra imports those at run time. ``python scripts/dvc_deps.py``
 prints, per stage, what dvc.yaml should list; ``--write`` rewrites dvc.yaml's ``src/`` entries in place;
 ``tests/test_pipeline.py`` fails when dvc.yaml differs.
 """
@@ -10,7 +11,6 @@ prints, per stage, what dvc.yaml should list; ``--write`` rewrites dvc.yaml's ``
 from __future__ import annotations
 
 import argparse
-import ast
 import re
 import sys
 from pathlib import Path
@@ -18,58 +18,9 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src"
+sys.path.insert(0, str(ROOT))  # run as a script from the checkout: the package beside it
 
-
-def module_file(name: str) -> Path | None:
-    """``src.core.ladder`` → its file (a package: its ``__init__.py``); None outside ``src``."""
-    base = ROOT.joinpath(*name.split("."))
-    for p in (base.with_suffix(".py"), base / "__init__.py"):
-        if p.is_file():
-            return p
-    return None
-
-
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports_of(path: Path) -> set[str]:
-    """The ``src`` modules a file imports (at any depth of its body), each with its parent packages."""
-    tree, out = ast.parse(path.read_text()), set()
-    is_pkg = path.name == "__init__.py"
-    here = _module_name(path).split(".")
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                pkg = here if is_pkg else here[:-1]
-                pkg = pkg[: len(pkg) - node.level + 1]
-                base = ".".join(pkg + ([base] if base else []))
-            names = [base] + [f"{base}.{a.name}" for a in node.names]
-        for n in names:
-            parts = n.split(".")
-            for i in range(1, len(parts) + 1):
-                if parts[0] == "src" and module_file(".".join(parts[:i])):
-                    out.add(".".join(parts[:i]))
-    return out
-
-
-def closure(roots: set[str]) -> set[Path]:
-    """Every ``src`` file reachable from ``roots`` (module names) through imports."""
-    seen: set[str] = set()
-    todo = list(roots)
-    while todo:
-        m = todo.pop()
-        if m in seen or not module_file(m):
-            continue
-        seen.add(m)
-        todo += imports_of(module_file(m))
-    return {module_file(m) for m in seen}
+from src.io.modules import closure, module_file  # noqa: E402
 
 
 def targets(node) -> set[str]:

@@ -15,7 +15,6 @@ import this module, which imports neither.
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import json
 import logging
@@ -39,6 +38,7 @@ from src.core.priorshift import PrevalenceError, parse_setting, served
 from src.core.verdicts import ABSTAIN
 from src.io.files import StrictJSONError, unique_keys
 from src.io.flagstore import record_flags_from
+from src.io.modules import closure
 from src.io.paths import CONF_DIR, PACKAGE_DIR, ROOT
 from src.io.votestore import record_from
 from src.judges.cache import item_content_hash
@@ -504,63 +504,16 @@ def _pins_from_this_environment() -> Iterator[None]:
             m.warn_dependency_requirement_mismatches = check
 
 
-def _module_file(name: str) -> Path | None:
-    """The source file of a module of this package (``src.core.aggregate``), None for any other name."""
-    top, *rest = name.split(".")
-    if top != PACKAGE_DIR.name:
-        return None
-    base = PACKAGE_DIR.joinpath(*rest)
-    for path in (base.with_suffix(".py"), base / "__init__.py"):
-        if path.is_file():
-            return path
-    return None
-
-
-IMPORT = re.compile(r"^[ \t]*(?:import[ \t]+([\w.]+)|from[ \t]+([\w.]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*))", re.M)
-
-
-def _imported_modules(path: Path) -> set[str]:
-    """The package's modules a source file imports, anywhere in it (imports inside functions too): its ``import``
-    lines read as text (parsing every file into a syntax tree cost ~0.4 s a model)."""
-    found = set()
-    for module, source, names in IMPORT.findall(path.read_text(encoding="utf-8")):
-        found.add(module or source)
-        for name in re.findall(r"\w+", names.split("#")[0] if "(" not in names else names):
-            found.add(f"{source}.{name}")  # a name may be a module
-    return {m for m in found if _module_file(m) is not None}
-
-
-@functools.cache
-def _closure(modules: tuple[str, ...]) -> tuple[Path, ...]:
-    seen: set[str] = set()
-    todo = list(modules)
-    while todo:
-        parts = todo.pop().split(".")
-        for i in range(1, len(parts) + 1):
-            name = ".".join(parts[:i])
-            path = _module_file(name)
-            if name not in seen and path is not None:
-                seen.add(name)
-                todo.extend(_imported_modules(path))
-    return tuple(sorted(p for p in map(_module_file, seen) if p is not None))
-
-
-def module_closure(modules: Iterable[str]) -> list[Path]:
-    """The source files a pickled object of ``modules`` needs to load and run: those modules, every module of this
-    package they import directly or through one another (imports inside functions included, so a code path taken
-    only at serving time is there), and the packages' ``__init__`` files above each; read once a process."""
-    return list(_closure(tuple(sorted(set(modules)))))
-
-
 @contextlib.contextmanager
 def code_tree(modules: Iterable[str] | None) -> Iterator[str]:
-    """A folder shaped like this package holding :func:`module_closure` of ``modules`` (linked where the file
-    system allows, else copied), for a model's ``code_paths``; ``None``: the whole package."""
+    """A folder shaped like this package holding the source files ``modules`` need (:func:`src.io.modules.closure`:
+    their import closure), linked where the file system allows, else copied, for a model's ``code_paths``;
+    ``None``: the whole package."""
     if modules is None:
         yield str(PACKAGE_DIR)
         return
     with tempfile.TemporaryDirectory(prefix="raim-code-") as tmp:
-        for path in module_closure(modules):
+        for path in closure(modules):
             dest = Path(tmp) / path.relative_to(PACKAGE_DIR.parent)
             dest.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -572,7 +525,7 @@ def code_tree(modules: Iterable[str] | None) -> Iterator[str]:
 
 def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, code: Iterable[str] | None = None, **kwargs):
     """``pyfunc.log_model`` with RAIM's pins; pickled objects refer to ``src.*``, so the model ships the package's
-    code: the modules ``code`` needs (:func:`module_closure`), or the whole package (``None``: the panel, whose
+    code: the modules ``code`` needs (:func:`code_tree`), or the whole package (``None``: the panel, whose
     judges read the package's files)."""
     with _pins_from_this_environment(), code_tree(code) as code_path:
         return mlflow.pyfunc.log_model(
