@@ -573,8 +573,10 @@ def test_a_failed_tracking_leaves_the_previous_study_json_in_place(tmp_path, mon
     (tmp_path / "not_a_dir").write_text("")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/not_a_dir/m.db")  # the store cannot be made
     cfg = compose_cfg()
-    with pytest.raises(OSError):  # the store's folder is a file
+    with pytest.raises(track.RaimError) as e:  # the store's folder is a file: one line naming the store
         track.run_study(cfg, "study", compute, out, tmp_path / "s.png", draw, metrics)
+    assert str(e.value).startswith(f"MLflow tracking at sqlite:///{tmp_path}/not_a_dir/m.db failed (")
+    assert str(e.value).endswith("nothing was written to study.json (tracking.enabled=false runs without MLflow)")
     assert computed and json.loads(out.read_text()) == {"previous": True}
     monkeypatch.delenv("MLFLOW_TRACKING_URI")
     doc, path, fig = track.run_study(

@@ -356,14 +356,15 @@ def run_study(
     """A study entry (``python -m src.<kind>``), in the order that loses nothing: both output paths checked before
     any work, then ``compute(cfg)`` → document, ``draw(doc, figure)`` → figure, the MLflow run of kind ``kind``
     (``metrics(doc)``, ``series(doc)`` per step, ``tags(doc)``, the document and the figure) when tracking is on,
-    and the JSON last, so that a failed tracking leaves the previous JSON in place. Returns (doc, JSON, figure)."""
+    and the JSON last, so that a failed tracking leaves the previous JSON in place (its store's failure one line:
+    :func:`tracking_errors`). Returns (doc, JSON, figure)."""
 
     for path in (output, figure):
         files.check_output(path)
     doc = compute(cfg)
     fig = draw(doc, figure)
     if cfg.tracking.enabled:
-        with start_run(cfg, kind, tags=tags(doc) if tags else None):
+        with tracking_errors(cfg, Path(output).name), start_run(cfg, kind, tags=tags(doc) if tags else None):
             log_metrics(metrics(doc), series=series(doc) if series else None)
             log_json(doc, f"{kind}.json")
             log_figures([fig])
@@ -481,19 +482,27 @@ def log_dataset(
 def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "stacking") -> str:
     """One run per analysis (results.json, hashes, mean κ, the verdict cache's report), one nested child per
     dataset; returns its id. A failure of the tracking store is a :class:`RaimError` naming the store."""
+    with tracking_errors(cfg), quiet_mlflow():
+        return _log_analysis(cfg, table, results, doc, kind)
+
+
+@contextlib.contextmanager
+def tracking_errors(cfg: DictConfig, kept: str = "results") -> Iterator[None]:
+    """A failure of the tracking store inside the block raised as :func:`tracking_failure`'s one line (``kept``:
+    the output that was not written); any other exception as it is."""
     try:
-        with quiet_mlflow():
-            return _log_analysis(cfg, table, results, doc, kind)
+        yield
     except Exception as e:
-        err = tracking_failure(cfg, e)
+        err = tracking_failure(cfg, e, kept)
         if err is None:
             raise
         raise err from e
 
 
-def tracking_failure(cfg: DictConfig, e: Exception) -> RaimError | None:
+def tracking_failure(cfg: DictConfig, e: Exception, kept: str = "results") -> RaimError | None:
     """The one line for a failure of the tracking store (MLflow's own errors and those of its sqlite store: a
-    locked or corrupt mlflow.db, a failed migration); None for any other exception (a bug: raised as it is)."""
+    locked or corrupt mlflow.db, a store that cannot be made, a failed migration); None for any other exception (a
+    bug: raised as it is)."""
     from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
 
     why = store_failure(e)  # one line, without the SQL statement
@@ -501,7 +510,7 @@ def tracking_failure(cfg: DictConfig, e: Exception) -> RaimError | None:
         return None
     return RaimError(
         f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why or e}); nothing was "
-        f"written to results (tracking.enabled=false runs without MLflow)"
+        f"written to {kept} (tracking.enabled=false runs without MLflow)"
     )
 
 
