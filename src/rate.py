@@ -22,8 +22,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from src.core import names
-from src.core.errors import ArgumentParser, one_line
+from src.core.errors import ArgumentParser, checked_overrides, one_line
 from src.io.files import atomic_write_text, to_json
+from src.io.paths import CONF_DIR
 from src.judges import tables
 from src.mlops import tracking as track
 from src.present import rate as present
@@ -192,10 +193,12 @@ def run_study(cfg) -> None:
 
 def main() -> None:
     """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra (``@hydra.main`` +
-    ``@one_line``, as :mod:`src.studies.prevalence`)."""
+    ``@one_line`` under :func:`src.core.errors.checked_overrides`, as :mod:`src.prevalence`)."""
     if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
         raise SystemExit(cli(sys.argv[1:]))
-    hydra.main(version_base=None, config_path="../conf", config_name="config")(one_line(run_study))()
+    checked_overrides(
+        hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))
+    )()
 
 
 if __name__ == "__main__":

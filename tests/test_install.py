@@ -109,3 +109,12 @@ def test_installed_main_job_and_predict_run_outside_the_checkout(installed):
     out = [json.loads(ln) for ln in (elsewhere / "out.jsonl").read_text().split("\n") if ln]
     assert len(out) == 3 and all(0 <= r["p_hallucinated"] <= 1 for r in out)
     assert not (elsewhere / "mlflow.db").exists()  # nothing landed in the folder by accident
+
+
+@pytest.mark.parametrize("entry", ["src.analyses", "src.rate", "src.prevalence", "src.report"])
+def test_installed_study_commands_compose_the_packaged_configuration(installed, entry):
+    """The suite and the studies find the configuration inside the installed package (there is no conf/ beside
+    it); ``--cfg job`` composes it without running the study."""
+    _, bin_, elsewhere, _ = installed
+    job = _sh([bin_ / "python", "-m", entry, "--cfg", "job"], elsewhere).stdout
+    assert "roster:" in job and "output: results/results.json" in job

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from src.core.errors import checked_overrides, one_line
 from src.core.names import metric_name
 from src.io import files
+from src.io.paths import CONF_DIR
 from src.judges import tables
 from src.mlops import tracking as track
 from src.present import figures
@@ -76,7 +77,7 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 
 
 @checked_overrides
-@hydra.main(version_base=None, config_path="../../conf", config_name="config")
+@hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
 
