@@ -168,3 +168,28 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, case):
 def test_raim_debug_shows_the_traceback(tmp_path):
     p = cli(tmp_path, "src.judges", "--roster", "nope", debug=True)
     assert p.returncode != 0 and "Traceback" in p.stderr and "RaimError: no roster 'nope'" in p.stderr
+
+
+@pytest.mark.slow
+def test_a_suite_whose_store_cannot_be_made_is_one_line_and_keeps_the_previous_suite_json(tmp_path):
+    """The suite logs to MLflow before it writes suite.json (a DVC output), as the studies do: a store that cannot
+    be made is the tracking's one line, exit 2, and the previous suite.json stays."""
+    out = tmp_path / "suite.json"
+    out.write_text('{"previous": true}')
+    (tmp_path / "not_a_dir").write_text("")
+    env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp_path / "hydra"), "RAIM_DEBUG": "0"}
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path}/not_a_dir/m.db"
+    p = subprocess.run(
+        [sys.executable, "-m", "src.analyses", f"suite.output={out}", f"suite.figures_dir={tmp_path / 'figures'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and last.startswith(f"error: MLflow tracking at sqlite:///{tmp_path}/not_a_dir/m.db"), (
+        p.stderr[-2000:]
+    )
+    assert "nothing was written to suite.json" in last and "Traceback" not in p.stderr
+    assert out.read_text() == '{"previous": true}'

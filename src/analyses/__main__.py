@@ -81,10 +81,17 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 @one_line
 def main(cfg: DictConfig) -> None:
 
+    files.check_output(cfg.suite.output)  # before any work
     doc, results = compute(cfg)
     timings = doc.pop("timings")  # wall times vary run to run: logged, never in suite.json (a DVC output)
-    out = files.write_json(doc, cfg.suite.output)
     figs = figures.draw(results, doc, cfg.suite.figures_dir)
+    if cfg.tracking.enabled:  # before the JSON: a failed tracking leaves the previous suite.json in place
+        tags = {"datasets": ",".join(doc["datasets"])}
+        with track.tracking_errors(cfg, Path(cfg.suite.output).name), track.start_run(cfg, "suite", tags=tags):
+            track.log_metrics({**flat_metrics(doc), **{f"timing/{k}_s": v for k, v in timings.items()}})
+            track.log_json(doc, "suite.json")
+            track.log_figures(figs)
+    out = files.write_json(doc, cfg.suite.output)
     log.info(
         "suite written to %s; %d figures under %s; timings %s",
         out,
@@ -92,11 +99,6 @@ def main(cfg: DictConfig) -> None:
         cfg.suite.figures_dir,
         {k: round(v, 1) for k, v in timings.items()},
     )
-    if cfg.tracking.enabled:
-        with track.start_run(cfg, "suite", tags={"datasets": ",".join(doc["datasets"])}):
-            track.log_metrics({**flat_metrics(doc), **{f"timing/{k}_s": v for k, v in timings.items()}})
-            track.log_json(doc, "suite.json")
-            track.log_figures(figs)
 
 
 if __name__ == "__main__":
