@@ -13,12 +13,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def cli(tmp: Path, *args: str, debug: bool = False) -> subprocess.CompletedProcess:
+def cli(tmp: Path, *args: str, debug: bool = False, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m <args>`` in the checkout, its Hydra folder and MLflow store under ``tmp`` (``env`` overrides)."""
     env = {
         **os.environ,
         "RAIM_HYDRA_DIR": str(tmp / "hydra"),
         "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db",
         "MLFLOW_DISABLE_TELEMETRY": "true",
+        **(env or {}),
     }
     env.pop("HYDRA_FULL_ERROR", None)
     env["RAIM_DEBUG"] = "1" if debug else "0"
@@ -177,16 +179,8 @@ def test_a_suite_whose_store_cannot_be_made_is_one_line_and_keeps_the_previous_s
     out = tmp_path / "suite.json"
     out.write_text('{"previous": true}')
     (tmp_path / "not_a_dir").write_text("")
-    env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp_path / "hydra"), "RAIM_DEBUG": "0"}
-    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp_path}/not_a_dir/m.db"
-    p = subprocess.run(
-        [sys.executable, "-m", "src.analyses", f"suite.output={out}", f"suite.figures_dir={tmp_path / 'figures'}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    store = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/not_a_dir/m.db"}
+    p = cli(tmp_path, "src.analyses", f"suite.output={out}", f"suite.figures_dir={tmp_path / 'figures'}", env=store)
     last = p.stderr.strip().splitlines()[-1]
     assert p.returncode == 2 and last.startswith(f"error: MLflow tracking at sqlite:///{tmp_path}/not_a_dir/m.db"), (
         p.stderr[-2000:]

@@ -4,14 +4,12 @@ it from (:data:`src.io.paths.CONF_DIR`: the checkout's ``conf/``, the installed 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from test_cli_errors import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 # every module that declares a Hydra app, found from the source so that a new command is checked too
@@ -21,16 +19,6 @@ ENTRIES = sorted(
     if re.search(r"hydra\.main\(", p.read_text(encoding="utf-8")) and "__pycache__" not in p.parts
 )
 pytestmark = pytest.mark.slow
-
-
-def _run(tmp: Path, entry: str, *args: str, conf: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "RAIM_DEBUG": "0"}
-    env.pop("HYDRA_FULL_ERROR", None)
-    if conf is not None:
-        env["RAIM_CONF_DIR"] = str(conf)
-    return subprocess.run(
-        [sys.executable, "-m", entry, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
 
 
 def test_the_entries_are_found():
@@ -45,13 +33,13 @@ def test_an_entry_composes_the_configuration_named_by_raim_conf_dir(tmp_path, en
     shutil.copytree(ROOT / "conf", conf)
     text = (conf / "config.yaml").read_text()
     (conf / "config.yaml").write_text(text.replace("\noutput: results/results.json\n", "\noutput: elsewhere.json\n"))
-    p = _run(tmp_path, entry, "--cfg", "job", conf=conf)
+    p = cli(tmp_path, entry, "--cfg", "job", env={"RAIM_CONF_DIR": str(conf)})
     assert p.returncode == 0 and "\noutput: elsewhere.json\n" in p.stdout, (entry, p.stderr[-2000:])
 
 
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_an_entry_answers_a_sweep_without_multirun_in_one_line(tmp_path, entry):
-    p = _run(tmp_path, entry, "seed=1,2")
+    p = cli(tmp_path, entry, "seed=1,2")
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, (entry, p.stderr[-2000:])
     assert lines[0].startswith("error: override 'seed=1,2': a ',' makes the value a list of values to sweep")
