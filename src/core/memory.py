@@ -56,5 +56,5 @@ class PerArray(Generic[T]):
                 return value
         value = self.f(X)
         live = [(seen, v) for seen, v in self._seen if seen() is not None]
-        self._seen = live[len(live) - self.keep + 1 :] + [(weakref.ref(X), value)]
+        self._seen = live[max(0, len(live) - self.keep + 1) :] + [(weakref.ref(X), value)]
         return value

@@ -49,6 +49,11 @@ def _absolute(source: str, path: Path) -> str:
     return ".".join(package + ([source[level:]] if source[level:] else []))
 
 
+def _with_packages(names: Iterable[str]) -> set[str]:
+    """Each dotted name with the packages above it: ``src.core.ladder`` → src, src.core, src.core.ladder."""
+    return {".".join(parts[:i]) for parts in (n.split(".") for n in names) for i in range(1, len(parts) + 1)}
+
+
 def imports_of(path: Path) -> set[str]:
     """RAIM's modules that a source file imports anywhere in it, each with the packages above it."""
     found = set()
@@ -57,21 +62,20 @@ def imports_of(path: Path) -> set[str]:
         found.add(base)
         for name in re.findall(r"\w+", names.split("#")[0] if "(" not in names else names):
             found.add(f"{base}.{name}")  # a name may be a module
-    parents = {".".join(m.split(".")[:i]) for m in found for i in range(1, m.count(".") + 2)}
-    return {m for m in parents if module_file(m) is not None}
+    return {m for m in _with_packages(found) if module_file(m) is not None}
 
 
 @functools.cache
 def _closure(modules: tuple[str, ...]) -> tuple[Path, ...]:
-    seen: set[str] = set()
-    todo = [".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 2)]
+    files: dict[str, Path] = {}
+    todo = list(_with_packages(modules))
     while todo:
         name = todo.pop()
-        path = module_file(name)
-        if name not in seen and path is not None:
-            seen.add(name)
-            todo.extend(imports_of(path))
-    return tuple(sorted(p for p in map(module_file, seen) if p is not None))
+        if name in files or (path := module_file(name)) is None:
+            continue
+        files[name] = path
+        todo.extend(imports_of(path))
+    return tuple(sorted(files.values()))
 
 
 def closure(modules: Iterable[str]) -> list[Path]:
