@@ -323,7 +323,17 @@ def build(cls: type, node: Any, where: str) -> Any:
         sub = _dataclass_in(hints[k].hint)
         if sub is not None and isinstance(v, Mapping):
             kw[k] = build(sub, v, f"{where}.{k}")
+        elif (item := _dataclass_items(hints[k].hint)) is not None and isinstance(v, list):
+            kw[k] = [build(item, x, f"{where}.{k}[{i}]") for i, x in enumerate(v)]
     return cls(**kw)
+
+
+def _dataclass_items(hint: Any) -> type | None:
+    """The dataclass of a ``list[<dataclass>]`` annotation (also inside ``… | None``), else None."""
+    for h in (hint, *typing.get_args(hint)):
+        if typing.get_origin(h) is list and (args := typing.get_args(h)) and dataclasses.is_dataclass(args[0]):
+            return args[0]
+    return None
 
 
 def _dataclass_in(hint: Any) -> type | None:
@@ -417,6 +427,9 @@ def node_source(group: str, values: Any = None) -> str:
     return conf_file(group, choice)
 
 
+PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq", "merge")
+)  # YAML's core schema: a python/… or a custom tag names a constructor, not data
 YAML_MAX_BYTES = 1 << 20  # a config file of RAIM's is a few kB
 YAML_MAX_DEPTH = 32
 YAML_MAX_NODES = 100_000  # after alias expansion
@@ -427,7 +440,8 @@ def check_yaml_bounds(
 ) -> None:
     """Refuse a YAML document whose expansion would be large or deep before any loader expands it: the node graph
     is composed (aliases stay shared references, so composing is linear in the text) and its expanded size and
-    depth are counted once per distinct node. An anchor "bomb" of a few lines is refused in milliseconds."""
+    depth are counted once per distinct node. An anchor "bomb" of a few lines is refused in milliseconds; so is a
+    tag outside YAML's core schema (``!!python/object/apply:…``: a constructor, not data)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         docs = list(yaml.compose_all(text, Loader=loader))
@@ -442,6 +456,8 @@ def check_yaml_bounds(
     active: set[int] = set()
 
     def walk(node: yaml.Node, level: int) -> None:
+        if node.tag not in PLAIN_TAGS:
+            raise ConfigError(f"{where}: YAML tag {node.tag!r} is refused (a config file holds plain data)")
         key = id(node)
         if key in active:
             raise ConfigError(f"{where}: a YAML alias refers to its own anchor (a recursive structure): refused")
