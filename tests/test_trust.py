@@ -6,6 +6,7 @@ exit status 2, before anything runs."""
 from __future__ import annotations
 
 import ast
+import os
 import shutil
 from pathlib import Path
 
@@ -322,3 +323,16 @@ def test_every_entry_answers_hydras_errors_in_one_line(tmp_path, entry, override
     p = cli(tmp_path, entry, override, "tracking.enabled=false")
     line = one_line_refusal(p, tmp_path / FLAG)
     assert all(w in line for w in words), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_run_folder_hydra_cannot_make_is_one_line(tmp_path, entry):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(locked / "sub")})
+    if os.geteuid() == 0:  # root writes anywhere: a path under a file cannot be made by anyone
+        (tmp_path / "file").write_text("")
+        p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(tmp_path / "file" / "sub")})
+    line = one_line_refusal(p, tmp_path / FLAG)
+    assert "sub" in line or "file" in line, line

@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from src.core.errors import EXIT_BAD_INPUT, check_overrides, debug, one_line, redacted
+from src.core.errors import EXIT_BAD_INPUT, check_overrides, debug, one_line, one_line_message, redacted
 from src.io.config import ConfigError, load_yaml
 from src.io.paths import CONF_DIR
 
@@ -381,11 +382,11 @@ def _hydra_line(err: BaseException, argv: list[str]) -> str:
 
 def hydra_errors_in_one_line() -> None:
     """From now on, what Hydra runs through ``run_and_report`` (composing the config, ``--cfg``, the job) answers a
-    Hydra or OmegaConf error with RAIM's one line and exit status 2 instead of Hydra's block and status 1
-    (``RAIM_DEBUG=1`` or ``HYDRA_FULL_ERROR=1``: the traceback)."""
+    Hydra or OmegaConf error, or a folder Hydra cannot make (``$RAIM_HYDRA_DIR`` unwritable), with RAIM's one line
+    and exit status 2 instead of Hydra's block or traceback and status 1 (``RAIM_DEBUG=1`` or
+    ``HYDRA_FULL_ERROR=1``: the traceback)."""
     import hydra._internal.utils as hydra_utils  # imported here, not at start-up: hydra
     from hydra.errors import HydraException  # imported here, not at start-up: hydra
-    from omegaconf.errors import OmegaConfBaseException
 
     run = hydra_utils.run_and_report
     if getattr(run, "one_line", False):
@@ -394,10 +395,11 @@ def hydra_errors_in_one_line() -> None:
     def in_one_line(func: Callable[[], Any]) -> Any:
         try:
             return func()
-        except (HydraException, OmegaConfBaseException) as err:
+        except (HydraException, OmegaConfBaseException, OSError) as err:  # the job's own are one line already
             if debug():
                 raise
-            print(f"error: {redacted(_hydra_line(err, sys.argv[1:]))}", file=sys.stderr, flush=True)
+            line = one_line_message(err) if isinstance(err, OSError) else _hydra_line(err, sys.argv[1:])
+            print(f"error: {redacted(line)}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_BAD_INPUT) from None
 
     @functools.wraps(run)

@@ -29,7 +29,7 @@ from typing import Any, Literal
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
 from src.core.errors import RaimError
 from src.io.config import build, check_keys
-from src.io.files import StrictJSONError, loads_strict
+from src.io.files import StrictJSONError, unique_keys
 from src.judges.config import check_roster
 from src.judges.frames import FrameSpec
 
@@ -165,21 +165,29 @@ def parse(data: bytes, where: str) -> tuple[ModelDocument, StackedLogit]:
     if len(data) > MAX_BYTES:
         raise ModelRefused(f"{where}: {len(data):,} bytes, over the {MAX_BYTES:,} a RAIM model document may hold")
     try:
-        raw = loads_strict(data.decode("utf-8"))
+        raw = json.loads(data.decode("utf-8"), object_pairs_hook=unique_keys, parse_constant=_no_constant)
+    except RecursionError:
+        raise ModelRefused(f"{where}: not a RAIM model document (nested too deeply)") from None
     except (UnicodeDecodeError, StrictJSONError, json.JSONDecodeError) as e:
         raise ModelRefused(f"{where}: not a RAIM model document ({' '.join(str(e).split())[:200]})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise ModelRefused(f'{where}: not a RAIM model document (no "format": "{FORMAT}")')
     try:
         doc = build(ModelDocument, raw, where)
-    except RaimError as e:
+        if doc.decision is not None:
+            check_keys(_Decision, doc.decision, f"{where}: decision")
+        stacker = check_stacker(doc.stacker, doc.columns, where)
+        if doc.kind == "panel":
+            check_panel(doc, where)
+    except ModelRefused:
+        raise
+    except RaimError as e:  # a key or a value the document's checks refuse (a ConfigError)
         raise ModelRefused(str(e)) from None
-    if doc.decision is not None:
-        check_keys(_Decision, doc.decision, f"{where}: decision")
-    stacker = check_stacker(doc.stacker, doc.columns, where)
-    if doc.kind == "panel":
-        check_panel(doc, where)
     return doc, stacker
+
+
+def _no_constant(name: str) -> None:
+    raise StrictJSONError(f"a bare {name}, which is not JSON")
 
 
 @dataclass(frozen=True)
