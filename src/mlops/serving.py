@@ -7,6 +7,8 @@
 * :class:`PanelModel` takes raw items (question, evidence, candidate), runs the configured roster's judges
   through the verdict cache (a hit never loads a model) and stacks their verdicts with a fitted stacker.
 
+Each is logged with its document (:mod:`src.mlops.artifact`, :func:`document_of`): RAIM's own commands rebuild
+a model from that JSON alone (:func:`load_model`), never from the pickle MLflow keeps for ``mlflow models serve``.
 ``python -m src.serve model`` serves either behind MLflow's scoring server with strict inputs
 (:class:`StrictInputs`). Logging and registering them is :mod:`src.mlops.tracking`'s and :mod:`src.mlops.registry`'s: both
 import this module, which imports neither.
