@@ -97,8 +97,14 @@ def test_multirun_sweep_is_a_parent_with_nested_job_runs(cli_runs):
         assert len(sweeps) == 1
         jobs = _runs(f"tags.mlflow.parentRunId = '{sweeps[0].info.run_id}'")
         assert sorted(j.data.params["stacker.C"] for j in jobs) == ["0.1", "10"]
+        names = []
         for j in jobs:
-            assert len(_runs(f"tags.mlflow.parentRunId = '{j.info.run_id}'")) == 2  # good, bad
+            kids = _runs(f"tags.mlflow.parentRunId = '{j.info.run_id}'")
+            assert len(kids) == 2  # good, bad
+            swept = f"stacker.C={j.data.params['stacker.C']}"  # what tells the job's runs apart in the UI
+            names += [j.info.run_name, *(k.info.run_name for k in kids)]
+            assert all(n.endswith(f" {swept}") and "roster=" not in n for n in names[-3:]), names
+        assert len(set(names)) == 6, names
         assert sweeps[0].data.tags["sweep_dir"].startswith(str(cli_runs["tmp"] / "hydra" / "multirun"))
 
 
