@@ -467,6 +467,18 @@ def test_weights_pinned_sha256_and_verification(tmp_path):
     weights.verify_path(p, weights.sha256_file(p))
 
 
+def test_a_missing_weight_package_leaves_no_models_folder(tmp_path, monkeypatch):
+    """A roster member whose parts are not installed (the default install has only the tiny roster's): one line
+    naming the install step, and no empty models/ folder made on the way."""
+    from src.judges import weights
+
+    ghost = weights.Weight("ghost", "ghost.gguf", "0" * 64, ("ghost-part1==1",), "parts", ("raim_no_such_part1",))
+    monkeypatch.setitem(weights.WEIGHTS, "ghost", ghost)
+    with pytest.raises(weights.WeightsMissing, match="RAIM_MODELS=all bash scripts/setup.sh"):
+        weights.resolve("ghost", tmp_path / "models")
+    assert not (tmp_path / "models").exists()
+
+
 def test_weights_resolve_smollm_if_installed():
     from src.judges import weights
 
