@@ -63,7 +63,7 @@ def test_the_fast_suite_passes_with_a_users_own_options_in_every_conf_group(tmp_
     assert {"dataset/newbench.yaml", "roster/mine.yaml", "stacker/mine.yaml", "frame/mine.yaml"} <= set(added)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "MLFLOW_", "RAIM_"))}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider", "-x", "tests"],
+        [sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p", "no:cacheprovider", "tests"],
         cwd=repo,
         env=env,
         capture_output=True,
