@@ -142,13 +142,17 @@ def _bounded(name: str, seen: set[str]) -> None:
             _bounded(d, seen)
 
 
+def roster_options() -> list[str]:
+    """The rosters of conf/roster by name."""
+    return sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
+
+
 def load_roster(name: str) -> DictConfig:
     """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml (each file bounded
     first), checked and with ``drop_members`` applied (interpolations left for the reader to resolve)."""
     path = CONF_DIR / "roster" / f"{name}.yaml"
     if not name or "/" in name or not path.exists():
-        avail = sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
-        raise RaimError(f"no roster {name!r}; available: {avail}")
+        raise RaimError(f"no roster {name!r}; available: {roster_options()}")
     _bounded(name, set())
     with initialize_config_dir(config_dir=str(CONF_DIR / "roster"), version_base=None):
         node = compose(config_name=name)

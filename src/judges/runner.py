@@ -28,8 +28,15 @@ import pandas as pd
 from src.core.errors import RaimError
 from src.core.evaluate import scores
 from src.core.verdicts import ABSTAIN, invisible
-from src.judges.cache import dataset_caches, item_folder, merged_stats, write_identity
-from src.judges.config import BACKENDS, member_where, resolve_roster
+from src.judges.cache import (
+    dataset_caches,
+    identity_difference,
+    item_folder,
+    merged_stats,
+    other_identities,
+    write_identity,
+)
+from src.judges.config import BACKENDS, load_roster, member_where, resolve_roster, roster_options
 from src.judges.frames import Frame, load_frames
 from src.judges.http import RetryPolicy
 
@@ -90,6 +97,44 @@ def compute_command(
     if members:
         cmd += f" --members {','.join(members)}"
     return cmd + " --compute"
+
+
+IDENTITY_KEYS = "backend, model, sha256, template, n_ctx, scoring mode, mass floor"
+
+
+def identity_notes(roster_cfg: Any, cache_dir: Path | str, folder: str, judges: Iterable[str]) -> dict[str, str]:
+    """Why each of ``judges`` (members lacking verdicts) does not read the verdicts a judge of its name left in a
+    dataset's cache folder: how the two identities differ and, when another roster's member of that name is the
+    other identity, that roster (whose verdicts an analysis with it reads as they are)."""
+    wanted = set(judges)
+    notes = {}
+    for name, bcfg, _ in roster_judges(roster_cfg):
+        if name not in wanted:
+            continue
+        ours = build_backend(bcfg, f"judge {name}").identity()
+        for theirs, n in other_identities(Path(cache_dir) / folder, name, ours):
+            owner = roster_owning(name, theirs)
+            whose = f"roster {owner}'s {name}" if owner else f"a {name} of another identity"
+            notes[name] = (
+                f"{name}: {n} verdict(s) of {whose} are there ({identity_difference(theirs, ours)}), not read here: "
+                f"a judge reads only the verdicts of its own identity ({IDENTITY_KEYS})"
+                + (f"; an analysis with roster={owner} reads them" if owner else "")
+            )
+            break
+    return notes
+
+
+def roster_owning(member: str, identity: Mapping[str, Any]) -> str | None:
+    """The conf/roster option whose member ``member`` has this judge identity, if any (a hint in a message: a
+    roster that cannot be read here is passed over)."""
+    for option in roster_options():
+        try:
+            for name, bcfg, _ in roster_judges(load_roster(option), include_frontier=False):
+                if name == member and build_backend(bcfg, f"judge {name}").identity() == dict(identity):
+                    return option
+        except Exception:  # noqa: BLE001 - a roster this process cannot compose (an unset secret…): no hint from it
+            continue
+    return None
 
 
 def member_names(roster_cfg: Any) -> list[str]:
