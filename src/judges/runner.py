@@ -202,6 +202,56 @@ def finish_record(
     return rec
 
 
+PROGRESS_LOG_S = 60.0  # without a progress bar (DVC stages, --no-progress): a progress line this often
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600} h {s % 3600 // 60:02d} m" if s >= 3600 else f"{s // 60} m {s % 60:02d} s"
+
+
+class Progress:
+    """Items judged so far, their rate and the time left, as the misses of one judge are scored: a tqdm bar
+    (items/s and an ETA) on stderr, or without one (``bar=False``: DVC stages, ``--no-progress``) a log line every
+    :data:`PROGRESS_LOG_S` seconds, so a long run always says how far it is and how long the rest will take."""
+
+    def __init__(self, label: str, total: int, bar: bool):
+        self.label, self.total, self.done, self.every = label, total, 0, PROGRESS_LOG_S
+        self.t0 = self.last = time.perf_counter()
+        self.bar = None
+        if bar:
+            from tqdm import tqdm  # imported here, not at start-up: tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="item", file=sys.stderr, mininterval=2.0)
+        else:
+            log.info("%s: judging %d item(s)", label, total)
+
+    def line(self, end: bool = False) -> str:
+        """``12/60 items, 0.21 items/s, ~3 m 48 s left`` (the rate of the items judged so far); at the end the
+        time it took instead of the time left."""
+        spent = time.perf_counter() - self.t0
+        rate = self.done / spent if spent > 0 else 0.0
+        if end:
+            tail = f"in {_clock(spent)}"
+        else:
+            tail = f"~{_clock((self.total - self.done) / rate)} left" if rate > 0 else "time left unknown yet"
+        return f"{self.label}: {self.done}/{self.total} items, {rate:.2f} items/s, {tail}"
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif time.perf_counter() - self.last >= self.every and self.done < self.total:
+            self.last = time.perf_counter()
+            log.info("%s", self.line())
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            log.info("%s", self.line(end=True))
+
+
 def score_judge(
     name: str,
     backend_cfg: Any,
@@ -214,6 +264,7 @@ def score_judge(
     backend: Any = None,
     engine: Engine | None = None,
     where: str | None = None,
+    label: str | None = None,
 ) -> tuple[list[dict | None], dict]:
     """Records (or None where uncached) for one judge over ``recs``; computes missing ones if asked.
 
@@ -222,7 +273,8 @@ def score_judge(
     ``engine``: what scores the missing items (default :func:`local_scores`, this process; or
     :class:`src.judges.ray_engine.RayEngine`); it is called only when some item is missing, and every record it
     yields is written here, by this process, to the cache. ``where``: the member's node in error lines
-    (``conf/roster/cpu.yaml: members[0] (qwen15b)``)."""
+    (``conf/roster/cpu.yaml: members[0] (qwen15b)``). ``label`` names the judge in its progress (:class:`Progress`:
+    a bar with ``progress``, else log lines; default its name)."""
     be = backend if backend is not None else build_backend(backend_cfg, where or f"judge {name}")
     folder = [item_folder(r) for r in recs]  # each item's verdicts live in its dataset's folder
     caches = dataset_caches(cache_dir, name, be.identity(), folder)
@@ -240,22 +292,16 @@ def score_judge(
                 write_identity(c)
             order = _order_for_reuse([fr[i].name for i in missing], [recs[i] for i in missing])
             todo = [missing[j] for j in order]
-            bar = None
-            if progress:
-                from tqdm import tqdm  # imported here, not at start-up: tqdm
-
-                bar = tqdm(total=len(todo), desc=name, unit="item", file=sys.stderr, mininterval=2.0)
+            meter = Progress(label or name, len(todo), progress)
             t0 = time.perf_counter()
             run = engine or local_scores
             for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
                 i = todo[j]
                 if cache_of[i].put(finish_record(raw, keys[i], name, recs[i], fr[i], cache_of[i].identity_hash)):
                     computed += 1
-                if bar is not None:
-                    bar.update(1)
+                meter.update(1)
             t_compute = time.perf_counter() - t0
-            if bar is not None:
-                bar.close()
+            meter.close()
         if backend is None:  # a backend handed in stays open: its owner closes it
             be.close()
     out: list[dict | None] = [c.get(k) for c, k in zip(cache_of, keys)]
@@ -313,7 +359,9 @@ def verdict_table(
     cached: dict[str, tuple[bool, ...]] = {}  # per judge and item: a record exists (vote or abstention)
     only = set(members) if members else None
     checked = resolve_roster(roster_cfg, resolve=False)
-    for name, bcfg, is_frontier in roster_judges(roster_cfg):
+    judges = roster_judges(roster_cfg)
+    sets = sorted({str(r.get("dataset", "")) for r in recs} - {""})
+    for k, (name, bcfg, is_frontier) in enumerate(judges, 1):
         # members outside `members` are still read from the cache (their columns stay in the table)
         do = compute and (bool(frontier) if is_frontier else (only is None or name in only))
         out, rep = score_judge(
@@ -327,6 +375,7 @@ def verdict_table(
             progress,
             engine=engine,
             where=member_where(checked, name),
+            label=f"{sets[0] + ' ' if len(sets) == 1 else ''}{name} ({k}/{len(judges)})",
         )
         cached[name] = tuple(r is not None for r in out)
         votes = [None if r is None else r.get("vote") for r in out]
