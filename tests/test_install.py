@@ -55,6 +55,7 @@ def test_the_wheel_ships_the_configuration_and_the_commands(installed):
     _, _, _, wheel = installed
     names = zipfile.ZipFile(wheel).namelist()
     assert "src/conf/config.yaml" in names and "src/conf/roster/cpu.yaml" in names
+    assert "src/judges/backends/llama_build.cmake" in names  # the rebuild a failed llama.cpp probe names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     for script, target in scripts().items():  # a raim-<x> for every python -m src.<x> (tests/test_console_scripts.py)
         assert f"{script} = {target}" in entry

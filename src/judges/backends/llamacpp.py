@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from src.judges.backends import llama_build
 from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
 from src.judges.frames import Frame, Rendered
 from src.judges.scoring import ABSTAIN_LOW_MASS, parse_free_text, verdict_from_probs
@@ -118,6 +119,7 @@ class LlamaCppBackend(Backend):
         else:
             path = Path(self.model_path)
             verify_path(path, self.sha256)
+        llama_build.check(path)  # a build that dies on this CPU: one line naming the rebuild, not a crash in decode
         self.llm = Llama(
             model_path=str(path),
             n_ctx=self.n_ctx,
