@@ -113,28 +113,29 @@ def identity_notes(roster_cfg: Any, cache_dir: Path | str, folder: str, judges: 
             continue
         ours = build_backend(bcfg, f"judge {name}").identity()
         for theirs, n in other_identities(Path(cache_dir) / folder, name, ours):
-            owner = roster_owning(name, theirs)
-            whose = f"roster {owner}'s {name}" if owner else f"a {name} of another identity"
+            owners = rosters_owning(name, theirs)
+            whose = f"roster {' or '.join(owners)}'s {name}" if owners else f"a {name} of another identity"
             notes[name] = (
                 f"{name}: {n} verdict(s) of {whose} are there ({identity_difference(theirs, ours)}), not read here: "
                 f"a judge reads only the verdicts of its own identity ({IDENTITY_KEYS})"
-                + (f"; an analysis with roster={owner} reads them" if owner else "")
+                + (f"; an analysis with {' or '.join(f'roster={o}' for o in owners)} reads them" if owners else "")
             )
             break
     return notes
 
 
-def roster_owning(member: str, identity: Mapping[str, Any]) -> str | None:
-    """The conf/roster option whose member ``member`` has this judge identity, if any (a hint in a message: a
-    roster that cannot be read here is passed over)."""
+def rosters_owning(member: str, identity: Mapping[str, Any]) -> list[str]:
+    """The conf/roster options whose member ``member`` has this judge identity (a hint in a message: a roster that
+    cannot be read here is passed over)."""
+    out = []
     for option in roster_options():
         try:
-            for name, bcfg, _ in roster_judges(load_roster(option), include_frontier=False):
-                if name == member and build_backend(bcfg, f"judge {name}").identity() == dict(identity):
-                    return option
+            judges = roster_judges(load_roster(option), include_frontier=False)
+            if any(n == member and build_backend(b, f"judge {n}").identity() == dict(identity) for n, b, _ in judges):
+                out.append(option)
         except Exception:  # noqa: BLE001 - a roster this process cannot compose (an unset secret…): no hint from it
             continue
-    return None
+    return out
 
 
 def member_names(roster_cfg: Any) -> list[str]:
