@@ -206,3 +206,28 @@ def test_the_site_builds_strict_with_no_orphan_page(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert (site / "reference" / "src" / "index.html").is_file()
     assert not (site / "reference" / "SUMMARY").exists()
+
+
+# what a forge clone cannot follow: a machine's absolute paths, notes and locks outside the repository
+OUTSIDE = re.compile("|".join([r"/" + "work/", r"shared/" + "notes", r"\bwork" + r"place\b", r"heavy" + r"\.lock"]))
+SPOKEN = ("src", "docs", "tests", "bench", "scripts", "conf", "examples", ".ci")
+
+
+def test_the_project_speaks_of_itself_only():
+    """Docstrings (rendered on the site), pages, tests, benchmarks, scripts and configs point only at what a clone
+    has; ``../shared/data/raw``, data.dvc's recorded import source, is named as such where it is explained."""
+    files = [ROOT / n for n in ("README.md", "dvc.yaml", "mkdocs.yml", "pyproject.toml", "data.dvc")]
+    files += [
+        p
+        for d in SPOKEN
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and p.suffix in {".py", ".md", ".yaml", ".sh", ""}
+    ]
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in files
+        if "__pycache__" not in p.parts
+        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert bad == []
