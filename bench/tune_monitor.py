@@ -1,6 +1,6 @@
 """Tuning the monitor's alarm rule: false alarms per stable item against detection delay, on tuning seeds only.
 
-    flock /work/heavy.lock python bench/tune_monitor.py [--stable 100 --seeds 10 --out bench/results/monitor_tuning.json]
+    python bench/tune_monitor.py [--stable 100 --seeds 10 --out bench/results/monitor_tuning.json]
 
 For each false-alarm target (alarms per stable item; ``monitor.alpha: auto`` turns it into the window level
 α = target·step/2, :func:`src.monitor.design_alpha`) and each run length ``consecutive``, on the replay of

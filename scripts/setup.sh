@@ -11,25 +11,11 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${RAIM_VENV:-.venv}
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-# llama.cpp: build only the libraries llama-cpp-python loads (libllama, libggml*). Its multimodal library
-# (mtmd, LLAVA_BUILD) and llama.cpp's `common` helpers with cpp-httplib are never loaded by RAIM and were 60 %
-# of the compile; `common` is forced ON by llama-cpp-python's CMakeLists, so a normal variable set right after
-# project() shadows that cache entry. Your own CMAKE_ARGS are kept (and come last).
-skip=$(mktemp "${TMPDIR:-/tmp}/raim-llama-XXXXXX.cmake")
-trap 'rm -f "$skip"' EXIT
-# AMX tiles: inside some VMs (Firecracker here) the CPU reports AMX and the kernel grants the tile permission, yet
-# the first tile instruction traps (SIGILL in ggml's AMX matmul, measured). The AMX path only speeds quantised
-# matmuls on Sapphire Rapids and later, so the native build leaves it out.
-cat > "$skip" <<'CMAKE'
-set(LLAMA_BUILD_COMMON OFF)
-include(CheckCCompilerFlag)
-check_c_compiler_flag(-mno-amx-tile RAIM_NO_AMX)
-if(RAIM_NO_AMX)
-  string(APPEND CMAKE_C_FLAGS " -mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
-  string(APPEND CMAKE_CXX_FLAGS " -mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
-endif()
-CMAKE
-export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$skip ${CMAKE_ARGS:-}"
+# llama.cpp: build only the libraries llama-cpp-python loads (libllama, libggml*; not its multimodal library,
+# LLAVA_BUILD, nor llama.cpp's `common` helpers), without AMX tiles (they trap inside some VMs): the flags of
+# src/judges/backends/llama_build.cmake, which the package ships and names when a build cannot run. Your own
+# CMAKE_ARGS are kept (and come last).
+export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_INCLUDE=$PWD/src/judges/backends/llama_build.cmake ${CMAKE_ARGS:-}"
 # --no-compile: pip would byte-compile each package serially as it installs it; they are compiled below, at once
 "$VENV/bin/pip" install -q --no-compile -e '.[dev,llama,torch-cpu,ray]'
 PY="$VENV/bin/python" bash scripts/install_models.sh "${RAIM_MODELS:-tiny}"

@@ -397,7 +397,12 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--no-compute", action="store_true", help="judge nothing: a cache miss is an abstention")
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
-    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of a judge's identity)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="llama.cpp threads (sets RAIM_THREADS; default: the physical cores this process may use; not part of a judge's identity)",
+    )
     ap.add_argument("--no-progress", action="store_true")
 
     add_engine_args(ap)  # a batch job's misses on a Ray cluster: --engine ray

@@ -12,6 +12,7 @@ the proposal file and the study are :mod:`src.studies.rate` (maths: :mod:`src.co
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import time
@@ -35,11 +36,22 @@ from src.studies.suite import cascade, cost
 log = logging.getLogger("raim.rate")
 
 COMMANDS = ("estimate", "propose", "plan")
+HELP = ("-h", "--help")  # the tool's help (its commands), not Hydra's (the whole composed configuration)
+STUDY_HELP = """\
+without a command, python -m src.rate [hydra overrides] runs the study (conf/rate/default.yaml): simulated and
+real pools, each method's coverage and width, written to rate.output (JSON), rate.figure and an MLflow run "rate";
+`python -m src.rate --cfg job` prints its composed configuration, `--hydra-help` Hydra's own options.
+Each command's options: python -m src.rate estimate --help (propose, plan likewise). Methods: docs/rates.md."""
 
 
 def parser() -> ArgumentParser:
-    ap = ArgumentParser(prog="python -m src.rate", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+    ap = ArgumentParser(
+        prog="python -m src.rate",
+        description="\n".join(__doc__.replace("``", "").splitlines()[:6]).split(": ", 1)[1],  # the usage lines
+        epilog=STUDY_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser, metavar="COMMAND")
 
     def pool_args(p):
         p.add_argument("pool", help="scored table (.csv/.jsonl/.parquet with item_id, p_hallucinated) or store (.db)")
@@ -100,7 +112,7 @@ def cli(argv: list[str]) -> int:
             f"(rate ≈ {doc['prevalence']:.3f}, from {doc['basis']}):"
         )
         for m, n in doc["labels"].items():
-            print(f"  {m:9s} {'not reachable on this pool' if n is None else n}")
+            print(f"  {m:9s} {n if n is not None else unreachable(doc, m)}")
         print(f"note: {doc['note']}")
         return 0
     if a.labels is None:
@@ -110,6 +122,15 @@ def cli(argv: list[str]) -> int:
     if a.out:
         atomic_write_text(a.out, to_json(doc))
     return 0
+
+
+def unreachable(plan: dict, method: str) -> str:
+    """What a plan says where the target half-width is out of this pool's reach: the narrowest it allows and the
+    pool of the same traffic that would reach the target (:func:`src.core.rates.plan`)."""
+    return (
+        f"not reachable on this pool: ±{plan['narrowest_halfwidth'][method]:.3f} at best (every item labelled); "
+        f"a pool of about {plan['pool_needed'][method]:,} such items would reach ±{plan['halfwidth']:g}"
+    )
 
 
 def compute(cfg) -> dict:
@@ -194,7 +215,7 @@ def run_study(cfg) -> None:
 def main() -> None:
     """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra (``@hydra.main`` +
     ``@one_line`` under :func:`src.io.trust.checked_command`, as :mod:`src.prevalence`)."""
-    if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
+    if len(sys.argv) > 1 and sys.argv[1] in (*COMMANDS, *HELP):
         raise SystemExit(cli(sys.argv[1:]))
     checked_command(
         hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))

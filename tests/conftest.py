@@ -60,3 +60,29 @@ def compose_cfg():
             return compose(config_name="config", overrides=list(overrides))
 
     return _compose
+
+
+def shipped_files(folder: str) -> list[Path]:
+    """The checkout's files under ``folder`` that the project ships (tracked by git), not a user's own additions
+    (a ``conf/dataset/<name>.yaml`` written as docs/own-benchmark.md says); every file there outside a git
+    checkout. A test that enumerates conf/ options compares the project's own ones with what it expects."""
+    import subprocess
+
+    done = subprocess.run(["git", "ls-files", "-z", "--", folder], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        return sorted(p for p in (ROOT / folder).rglob("*") if p.is_file())
+    return sorted(ROOT / name for name in done.stdout.split("\0") if name)
+
+
+@pytest.fixture(scope="session")
+def shipped_conf(tmp_path_factory) -> Path:
+    """A copy of conf/ with the project's own options only (:func:`shipped_files`), for a test whose answer
+    depends on which options exist (a tag naming the option a config's values match)."""
+    import shutil
+
+    out = tmp_path_factory.mktemp("shipped") / "conf"
+    for path in shipped_files("conf"):
+        target = out / path.relative_to(ROOT / "conf")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    return out

@@ -238,7 +238,7 @@ def test_an_analysis_run_and_its_dataset_runs_carry_those_names(tmp_path):
         kids = mlflow.search_runs(
             search_all_experiments=True, output_format="list", filter_string=f"tags.mlflow.parentRunId = '{run_id}'"
         )
-    assert parent.info.run_name == "stacking/verdicts=simulated-panel.csv/all"
+    assert parent.info.run_name == "stacking/verdicts=simulated-panel.csv/all (1 dataset)"
     assert [k.info.run_name for k in kids] == ["stacking/verdicts=simulated-panel.csv/simulated"]
 
 

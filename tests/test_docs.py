@@ -4,11 +4,15 @@ issue number."""
 
 from __future__ import annotations
 
+import os
 import re
 import runpy
+import subprocess
 import sys
 import types
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -182,3 +186,48 @@ def test_tests_benchmarks_and_scripts_cite_no_issue_numbers():
     """A test, benchmark or script says what it checks or does, not which tracker issue asked for it."""
     paths = [p for d in ("tests", "bench", "scripts") for p in (ROOT / d).rglob("*") if p.suffix in {".py", ".sh"}]
     assert issue_citations(paths) == []
+
+
+@pytest.mark.slow
+def test_the_site_builds_strict_with_no_orphan_page(tmp_path):
+    """``mkdocs build --strict`` (CI builds it after the tests, with the docs extra): a page outside the nav is a
+    warning (mkdocs.yml ``validation``), and the API reference's navigation file is not published as a page."""
+    pytest.importorskip("mkdocs_gen_files")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (site / "reference" / "src" / "index.html").is_file()
+    assert not (site / "reference" / "SUMMARY").exists()
+
+
+# what a forge clone cannot follow: a machine's absolute paths, notes and locks outside the repository
+OUTSIDE = re.compile("|".join([r"/" + "work/", r"shared/" + "notes", r"\bwork" + r"place\b", r"heavy" + r"\.lock"]))
+SPOKEN = ("src", "docs", "tests", "bench", "scripts", "conf", "examples", ".ci")
+
+
+def test_the_project_speaks_of_itself_only():
+    """Docstrings (rendered on the site), pages, tests, benchmarks, scripts and configs point only at what a clone
+    has; ``../shared/data/raw``, data.dvc's recorded import source, is named as such where it is explained."""
+    files = [ROOT / n for n in ("README.md", "dvc.yaml", "mkdocs.yml", "pyproject.toml", "data.dvc")]
+    files += [
+        p
+        for d in SPOKEN
+        for p in (ROOT / d).rglob("*")
+        if p.is_file() and p.suffix in {".py", ".md", ".yaml", ".sh", ""}
+    ]
+    bad = [
+        f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+        for p in files
+        if "__pycache__" not in p.parts
+        for n, line in enumerate(p.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert bad == []

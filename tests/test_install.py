@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_console_scripts import scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -54,9 +55,18 @@ def test_the_wheel_ships_the_configuration_and_the_commands(installed):
     _, _, _, wheel = installed
     names = zipfile.ZipFile(wheel).namelist()
     assert "src/conf/config.yaml" in names and "src/conf/roster/cpu.yaml" in names
+    assert "src/judges/backends/llama_build.cmake" in names  # the rebuild a failed llama.cpp probe names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    for script in ("raim-run", "raim-judges", "raim-predict", "raim-serve", "raim-registry"):
-        assert f"{script} = " in entry
+    for script, target in scripts().items():  # a raim-<x> for every python -m src.<x> (tests/test_console_scripts.py)
+        assert f"{script} = {target}" in entry
+
+
+@pytest.mark.parametrize("script", sorted(scripts()))
+def test_every_installed_console_script_runs(installed, script):
+    """Each console script of the wheel starts its command outside the checkout (its help, exit 0)."""
+    _, bin_, elsewhere, _ = installed
+    out = _sh([bin_ / script, "--help"], elsewhere, timeout=300)
+    assert out.stdout.strip()
 
 
 def test_installed_main_job_and_predict_run_outside_the_checkout(installed):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -467,6 +469,18 @@ def test_weights_pinned_sha256_and_verification(tmp_path):
     weights.verify_path(p, weights.sha256_file(p))
 
 
+def test_a_missing_weight_package_leaves_no_models_folder(tmp_path, monkeypatch):
+    """A roster member whose parts are not installed (the default install has only the tiny roster's): one line
+    naming the install step, and no empty models/ folder made on the way."""
+    from src.judges import weights
+
+    ghost = weights.Weight("ghost", "ghost.gguf", "0" * 64, ("ghost-part1==1",), "parts", ("raim_no_such_part1",))
+    monkeypatch.setitem(weights.WEIGHTS, "ghost", ghost)
+    with pytest.raises(weights.WeightsMissing, match="RAIM_MODELS=all bash scripts/setup.sh"):
+        weights.resolve("ghost", tmp_path / "models")
+    assert not (tmp_path / "models").exists()
+
+
 def test_weights_resolve_smollm_if_installed():
     from src.judges import weights
 
@@ -491,6 +505,52 @@ def test_minilm_numpy_encoder_matches_known_similarity():
     # the sentence-transformers documentation's values for all-MiniLM-L6-v2
     assert s[0, 1] == pytest.approx(0.7553, abs=2e-3)
     assert s[0, 2] == pytest.approx(-0.1050, abs=2e-3)
+
+
+def test_judging_says_its_rate_and_time_left_without_a_bar(tmp_path, caplog, monkeypatch):
+    """Without a progress bar (DVC stages, --no-progress) a judge's misses still report items/s and an ETA in
+    log lines, each member named with its place in the roster; with the bar, tqdm shows the same."""
+    from src.judges import runner
+
+    monkeypatch.setattr(runner, "PROGRESS_LOG_S", 0.0)  # a line after every item
+    r = roster(("lexical", LEXICAL), ("lex2", dict(LEXICAL, threshold=0.3)))
+    with caplog.at_level(logging.INFO, logger="raim.judges"):
+        verdict_table(r, items(), None, tmp_path, compute=True, progress=False)
+    lines = [rec.getMessage() for rec in caplog.records if rec.name == "raim.judges"]
+    n = len(items())
+    first, last = (f"{dataset_label()}lexical (1/2)", f"{dataset_label()}lex2 (2/2)")
+    assert lines[0] == f"{first}: judging {n} item(s)" and f"{last}: judging {n} item(s)" in lines
+    rates = [ln for ln in lines if ln.startswith(f"{first}: 1/{n} items, ")]
+    assert rates and re.search(r"items, [0-9.]+ items/s, ~0 m \d\d s left$", rates[0]), lines
+    assert re.search(rf"^{re.escape(last)}: {n}/{n} items, [0-9.]+ items/s, in 0 m \d\d s$", lines[-1]), lines
+
+
+def test_llama_threads_default_to_the_physical_cores_this_process_may_use(tmp_path, monkeypatch):
+    """Not every core of the machine: two hardware threads of one core count once, CPUs outside the affinity
+    (a container's share, taskset) not at all; RAIM_THREADS, then the node's n_threads, win."""
+    from src.judges.backends import llamacpp
+
+    for cpu, siblings in enumerate(["0,2", "1,3", "0,2", "1,3"]):  # two cores, two hardware threads each
+        (tmp_path / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{cpu}" / "topology" / "thread_siblings_list").write_text(siblings + "\n")
+    monkeypatch.setattr(llamacpp.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert llamacpp.default_threads(tmp_path) == 2
+    monkeypatch.setattr(llamacpp.os, "sched_getaffinity", lambda pid: {0, 2})  # one core's two threads
+    assert llamacpp.default_threads(tmp_path) == 1
+    monkeypatch.setattr(llamacpp.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert llamacpp.default_threads(tmp_path / "none") == 4  # no topology: each allowed CPU
+    monkeypatch.setattr(llamacpp, "SYSFS_CPU", tmp_path)
+    monkeypatch.delenv("RAIM_THREADS", raising=False)
+    assert llamacpp.LlamaCppBackend(model="smollm2-135m").n_threads == llamacpp.default_threads() == 2
+    monkeypatch.setenv("RAIM_THREADS", "3")
+    assert llamacpp.LlamaCppBackend(model="smollm2-135m").n_threads == 3
+    assert llamacpp.LlamaCppBackend(model="smollm2-135m", n_threads=5).n_threads == 5
+
+
+def dataset_label() -> str:
+    """The dataset a progress label names first: the items' one dataset, if they hold one."""
+    sets = set(items()["dataset"].astype(str)) - {""} if "dataset" in items() else set()
+    return f"{sets.pop()} " if len(sets) == 1 else ""
 
 
 def test_verdict_table_members_subset_keeps_every_column(tmp_path):

@@ -277,6 +277,20 @@ def test_the_plan_reaches_its_half_width(sources):
     assert model["basis"].startswith("the stacker's posteriors") and model["labels"]["classical"] > 0
 
 
+def test_an_unreachable_plan_says_the_narrowest_half_width_and_the_pool_that_reaches_it(sources):
+    """On 300 items no method reaches ±0.01: the plan gives each one's floor (every item labelled) and the pool
+    size whose floor is ±0.01; a pool of that traffic that large (the same items repeated) reaches it."""
+    f, y, _, _ = sources["admissible"].draw(1, 300, 0.15, np.random.default_rng(3))
+    rows = np.arange(300)
+    small = rates.plan(f[0], rows, y[0], 0.01)
+    assert all(n is None for n in small.labels.values())
+    assert all(0.01 < small.narrowest[m] < 0.1 and small.pool_needed[m] > 300 for m in small.labels)
+    k = int(np.ceil(small.pool_needed["classical"] / 300))
+    big = rates.plan(np.tile(f[0], k), np.arange(300 * k), np.tile(y[0], k), 0.01)
+    assert big.labels["classical"] is not None and big.narrowest["classical"] is None
+    assert big.labels["classical"] == pytest.approx(small.pool_needed["classical"], rel=0.01)
+
+
 # ------------------------------------------------------------------------------------------- the tool
 
 
@@ -435,6 +449,29 @@ BAD = {
         "the pool: 2 labelled item(s), fewer than --min-labels 10 for an interval",
     ),
 }
+
+
+def test_the_tools_help_names_its_commands_not_hydras_configuration(monkeypatch, capsys):
+    from src import rate
+
+    monkeypatch.setattr(sys, "argv", ["python -m src.rate", "--help"])
+    with pytest.raises(SystemExit) as done:
+        rate.main()
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and len(out.splitlines()) < 30, out[:2000]
+    assert all(f"    {c} " in out for c in ("estimate", "propose", "plan")) and "--cfg job" in out
+
+
+def test_plan_out_of_reach_and_a_zero_budget_say_what_to_do(pool_files, capsys):
+    tmp, _, _ = pool_files
+    assert run_cli("plan", str(tmp / "pool.csv"), "--halfwidth", "0.005", "--labels", str(tmp / "gold.csv")) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  ")]
+    assert len(lines) == 3 and all("at best (every item labelled); a pool of about " in ln for ln in lines), lines
+    assert run_cli("propose", str(tmp / "pool.csv"), "0", "--proposal", str(tmp / "p.json")) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("error: propose: budget 0 (the number of items to label, after POOL)") and "--propose" not in err
+    )
 
 
 @pytest.mark.parametrize("case", list(BAD))

@@ -109,6 +109,9 @@ def test_promotes_a_winning_admissible_stacker_and_loads_it_by_alias(store):
     assert mv.name == "raim-stacker-good" and mv.run_id == store["kids"]["good"].info.run_id
     client = mlflow.MlflowClient()
     assert client.get_model_version_by_alias("raim-stacker-good", "champion").version == mv.version
+    got = client.get_model_version("raim-stacker-good", mv.version)  # a bring-your-own table: no roster judged it
+    assert got.description.startswith("RAIM stacker for good (verdicts verdicts.csv), run ")
+    assert (got.tags["roster"], got.tags["verdicts"]) == ("", "verdicts.csv")
     model = mlflow.pyfunc.load_model("models:/raim-stacker-good@champion")
     out = model.predict(pd.DataFrame({f"m{j:02d}": [1.0, 0.0] for j in range(8)}))
     assert out["verdict"].tolist() == [1, 0] and out["p_hallucinated"][0] > 0.9 > 0.1 > out["p_hallucinated"][1]

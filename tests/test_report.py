@@ -132,7 +132,7 @@ def test_report_opens_with_one_decision_per_dataset(docs, drawn, tmp_path):
     results, suite = docs
     text = report.write_docs(results, suite, drawn[0], tmp_path / "r.md", redraw=False).read_text()
     lines = [line for line in text.splitlines() if line.strip()]
-    assert lines[:3] == ["# RAIM report", "## What to deploy", "| Dataset | Decision | κ [95% CI] | Reason |"]
+    assert lines[:3] == ["# RAIM report", "## What to deploy", "| Dataset | Decision | κ of | κ [95% CI] | Reason |"]
     got = {n: d["action"] for n, d in results["datasets"].items() for d in [d["decision"]]}
     assert got == {"spread": "panel", "dominant": "single"}  # competent and decorrelated; one dominant member
     for name, s in results["datasets"].items():
@@ -140,6 +140,15 @@ def test_report_opens_with_one_decision_per_dataset(docs, drawn, tmp_path):
         row = _rows(text.split("## The stacker")[0], name)
         assert len(row) == 1 and d["label"] in row[0] and d["reason"] in row[0], row
     assert "**deploy the single judge m00**" in text and "kappa_floor=0.4" in text
+    whose = {n: _rows(text, n)[0].split(" | ")[2] for n in results["datasets"]}  # whose κ the row quotes
+    assert whose == {"spread": "stacked panel", "dominant": "single judge m00"}
+
+
+def test_the_kappa_of_nothing_deployed_names_the_better_of_the_two():
+    s = {"comparators": {"stacked": {"kappa": {"estimate": 0.12}}}, "selected": {"oracle": "m03"}}
+    none = {"action": "none", "member": None}
+    assert report.kappa_of({**none, "kappa": 0.12}, s) == "stacked panel (the better)"
+    assert report.kappa_of({**none, "kappa": 0.23}, s) == "CV-best single m03 (the better)"
 
 
 def test_an_older_results_json_is_decided_by_the_report(docs, tmp_path):
@@ -152,7 +161,7 @@ def test_an_older_results_json_is_decided_by_the_report(docs, tmp_path):
     text = report.markdown(results, None, tmp_path, tmp_path / "r.md")
     for name, s in docs[0]["datasets"].items():
         assert s["decision"]["label"] in _rows(text, name)[0]
-    assert "| newset | not analysed | — | no verdict cached; compute with `python -m src.judges" in text
+    assert "| newset | not analysed | — | — | no verdict cached; compute with `python -m src.judges" in text
     assert "## What to deploy" not in report.markdown(None, docs[1], tmp_path, tmp_path / "r.md")
 
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -199,6 +200,45 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
     _drop_dataset(cache_copy, "expertqa")
     with pytest.raises(tables.MissingVerdicts, match="medhallu: 200 of 200 items"):  # nothing left to analyse
         tables.load_table(cfg)
+
+
+def test_verdicts_of_another_rosters_judge_say_why_they_are_not_read(
+    compose_cfg, cache_copy, shipped_conf, monkeypatch, tmp_path
+):
+    """A set judged with `roster=tiny` then analysed with `cpu`: tiny's smollm135m (n_ctx 2048) is not cpu's
+    (n_ctx 1024), so its verdicts are not read; the line says so, whose they are and what reads them, beside the
+    command that computes cpu's. The rosters searched are the project's own (a user's copy of tiny is named too)."""
+    from src.judges import config
+    from src.judges.cache import VerdictCache, identity_hash, write_identity
+    from src.judges.config import load_roster
+    from src.judges.runner import build_backend, roster_judges
+
+    monkeypatch.setattr(config, "CONF_DIR", shipped_conf)
+    tiny = {n: b for n, b, _ in roster_judges(load_roster("tiny"))}
+    theirs = build_backend(tiny["smollm135m"]).identity()
+    ours = next((cache_copy / "wice" / "smollm135m").glob("*.jsonl"))
+    ours.with_name(ours.name.replace(".jsonl", ".identity.json")).unlink()
+    ours.rename(ours.with_name(f"{identity_hash(theirs)[:16]}.jsonl"))
+    write_identity(VerdictCache(cache_copy / "wice", "smollm135m", theirs))
+    why = (
+        "smollm135m: 200 verdict(s) of roster tiny's smollm135m are there (n_ctx 2048 there, 1024 here), not read "
+        "here: a judge reads only the verdicts of its own identity (backend, model, sha256, template, n_ctx, "
+        "scoring mode, mass floor); an analysis with roster=tiny reads them"
+    )
+    with pytest.raises(tables.MissingVerdicts) as refused:
+        tables.load_table(_wice(compose_cfg, cache_copy))
+    assert f"(missing per judge: smollm135m 200); {why}; compute them with `" in str(refused.value)
+    cfg = compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
+    assert tables.load_table(cfg).provenance["skipped"]["wice"]["reason"].endswith(why)
+    both = tmp_path / "conf"  # a user's copy of tiny beside it: both are named
+    shutil.copytree(shipped_conf, both)
+    tiny_text = (both / "roster" / "tiny.yaml").read_text()
+    (both / "roster" / "mine.yaml").write_text(tiny_text.replace("name: tiny", "name: mine"))
+    monkeypatch.setattr(config, "CONF_DIR", both)
+    with pytest.raises(tables.MissingVerdicts) as refused:
+        tables.load_table(_wice(compose_cfg, cache_copy))
+    assert "of roster mine or tiny's smollm135m are there" in str(refused.value)
+    assert "an analysis with roster=mine or roster=tiny reads them" in str(refused.value)
 
 
 def test_by_default_a_list_leaves_an_unjudged_set_out_and_a_set_asked_by_name_stops(compose_cfg, cache_copy):

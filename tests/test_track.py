@@ -479,11 +479,17 @@ def test_one_analysis_reads_its_config_and_git_once_for_all_its_runs(tmp_path, m
         }
 
 
-def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage():
+def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage(shipped_conf, monkeypatch):
     """`python -m src.run` has Hydra's group choices; the DVC stage (`--config-name params`) has none: the tags
-    must not differ between the two for the same values (they read `logreg`/`StackedLogit` before)."""
+    must not differ between the two for the same values (they read `logreg`/`StackedLogit` before). The options
+    the tags are matched against are the project's own (a user's conf/stacker/mine.yaml with C=0.5 would be the
+    right tag for C=0.5)."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import OmegaConf
+
+    from src.io import config
+
+    monkeypatch.setattr(config, "CONF_DIR", shipped_conf)
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=["stacker.C=0.5", "analysis=fast"], return_hydra_config=True)
@@ -498,6 +504,37 @@ def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage():
     assert track.choices(compose_cfg("stacker=logreg_categorical"))["stacker"] == "logreg_categorical"
     byo = track.choices(compose_cfg("verdicts=/tmp/v.csv", "roster=tiny"))
     assert "roster" not in byo and byo["verdicts"] == "/tmp/v.csv"
+
+
+def test_a_sweep_jobs_runs_carry_its_swept_overrides_and_the_parent_is_told_from_its_children(tmp_path, monkeypatch):
+    """`-m stacker.C=0.5,1`: each job's parent and dataset runs carry `stacker.C=<its value>` in their names (not
+    the overrides every job shares), and a parent is not named like one of its children."""
+    import mlflow
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    verdicts = write_panels(tmp_path / "verdicts.csv", ("good", "bad"))
+    fixed = analysis_overrides(verdicts, tmp_path / "results.json")
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        hc = compose(config_name="config", overrides=["stacker.C=0.5", *fixed], return_hydra_config=True)
+    with open_dict(hc):
+        hc.hydra.mode = "MULTIRUN"
+    monkeypatch.setattr(sys, "argv", ["src/run.py", "-m", "stacker.C=0.5,1", *fixed])
+    HydraConfig.instance().set_config(hc)
+    try:
+        assert track.sweep_job_overrides() == "stacker.C=0.5"
+        assert track.sweep_job_overrides(["-m", "stacker.C=0.5"]).startswith("stacker.C=0.5 analysis=fast")
+        with tracking_store(tmp_path):
+            rid, *_ = log_simulated(tmp_path, extra=("stacker.C=0.5",))
+            parent, kids = mlflow.get_run(rid), children(rid)
+    finally:
+        HydraConfig.instance().cfg = None
+    assert parent.info.run_name == "stacking/verdicts=verdicts.csv/all (2 datasets) stacker.C=0.5"
+    assert sorted(k.info.run_name for k in kids.values()) == [
+        "stacking/verdicts=verdicts.csv/bad stacker.C=0.5",
+        "stacking/verdicts=verdicts.csv/good stacker.C=0.5",
+    ]
+    assert track.sweep_job_overrides() == ""  # outside a sweep: nothing added
 
 
 def test_stage_files_and_judge_args(logged, tmp_path):

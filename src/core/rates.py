@@ -414,13 +414,16 @@ def draw(pi, rng: np.random.Generator, eligible=None) -> np.ndarray:
 @dataclass
 class Plan:
     """Labels a target half-width needs per method (None: not reachable on this pool), and the half-width the
-    planner expects at that count."""
+    planner expects at that count; where it is not reachable, the narrowest half-width this pool allows (every
+    item labelled) and about how many items a pool of the same traffic would need to reach the target."""
 
     halfwidth: float
     level: float
     labels: dict[str, int | None]
     expected_halfwidth: dict[str, float | None]
     prevalence: float
+    narrowest: dict[str, float | None] = field(default_factory=dict)
+    pool_needed: dict[str, int | None] = field(default_factory=dict)
 
 
 def _moments(f_rows: np.ndarray, m: np.ndarray, w: np.ndarray) -> tuple[float, float, float]:
@@ -471,7 +474,9 @@ def plan(
 ) -> Plan:
     """The fewest labels whose expected half-width z·√Var (:func:`planned_variance`) is at most ``halfwidth``, per
     method (bisection on the label count: the variances fall with it); None when even labelling all but one item
-    would not reach it (the pool's own variation bounds PPI++ and active)."""
+    would not reach it (the pool's own variation bounds PPI++ and active). Then ``narrowest`` is that floor and
+    ``pool_needed`` the pool size of the same traffic whose floor is the target: every variance here falls as
+    1/N once (nearly) every item is labelled, so N·(floor / target)², rounded up."""
     if not 0.0 < float(halfwidth) < 0.5:
         raise RateError(f"halfwidth: {halfwidth!r} is not a half-width in (0, 0.5)")
     z = z_value(level)
@@ -481,14 +486,19 @@ def plan(
     w = np.ones(len(np.asarray(rows))) if weights is None else np.asarray(weights, dtype=float)
     labels: dict[str, int | None] = {}
     expected: dict[str, float | None] = {}
+    narrowest: dict[str, float | None] = {}
+    needed: dict[str, int | None] = {}
     for method in methods:
 
         def hw(k: int, method: str = method) -> float:
             return z * float(np.sqrt(max(planned_variance(method, k, f, rows, m, w, tau), 0.0)))
 
         top = N if method == "classical" else N - 1
-        if hw(top) > halfwidth:
+        floor = hw(top)
+        narrowest[method], needed[method] = None, None
+        if floor > halfwidth:
             labels[method], expected[method] = None, None
+            narrowest[method], needed[method] = floor, int(np.ceil(N * (floor / halfwidth) ** 2))
             continue
         lo, hi = 2, top
         if hw(lo) <= halfwidth:
@@ -501,4 +511,4 @@ def plan(
                 lo = mid
         labels[method], expected[method] = int(hi), hw(int(hi))
     mu = _moments(np.asarray(f, float)[np.asarray(rows, np.intp)], np.asarray(m, float), w)[0]
-    return Plan(float(halfwidth), float(level), labels, expected, mu)
+    return Plan(float(halfwidth), float(level), labels, expected, mu, narrowest, needed)

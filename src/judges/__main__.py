@@ -112,7 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         help="score missing verdicts (otherwise read the cache); `--compute false` reads only",
     )
     ap.add_argument("--frontier", action="store_true", help="also compute the frontier judge (paid API)")
-    ap.add_argument("--threads", type=int, default=0, help="llama.cpp threads (not part of the identity)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="llama.cpp threads (sets RAIM_THREADS; default: the physical cores this process may use; not part of the identity)",
+    )
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument(
         "--no-merge",

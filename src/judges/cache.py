@@ -337,6 +337,35 @@ def write_identity(cache: VerdictCache) -> None:
         atomic_write_text(side, json.dumps(cache.identity, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def other_identities(cache_dir: Path | str, member: str, identity: Mapping[str, Any]) -> list[tuple[dict, int]]:
+    """The other judge identities with records in ``member``'s folder of one dataset's cache (``cache_dir``), each
+    with its line count: verdicts that a judge of this name but another identity wrote (another roster's member of
+    the same name, or a backend node edited since), which ``identity`` never reads."""
+    own = identity_hash(identity)[:16]
+    out = []
+    for side in sorted((Path(cache_dir) / member).glob("*.identity.json")):
+        stem = side.name.removesuffix(".identity.json")
+        data = side.with_name(f"{stem}.jsonl")
+        if stem == own or not data.is_file():
+            continue
+        try:
+            theirs = json.loads(side.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # an unreadable sidecar names nothing: left out of a hint
+            continue
+        lines = data.read_bytes().count(b"\n")
+        if isinstance(theirs, dict) and lines:
+            out.append((theirs, lines))
+    return out
+
+
+def identity_difference(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str:
+    """``n_ctx 2048 there, 1024 here`` for every key where two judge identities differ."""
+    keys = sorted(set(theirs) | set(ours))
+    return ", ".join(
+        f"{k} {theirs.get(k, 'unset')} there, {ours.get(k, 'unset')} here" for k in keys if theirs.get(k) != ours.get(k)
+    )
+
+
 def iter_records(paths: Iterable[Path]) -> Iterable[dict]:
     """Valid records of cache files (bad lines are skipped here; :class:`VerdictCache` reports them)."""
     for p in paths:

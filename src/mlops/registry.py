@@ -261,6 +261,16 @@ def find_candidate(run_id: str, dataset: str | None = None) -> Candidate:
     )
 
 
+def fitted_on(tags: dict) -> str:
+    """What a run's stacker was fitted on, for its registry description: ``roster cpu``, or a bring-your-own verdict
+    table by its file name (no roster judged it: ``verdicts simulated-panel.csv``)."""
+    if tags.get("roster"):
+        return f"roster {tags['roster']}"
+    if tags.get("verdicts"):
+        return f"verdicts {Path(tags['verdicts']).name}"
+    return "no roster recorded"
+
+
 def promote(run_id: str, dataset: str | None = None, name: str | None = None, alias: str = "champion"):
     """Register the stacker of ``run_id`` (its ``dataset`` child) as ``name`` and point ``alias`` at it.
 
@@ -300,6 +310,7 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
             "run_id": cand.run_id,
             "dataset": cand.dataset,
             "roster": cand.tags.get("roster", ""),
+            "verdicts": Path(cand.tags["verdicts"]).name if cand.tags.get("verdicts") else "",
             "admissible": "true",
             "call.best_cv.kappa": r["call"],
             "delta_best_cv_kappa": delta,
@@ -312,7 +323,7 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
         name,
         mv.version,
         description=(
-            f"RAIM stacker for {cand.dataset} (roster {cand.tags.get('roster', '?')}), run {cand.run_id}: admissible "
+            f"RAIM stacker for {cand.dataset} ({fitted_on(cand.tags)}), run {cand.run_id}: admissible "
             f"({r['admissibility_reason']}); Δκ vs CV-best {delta} ({r['call']}); {r['decision'].label}."
         ),
     )

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -235,10 +236,11 @@ def start_run(
     all_tags = {**base, **{k: str(v) for k, v in (tags or {}).items()}}
     all_tags = scrub(all_tags)  # key-aware: git_commit and *_sha256 keep their hashes
     active = mlflow.active_run()
+    swept = sweep_job_overrides() if kind != "sweep" else ""
     kwargs: dict[str, Any] = {
         "experiment_id": exp_id,
         "tags": all_tags,
-        "run_name": run_name or default_run_name(kind, all_tags),
+        "run_name": " ".join(p for p in (run_name or default_run_name(kind, all_tags), swept) if p),
     }
     if active is not None:
         kwargs["nested"] = True
@@ -264,6 +266,37 @@ def default_run_name(kind: str, tags: Mapping[str, str]) -> str:
     no dataset drops that part), so the runs table says what each run analysed without opening it."""
     who = tags.get("roster") or (f"verdicts={Path(tags['verdicts']).name}" if tags.get("verdicts") else None)
     return "/".join(p for p in (kind, who, tags.get("dataset")) if p)
+
+
+SWEPT_NAME_MAX = 160  # characters of a run name given to a sweep job's overrides (MLflow keeps 250 in all)
+
+
+def sweep_job_overrides(argv: list[str] | None = None) -> str:
+    """In a Hydra multirun job, the overrides that set this job apart from the sweep's others, for its run names
+    (``stacker.C=0.1`` of ``-m stacker.C=0.1,1``): the job's overrides of the keys the command line sweeps (all of
+    the job's overrides when none is read as a sweep there, e.g. a sweeper configured in a file), secrets
+    scrubbed; '' outside a sweep."""
+    # imported here, not at start-up: Hydra's parser (~0.09 s), which src.predict and the server do without
+    from hydra.core.hydra_config import HydraConfig  # imported here, not at start-up: as above
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # imported here, not at start-up: as above
+    from hydra.types import RunMode  # imported here, not at start-up: as above
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return ""
+    parser = OverridesParser.create()
+
+    def parsed(texts: Iterable[str]) -> list:
+        out = []
+        for text in texts:  # a flag or a flag's value is not an override: left out
+            with contextlib.suppress(Exception):
+                out.append(parser.parse_override(text))
+        return out
+
+    job = parsed(HydraConfig.get().overrides.task)
+    keys = {o.key_or_group for o in parsed(sys.argv[1:] if argv is None else argv) if o.is_sweep_override()}
+    picked = [o.input_line for o in job if not keys or o.key_or_group in keys]
+    text = scrub_text(" ".join(str(t) for t in picked))
+    return text if len(text) <= SWEPT_NAME_MAX else text[: SWEPT_NAME_MAX - 1] + "…"
 
 
 def run_config(cfg: DictConfig) -> dict:
@@ -519,7 +552,8 @@ def tracking_failure(cfg: DictConfig, e: Exception, kept: str = "results") -> Ra
 def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -> str:
     by = table.by_dataset()
     context = RunContext.read(cfg)  # once for the parent and every child
-    with start_run(cfg, kind, context=context) as run:
+    parent = f"{default_run_name(kind, context.tags(kind))} ({len(results)} dataset{'s' if len(results) != 1 else ''})"
+    with start_run(cfg, kind, context=context, run_name=parent) as run:  # its children: <kind>/<roster>/<dataset>
         decisions = {n: s["decision"]["label"] for n, s in doc["datasets"].items() if "decision" in s}
         tags = {
             **input_hashes(cfg, table),

@@ -547,6 +547,18 @@ def _break_even(b: dict, head: list[str], rows: list[list]) -> str:
     )
 
 
+def kappa_of(d: dict, s: dict) -> str:
+    """Whose κ a decision quotes (:class:`src.core.decide.Decision`): the stacked panel or the single judge it
+    deploys; where nothing is deployed, whichever of the two it quotes as the better."""
+    if d["action"] == "panel":
+        return "stacked panel"
+    if d["action"] == "single":
+        return f"single judge {d['member']}"
+    stacked = (s["comparators"].get("stacked") or {}).get("kappa", {}).get("estimate")
+    better = "stacked panel" if d["kappa"] == stacked else f"CV-best single {s['selected']['oracle']}"
+    return f"{better} (the better)"
+
+
 def decision_section(results: dict) -> str:
     """The opening table: one deployment decision per dataset (:mod:`src.core.decide`), then the rule in words."""
     st = results.get("settings", {})
@@ -555,10 +567,12 @@ def decision_section(results: dict) -> str:
     for n, s in results["datasets"].items():
         d = s.get("decision") or decide(s, floor, st.get("floor_rule", "estimate")).as_dict()  # older results.json
         cell = f"**{d['label']}**" if d["action"] != "none" else d["label"]
-        rows.append([n, cell, f"{f3(d['kappa'])} [{f3(d['kappa_ci'][0])}, {f3(d['kappa_ci'][1])}]", d["reason"]])
+        kappa = f"{f3(d['kappa'])} [{f3(d['kappa_ci'][0])}, {f3(d['kappa_ci'][1])}]"
+        rows.append([n, cell, kappa_of(d, s), kappa, d["reason"]])
     for n, v in (results.get("skipped") or {}).items():
-        rows.append([n, "not analysed", "—", f"{v.get('reason', 'left out')}; compute with `{v.get('command', '')}`"])
-    return table(["Dataset", "Decision", "κ [95% CI]", "Reason"], rows) + (
+        why = f"{v.get('reason', 'left out')}; compute with `{v.get('command', '')}`"
+        rows.append([n, "not analysed", "—", "—", why])
+    return table(["Dataset", "Decision", "κ of", "κ [95% CI]", "Reason"], rows) + (
         f"\n\nRule ({', '.join(f'{k}={st.get(k)}' for k in ('kappa0', 'c', 'phi0'))}, "
         f"kappa_floor={floor}): **deploy the panel** where it is admissible (at least a share c of the members "
         f"at κ ≥ κ₀ and mean error correlation φ̄ ≤ φ₀, §3.3), its paired Δκ against the CV-best single judge is "
@@ -566,8 +580,8 @@ def decision_section(results: dict) -> str:
         f"again in every draw: docs/intervals.md) and its κ reaches the floor {floor:g}"
         f"{' with its interval' + chr(39) + 's lower bound' if st.get('floor_rule') == 'lower_bound' else ''}; "
         f"otherwise **deploy the single judge** the CV-best rule picks on all labelled items, if its out-of-fold "
-        f"κ reaches the floor; otherwise **nothing here is good enough**. κ [95% CI]: what is deployed (stacked "
-        f"or CV-best single; for nothing, the better of the two). The floor (analysis.kappa_floor) is what a "
+        f"κ reaches the floor; otherwise **nothing here is good enough**. κ [95% CI]: of what is deployed (the "
+        f"κ of column: the stacked panel or the single judge; for nothing, the better of the two). The floor (analysis.kappa_floor) is what a "
         f"deployed judge must reach, not κ₀, which counts the competent members."
     )
 

@@ -306,7 +306,7 @@ def propose(pool: Pool, budget: int, seed: int = 0, tau: float = 0.5, labelled: 
     (expected count ``budget``; already-labelled items are in the sample for certain), seeded; the document
     records every item's probability and status and the pool's fingerprint."""
     if isinstance(budget, bool) or int(budget) != budget or budget < 1:
-        raise RateError(f"--propose {budget!r}: the number of items to label is an integer ≥ 1")
+        raise RateError(f"propose: budget {budget!r} (the number of items to label, after POOL) is not an integer ≥ 1")
     lab = np.zeros(len(pool), bool) if labelled is None else np.asarray(labelled, bool)
     pi = rates.sampling_probabilities(pool.p, int(budget), tau, ~lab)[0]
     take = rates.draw(pi, np.random.default_rng(seed), ~lab)[0]
@@ -616,6 +616,8 @@ def plan_labels(
         "level": p.level,
         "labels": p.labels,
         "expected_halfwidth": p.expected_halfwidth,
+        "narrowest_halfwidth": p.narrowest,
+        "pool_needed": p.pool_needed,
         "prevalence": p.prevalence,
         "basis": basis,
         "pool": len(pool),

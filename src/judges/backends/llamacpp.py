@@ -23,12 +23,39 @@ from typing import Any
 
 import numpy as np
 
+from src.judges.backends import llama_build
 from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
 from src.judges.frames import Frame, Rendered
 from src.judges.scoring import ABSTAIN_LOW_MASS, parse_free_text, verdict_from_probs
 from src.judges.weights import WEIGHTS, resolve, verify_path
 
 ABSTAIN_TOO_LONG = "too_long"
+THREADS_ENV = "RAIM_THREADS"  # llama.cpp's threads for every member of a run (not part of a judge's identity)
+
+
+SYSFS_CPU = Path("/sys/devices/system/cpu")
+
+
+def default_threads(sysfs: Path | None = None) -> int:
+    """llama.cpp's threads when neither the backend node (``n_threads``) nor ``RAIM_THREADS`` sets them: the physical
+    cores among the CPUs this process may run on (its affinity: a container's or ``taskset``'s share, not the
+    machine's), as llama.cpp itself counts them. A core's second hardware thread shares its arithmetic units, so
+    a thread on it adds contention, not speed; where the topology cannot be read, every allowed CPU."""
+    sysfs = SYSFS_CPU if sysfs is None else sysfs
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cores = set()
+    for cpu in allowed:
+        try:
+            siblings = (sysfs / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text()
+        except OSError:  # no sysfs topology (not Linux, or hidden): count the CPU itself
+            siblings = str(cpu)
+        cores.add(siblings.strip())
+    return max(1, len(cores))
+
+
+def threads(n_threads: int | None = None) -> int:
+    """The threads a llama.cpp judge runs on: ``n_threads``, else ``RAIM_THREADS``, else :func:`default_threads`."""
+    return int(n_threads or os.environ.get(THREADS_ENV, 0) or default_threads())
 
 
 class LlamaCppBackend(Backend):
@@ -59,7 +86,7 @@ class LlamaCppBackend(Backend):
         self.sha256 = sha256 or ""
         self.template = template
         self.n_ctx = int(n_ctx)
-        self.n_threads = int(n_threads or os.environ.get("RAIM_THREADS", 0) or max(1, (os.cpu_count() or 2)))
+        self.n_threads = threads(n_threads)
         self.n_batch = int(n_batch)
         self.max_new_tokens = int(max_new_tokens)
         self.prefix_reuse = bool(prefix_reuse)
@@ -92,6 +119,7 @@ class LlamaCppBackend(Backend):
         else:
             path = Path(self.model_path)
             verify_path(path, self.sha256)
+        llama_build.check(path)  # a build that dies on this CPU: one line naming the rebuild, not a crash in decode
         self.llm = Llama(
             model_path=str(path),
             n_ctx=self.n_ctx,
