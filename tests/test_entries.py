@@ -43,3 +43,10 @@ def test_an_entry_answers_a_sweep_without_multirun_in_one_line(tmp_path, entry):
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1, (entry, p.stderr[-2000:])
     assert lines[0].startswith("error: override 'seed=1,2': a ',' makes the value a list of values to sweep")
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e != "src.rate"])  # src.rate's --help: its own commands
+def test_an_entrys_help_names_the_groups_not_the_whole_config(tmp_path, entry):
+    p = cli(tmp_path, entry, "--help")
+    assert p.returncode == 0 and "roster: " in p.stdout and "stacker: logreg" in p.stdout, p.stdout[-2000:]
+    assert len(p.stdout.splitlines()) < 40, len(p.stdout.splitlines())

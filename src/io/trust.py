@@ -38,7 +38,7 @@ from src.io.paths import CONF_DIR
 F = TypeVar("F", bound=Callable)
 
 PRIMARY = "config"
-"""The primary config every RAIM command names (``@hydra.main(config_name=…)``)."""
+"""The primary config every RAIM command names (``config_name`` of its Hydra app)."""
 
 TARGET_PATHS: dict[str, tuple[str, ...]] = {
     "stacker": ("",),
@@ -62,8 +62,10 @@ HYDRA_NODE: dict[str, Any] = {
     "run": {"dir": str},
     "sweep": {"dir": str, "subdir": str},
     "job": {"chdir": bool},
+    "help": {"template": str},
 }
-"""The shape of the primary config's ``hydra`` node: the run folders, the ``.hydra`` copy and the callbacks."""
+"""The shape of the primary config's ``hydra`` node: the run folders, the ``.hydra`` copy, the callbacks and the
+``--help`` text."""
 
 _PACKAGE = re.compile(r"^\s*#\s*@package\b", re.MULTILINE)
 _HINT = re.compile(r"^_[A-Za-z0-9]+_$")  # Hydra's instantiation keys: _target_, _args_, _partial_, _convert_ …
