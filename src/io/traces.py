@@ -8,8 +8,8 @@ The default mapping (``conf/traces/default.yaml``, ``mapping``) fits a RAG appli
 
 * **question**: the root span's inputs — a string is the question; an object gives the first of
   ``mapping.question`` that holds a string (``messages`` — a chat request — gives its last message's
-  ``content``); an empty or absent request is an item without a question (judged under the ``claim`` frame unless
-  a frame is given);
+  ``content``); an empty or absent request, or one whose question key is empty, is an item without a question
+  (judged under the ``claim`` frame unless a frame is given);
 * **evidence**: the documents of the top-level RETRIEVER spans (a RETRIEVER span inside another is the
   same retrieval, as MLflow's own judges read it), in span order, each document's text the first of
   ``mapping.document`` it holds (a document that is a string is its own text), repeated texts once, joined by
@@ -102,8 +102,9 @@ def check_mapping(m: TraceMapping, where: str) -> None:
 
 
 def parsed(value: Any) -> Any:
-    """A span's inputs or outputs as data: MLflow keeps them as JSON; a string that is not JSON is itself."""
-    if isinstance(value, str):
+    """A span's inputs or outputs as data: an object or a list kept as JSON text is decoded; any other string is
+    itself (an answer "1889" is text, not a number)."""
+    if isinstance(value, str) and value.lstrip()[:1] in ("{", "["):
         try:
             return json.loads(value)
         except ValueError:
@@ -134,6 +135,8 @@ def question_of(request: Any, keys: Sequence[str]) -> str | None:
             found = _last_content(v) if k == "messages" else _text(v)
             if found is not None:
                 return found
+        if any(request.get(k) == "" for k in keys):
+            return ""  # a question key given empty: an item without a question
     return None
 
 

@@ -8,7 +8,8 @@ line, and MLflow's own ``make_scorer_ensemble`` can aggregate RAIM's members (th
 
 A scorer reads one item from what ``mlflow.genai.evaluate`` hands it (:func:`item_from`): the question from
 ``inputs``, the candidate from ``outputs`` (the keys of ``traces.mapping``), the evidence from the trace's RETRIEVER
-spans — or, for rows without retrieval spans, from ``inputs`` under ``context``, ``evidence`` or ``documents``;
+spans — or, for rows without retrieval spans, from ``inputs`` under ``context``, ``evidence`` or ``documents`` (given empty: an item judged without evidence, as
+an ungrounded benchmark's);
 ``inputs`` may also name the ``item_id``, ``dataset`` and ``frame`` (else the content's hash, ``traces.dataset``
 and the panel's calibrated frame). Every verdict goes through the verdict cache, as ``src.predict``'s: a repeated
 item is never judged twice, and with ``compute=False`` a miss is an error feedback, never a guess.
@@ -68,12 +69,12 @@ def item_from(inputs: Any, outputs: Any, trace: Any, mapping: TraceMapping, data
             return got
         inputs = view.request if inputs is None else inputs
         outputs = view.response if outputs is None else outputs
-    context = next((inputs[k] for k in CONTEXT_KEYS if isinstance(inputs, Mapping) and inputs.get(k)), None)
-    if context is None:
+    key = next((k for k in CONTEXT_KEYS if isinstance(inputs, Mapping) and k in inputs), None)
+    if key is None:
         return Skip("no_retriever_span", f"no RETRIEVER span and no {'/'.join(CONTEXT_KEYS)} in the inputs")
-    evidence, n = evidence_of([context], mapping.document, mapping.separator)
-    if not n:
-        return Skip("no_documents", f"the inputs' context holds no text under {mapping.document}")
+    evidence, n = evidence_of([inputs[key]], mapping.document, mapping.separator) if inputs[key] else ("", 0)
+    if not n and inputs[key] not in ("", None):
+        return Skip("no_documents", f"the inputs' {key} holds no text under {mapping.document}")
     question = question_of({k: v for k, v in inputs.items() if k not in CONTEXT_KEYS}, mapping.question)
     candidate = candidate_of(outputs, mapping.candidate)
     if question is None or candidate is None:
@@ -273,7 +274,7 @@ def ensemble_predictions(
     for i, rec in enumerate(items.to_dict("records")):
         inputs = {
             "question": rec.get("question") or "",
-            "context": rec["evidence"],
+            "context": rec.get("evidence") or "",
             "item_id": rec["item_id"],
             "dataset": rec["dataset"],
             "frame": rec.get("frame"),
