@@ -415,3 +415,84 @@ def test_bad_requests_are_one_line(store, capsys, tmp_path):
     assert code == 2 and err.startswith("error: search_traces (filter 'tags.x ~ 1')") and len(err.splitlines()) == 1
     code, _, err = run(capsys, rate, "estimate", "scored.csv", "--labels", "traces")
     assert code == 2 and "error:" in err
+
+
+def test_raim_in_one_line_of_mlflow_genai_evaluate(store):
+    """The stacked panel and each member as scorers: on the experiment's traces (evidence from the RETRIEVER spans)
+    and on plain rows (evidence from the inputs' context); p equals the panel model's own on the same item."""
+    import mlflow
+
+    from src.mlops.panels import load_panel
+    from src.mlops.scorers import raim_scorers
+
+    scorers = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache")
+    assert [s.name for s in scorers] == ["raim_hallucination", "raim_lexical", "raim_minilm"]
+    exp = mlflow.get_experiment_by_name("app").experiment_id
+    result = mlflow.genai.evaluate(data=mlflow.search_traces(locations=[exp]), scorers=scorers)
+    rows = result.result_df.set_index("trace_id")
+    panel = load_panel(store["model"]).model
+    for k, (q, ev, cand) in enumerate(FACTS):
+        tid = store["ids"][f"good{k}"]
+        item = {"item_id": f"req-{k}", "question": q, "evidence": ev, "candidate": cand, "dataset": "traces"}
+        want = panel.predict(
+            None, pd.DataFrame([{**item, "frame": "def_on"}]), {"cache_dir": str(store["tmp"] / "cache")}
+        )
+        assert rows.loc[tid, "raim_hallucination/value"] == pytest.approx(want["p_hallucinated"].iloc[0], abs=1e-6)
+        for m in NAMES:
+            assert rows.loc[tid, f"raim_{m}/value"] == bool(want[m].iloc[0])
+    for reason in ("no_retriever_span", "no_documents", "non_text_output"):
+        assert reason in rows.loc[store["ids"][reason], "raim_hallucination/error_message"]
+    plain = [{"inputs": {"question": FACTS[2][0], "context": FACTS[2][1]}, "outputs": FACTS[2][2]}]
+    got = mlflow.genai.evaluate(data=plain, scorers=scorers[:1]).result_df
+    assert 0.5 < got["raim_hallucination/value"].iloc[0] <= 1  # the aspirin answer has no support in its evidence
+
+
+@pytest.mark.slow
+def test_a_person_sees_raims_assessment_in_the_mlflow_trace_view(store, capsys, tmp_path):
+    """`mlflow server` on the store and headless Chromium (Debian's package) on the trace view: the assessments pane,
+    opened as a person opens it, shows RAIM's assessment and its value; the screenshot is kept (scripts/trace_view.py)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from src import traces
+
+    if shutil.which("chromium") is None:
+        if os.environ.get("RAIM_REQUIRE_BROWSER"):
+            pytest.fail("no chromium on PATH (.ci/run installs Debian's package)")
+        pytest.skip("no chromium on PATH: apt-get install -y chromium")
+    code, _, err = run(
+        capsys,
+        traces,
+        "judge",
+        "--experiment",
+        "app",
+        "--model-uri",
+        store["model"],
+        "--no-progress",
+        "--cache-dir",
+        str(store["tmp"] / "cache"),
+    )
+    assert code == 0, err
+    tid = store["ids"]["good2"]
+    (a,) = [a for a in traces_of()[tid].info.assessments if a.name == "raim_hallucination" and a.valid is not False]
+    shot = tmp_path / "trace.png"
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "trace_view.py"),
+        "--tracking-uri",
+        store["uri"],
+        "--experiment",
+        "app",
+        "--trace-id",
+        tid,
+        "--out",
+        str(shot),
+        "--expect",
+        f"{a.value:g}",
+    ]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-1500:]
+    assert p.stdout.startswith("Assessments\n") and "raim_hallucination" in p.stdout
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
