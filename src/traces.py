@@ -19,6 +19,7 @@ and its labels straight from the traces: ``python -m src.rate estimate traces:NA
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -66,6 +67,9 @@ def parser() -> ArgumentParser:
         p.add_argument("--page-size", type=int, default=None, help="traces per page (default traces.page_size)")
         p.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
         p.add_argument("--traces-config", type=Path, default=None, help="a traces settings file (default conf/traces)")
+        p.add_argument(
+            "--dataset", default=None, help="the verdict cache's folder of the items (default traces.dataset)"
+        )
 
     j = sub.add_parser("judge", help="judge the traces and write one assessment per trace")
     common(j)
@@ -105,8 +109,14 @@ def _connect(a: argparse.Namespace) -> str:
     return mt.experiment_id(a.experiment)
 
 
-def judge(a: argparse.Namespace) -> int:
+def settings(a: argparse.Namespace) -> TracesSettings:
+    """conf/traces (or ``--traces-config``), with ``--dataset`` over ``traces.dataset``."""
     s = mt.settings(a.traces_config)
+    return dataclasses.replace(s, dataset=a.dataset) if a.dataset else s
+
+
+def judge(a: argparse.Namespace) -> int:
+    s = settings(a)
     if a.out is not None and a.out.suffix not in (".jsonl", ".csv"):
         raise mt.TraceError(f"--out {a.out}: write .jsonl or .csv")
     if a.threads:
@@ -169,7 +179,7 @@ def write_scored(rows: pd.DataFrame, path: Path) -> Path:
 
 
 def labels(a: argparse.Namespace) -> int:
-    s = mt.settings(a.traces_config)
+    s = settings(a)
     experiment, flt = _connect(a), _window(a)
     names = (s.assessment.label, s.assessment.name)
     pool = mt.read_pool(experiment, s.assessment.name, names, flt, a.page_size or s.page_size)

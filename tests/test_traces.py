@@ -97,6 +97,9 @@ def test_the_layouts_a_traced_app_writes():
     assert question_of(chat, MAPPING.question) == "Why?"
     assert question_of(json.dumps({"query": "Where?"}), MAPPING.question) == "Where?"
     assert question_of(None, MAPPING.question) == ""  # no request: an item without a question
+    assert question_of({"question": "", "k": 1}, MAPPING.question) == ""  # a claim dataset's item: no question
+    # text that happens to be JSON stays text: an answer "1889", a question "42"
+    assert candidate_of("1889", MAPPING.candidate) == "1889" and question_of("42", MAPPING.question) == "42"
     # responses: a string, an OpenAI chat completion, a dict's key, a pyfunc's list
     completion = {"choices": [{"message": {"role": "assistant", "content": "Because."}}]}
     assert candidate_of(completion, MAPPING.candidate) == "Because."
@@ -186,6 +189,10 @@ def write_traces(experiment: str) -> dict[str, str]:
     import mlflow
     from mlflow.entities import Document, SpanType
 
+    from src.mlops.store import artifact_root
+
+    if mlflow.get_experiment_by_name(experiment) is None:  # its artifacts beside the store, not in the checkout
+        mlflow.create_experiment(experiment, artifact_location=artifact_root(mlflow.get_tracking_uri(), experiment))
     mlflow.set_experiment(experiment)
     ids: dict[str, str] = {}
 

@@ -223,11 +223,14 @@ def raim_scorers(
     compute: bool = True,
     frame: str | None = None,
     settings: TracesSettings | None = None,
+    dataset: str | None = None,
 ) -> list[Scorer]:
     """RAIM's scorers for ``mlflow.genai.evaluate``: the stacked panel of ``model_uri`` (a registered or logged RAIM
     stacker or panel model, read from its document; ``roster``: a stacker's roster when its run does not name one)
-    and, with ``members``, each of its members. ``settings``: conf/traces (default: conf/traces/default.yaml)."""
+    and, with ``members``, each of its members. ``settings``: conf/traces (default: conf/traces/default.yaml);
+    ``dataset``: the verdict cache's folder of the items (default ``traces.dataset``)."""
     s = settings or mt.settings()
+    ds = dataset or s.dataset
     panel = load_panel(model_uri, roster)
     model: PanelModel = panel.model
     where = Path(cache_dir or panel.cache_dir or SCORED_CACHE)
@@ -240,12 +243,12 @@ def raim_scorers(
         mt.registry_version(model_uri),
     )
     p = PanelScorer(name=s.assessment.name, timeout=0)
-    p._model, p._judge, p._mapping, p._dataset = model, judge, s.mapping, s.dataset
+    p._model, p._judge, p._mapping, p._dataset = model, judge, s.mapping, ds
     p._cache_dir, p._compute, p._frame = where, compute, default
     if not members:
         return [p]
     votes = Votes(model.live_roster(), model.frames, default, where, compute)
-    return [p, *member_scorers(votes, s.mapping, s.dataset)]
+    return [p, *member_scorers(votes, s.mapping, ds)]
 
 
 # -------------------------------------------------------------------------------------------- ensembles
