@@ -44,6 +44,19 @@ PANE = """(() => {
     d => d.innerText && d.innerText.startsWith('Assessments\\n') && d.innerText.includes('Feedback'));
   return pane ? pane.innerText : '';
 })()"""
+CLOSE_EXTRAS = """(() => {
+  for (const b of document.querySelectorAll('button[aria-label="Close guidance"]')) b.click();
+  const title = [...document.querySelectorAll('span,div,h1,h2,h3,h4')].find(e => (e.innerText || '').trim()
+    .startsWith('MLflow Assistant') && (e.innerText || '').length < 40);
+  for (let up = title, i = 0; up && i < 4; up = up.parentElement, i++) {
+    const b = up.querySelector('button[aria-label="Close"]');
+    if (b) { b.click(); break; }  // the assistant's side panel, not the trace's
+  }
+})()"""
+UNFOLD = """(() => {
+  const unfold = 'button[data-component-id="shared.model-trace-explorer.toggle-assessment-expanded"]';
+  for (const b of document.querySelectorAll(unfold)) b.click();  // each assessment: its rationale and metadata
+})()"""
 OPEN_PANE = """(() => {
   const b = [...document.querySelectorAll('button')].find(b => b.innerText.trim().startsWith('Assess'));
   if (b) { b.click(); return true; }
@@ -129,7 +142,9 @@ async def look(devtools: str, url: str, expect: list[str], out: Path, timeout: f
                         return msg.get("result", {})
 
             async def js(expression: str):
-                return (await call("Runtime.evaluate", expression=expression, returnByValue=True))["result"]["value"]
+                return (await call("Runtime.evaluate", expression=expression, returnByValue=True))["result"].get(
+                    "value"
+                )
 
             await call("Page.enable")
             await call("Page.navigate", url=url)
@@ -139,7 +154,14 @@ async def look(devtools: str, url: str, expect: list[str], out: Path, timeout: f
                 text = await js(PANE)
                 if not text:
                     await js(OPEN_PANE)
-            await asyncio.sleep(0.5)
+            await js(CLOSE_EXTRAS)
+            await asyncio.sleep(1.0)
+            if not await js(PANE):
+                await js(OPEN_PANE)
+                await asyncio.sleep(1.0)
+            await js(UNFOLD)
+            await asyncio.sleep(1.0)
+            text = await js(PANE) or text
             shot = await call("Page.captureScreenshot", format="png")
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(base64.b64decode(shot["data"]))

@@ -237,9 +237,13 @@ def store(tmp_path_factory):
     from mlflow import MlflowClient
 
     from src.mlops import serving as serve
+    from src.mlops.store import artifact_root
 
     tmp = tmp_path_factory.mktemp("traces")
-    with tracking_store(tmp) as uri:
+    with tracking_store(tmp) as uri:  # every experiment's artifacts beside the store, none in the checkout
+        mlflow.set_experiment(
+            experiment_id=mlflow.create_experiment("models", artifact_location=artifact_root(uri, "m"))
+        )
         with mlflow.start_run():
             info = serve.log_panel(ROSTER, fitted(0), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
         mv = mlflow.register_model(info.model_uri, "raim-panel-test")
@@ -424,17 +428,31 @@ def test_bad_requests_are_one_line(store, capsys, tmp_path):
     assert code == 2 and "error:" in err
 
 
-def test_raim_in_one_line_of_mlflow_genai_evaluate(store):
+def test_raim_in_one_line_of_mlflow_genai_evaluate(store, capsys):
     """The stacked panel and each member as scorers: on the experiment's traces (evidence from the RETRIEVER spans)
     and on plain rows (evidence from the inputs' context); p equals the panel model's own on the same item."""
     import mlflow
 
+    from src import traces
     from src.mlops.panels import load_panel
     from src.mlops.scorers import raim_scorers
 
-    scorers = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache")
+    code, _, err = run(  # the traces judged and cached by the command; the scorers then only read the cache
+        capsys,
+        traces,
+        "judge",
+        "--experiment",
+        "app",
+        "--model-uri",
+        store["model"],
+        "--no-progress",
+        "--cache-dir",
+        str(store["tmp"] / "cache"),
+    )
+    assert code == 0, err
+    scorers = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache", compute=False)
     assert [s.name for s in scorers] == ["raim_hallucination", "raim_lexical", "raim_minilm"]
-    exp = mlflow.get_experiment_by_name("app").experiment_id
+    exp = mlflow.set_experiment("app").experiment_id  # evaluate copies another experiment's traces (ids lost)
     result = mlflow.genai.evaluate(data=mlflow.search_traces(locations=[exp]), scorers=scorers)
     rows = result.result_df.set_index("trace_id")
     panel = load_panel(store["model"]).model
@@ -450,7 +468,8 @@ def test_raim_in_one_line_of_mlflow_genai_evaluate(store):
     for reason in ("no_retriever_span", "no_documents", "non_text_output"):
         assert reason in rows.loc[store["ids"][reason], "raim_hallucination/error_message"]
     plain = [{"inputs": {"question": FACTS[2][0], "context": FACTS[2][1]}, "outputs": FACTS[2][2]}]
-    got = mlflow.genai.evaluate(data=plain, scorers=scorers[:1]).result_df
+    fresh = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache", members=False)  # judges the miss
+    got = mlflow.genai.evaluate(data=plain, scorers=fresh).result_df
     assert 0.5 < got["raim_hallucination/value"].iloc[0] <= 1  # the aspirin answer has no support in its evidence
 
 
@@ -498,8 +517,67 @@ def test_a_person_sees_raims_assessment_in_the_mlflow_trace_view(store, capsys, 
         str(shot),
         "--expect",
         f"{a.value:g}",
+        "--expect",
+        "Votes: lexical",  # the rationale, unfolded as a person unfolds it
     ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-1500:] + p.stderr[-1500:]
     assert p.stdout.startswith("Assessments\n") and "raim_hallucination" in p.stdout
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+@pytest.mark.slow
+def test_the_misses_are_judged_on_ray_where_it_is_configured(store, capsys, tmp_path):
+    """`--engine ray` (judge.engine): the traces' misses judged by Ray actors, the driver writing the cache; the
+    assessments equal a local run's."""
+    import os
+
+    ray = pytest.importorskip("ray")
+    from src import traces
+
+    write_traces("ray-app")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    try:
+        address = ray.get_runtime_context().gcs_address
+        outs = {}
+        for engine in ("ray", "local"):
+            out = tmp_path / f"{engine}.jsonl"
+            code, _, err = run(
+                capsys,
+                traces,
+                "judge",
+                "--experiment",
+                "ray-app",
+                "--model-uri",
+                store["model"],
+                "--no-progress",
+                "--cache-dir",
+                str(tmp_path / engine),
+                "--out",
+                str(out),
+                "--engine",
+                engine,
+                *(["--ray-address", address, "--ray-cpus", "1"] if engine == "ray" else []),
+            )
+            assert code == 0, err
+            outs[engine] = pd.read_json(out, lines=True) if out.stat().st_size else pd.DataFrame()
+            if engine == "ray":  # the local run below re-judges the same traces: assessed, so nothing to write
+                assert len(outs["ray"]) == 4
+                ids = list(outs["ray"]["item_id"])
+                for t in traces_of("ray-app").values():
+                    if t.info.trace_id in ids:
+                        mlflow_delete_raim(t)
+        assert outs["ray"]["p_hallucinated"].tolist() == pytest.approx(outs["local"]["p_hallucinated"].tolist())
+        cached = [json.loads(x) for p in (tmp_path / "ray" / "traces").rglob("*.jsonl") for x in p.open()]
+        assert len(cached) == 8  # 4 items × 2 members, judged by the actors, written once by the driver
+    finally:
+        ray.shutdown()
+
+
+def mlflow_delete_raim(trace) -> None:
+    import mlflow
+
+    for a in trace.info.assessments:
+        if a.name == "raim_hallucination":
+            mlflow.delete_assessment(trace_id=trace.info.trace_id, assessment_id=a.assessment_id)

@@ -31,7 +31,7 @@ step python -m src.traces labels --experiment raim-rag-demo --dataset medhallu -
 step python - <<PY
 import mlflow
 from src.mlops.scorers import raim_scorers
-exp = mlflow.get_experiment_by_name("raim-rag-demo").experiment_id
+exp = mlflow.set_experiment("raim-rag-demo").experiment_id  # evaluate copies another experiment's traces
 traces = mlflow.search_traces(locations=[exp], filter_string="tags.app = 'raim-rag-demo'", max_results=20)
 result = mlflow.genai.evaluate(data=traces, scorers=raim_scorers("$MODEL", dataset="medhallu",
                                                                  cache_dir="verdicts/cache", compute=False))
