@@ -17,19 +17,16 @@ finds them in the MLflow UI. The methods, the proposal file and the study are :m
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 
-import hydra
 import numpy as np
 from omegaconf import OmegaConf
 
 from src.core import names
 from src.core.errors import ArgumentParser, one_line
 from src.io.files import atomic_write_text, to_json
-from src.io.paths import CONF_DIR
-from src.io.trust import checked_command
+from src.io.trust import commands_or_study
 from src.judges import tables
 from src.mlops import traces
 from src.mlops import tracking as track
@@ -279,13 +276,9 @@ def run_study(cfg) -> None:
 
 
 def main() -> None:
-    """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra (``@hydra.main`` +
-    ``@one_line`` under :func:`src.io.trust.checked_command`, as :mod:`src.prevalence`)."""
-    if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
-        raise SystemExit(cli(sys.argv[1:]))
-    checked_command(
-        hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))
-    )()
+    """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra
+    (:func:`src.io.trust.commands_or_study`)."""
+    commands_or_study(COMMANDS, cli, run_study)
 
 
 if __name__ == "__main__":

@@ -260,6 +260,27 @@ def store(tmp_path_factory):
         }
 
 
+def judged(capsys, store, *extra: str) -> str:
+    """``python -m src.traces judge`` on the `app` experiment with the champion, into the store's cache; its stdout."""
+    from src import traces
+
+    code, out, err = run(
+        capsys,
+        traces,
+        "judge",
+        "--experiment",
+        "app",
+        "--model-uri",
+        store["model"],
+        "--no-progress",
+        "--cache-dir",
+        str(store["tmp"] / "cache"),
+        *extra,
+    )
+    assert code == 0, err
+    return out
+
+
 def run(capsys, module, *args: str) -> tuple[int, str, str]:
     try:
         code = module.cli(list(args))
@@ -433,23 +454,10 @@ def test_raim_in_one_line_of_mlflow_genai_evaluate(store, capsys):
     and on plain rows (evidence from the inputs' context); p equals the panel model's own on the same item."""
     import mlflow
 
-    from src import traces
     from src.mlops.panels import load_panel
     from src.mlops.scorers import raim_scorers
 
-    code, _, err = run(  # the traces judged and cached by the command; the scorers then only read the cache
-        capsys,
-        traces,
-        "judge",
-        "--experiment",
-        "app",
-        "--model-uri",
-        store["model"],
-        "--no-progress",
-        "--cache-dir",
-        str(store["tmp"] / "cache"),
-    )
-    assert code == 0, err
+    judged(capsys, store)  # the traces judged and cached by the command; the scorers then only read the cache
     scorers = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache", compute=False)
     assert [s.name for s in scorers] == ["raim_hallucination", "raim_lexical", "raim_minilm"]
     exp = mlflow.set_experiment("app").experiment_id  # evaluate copies another experiment's traces (ids lost)
@@ -482,25 +490,11 @@ def test_a_person_sees_raims_assessment_in_the_mlflow_trace_view(store, capsys, 
     import subprocess
     import sys
 
-    from src import traces
-
     if shutil.which("chromium") is None:
         if os.environ.get("RAIM_REQUIRE_BROWSER"):
             pytest.fail("no chromium on PATH (.ci/run installs Debian's package)")
         pytest.skip("no chromium on PATH: apt-get install -y chromium")
-    code, _, err = run(
-        capsys,
-        traces,
-        "judge",
-        "--experiment",
-        "app",
-        "--model-uri",
-        store["model"],
-        "--no-progress",
-        "--cache-dir",
-        str(store["tmp"] / "cache"),
-    )
-    assert code == 0, err
+    judged(capsys, store)
     tid = store["ids"]["good2"]
     (a,) = [a for a in traces_of()[tid].info.assessments if a.name == "raim_hallucination" and a.valid is not False]
     shot = tmp_path / "trace.png"

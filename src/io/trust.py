@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import hydra
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -425,3 +426,12 @@ def checked_command(fn: F) -> F:
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def commands_or_study(commands: Iterable[str], cli: Callable[[list[str]], int], study: Callable[[Any], None]) -> None:
+    """An entry with argparse subcommands and a study: ``python -m src.<x> <command> …`` (``sys.argv[1]`` one of
+    ``commands``) runs ``cli``; anything else is the study through Hydra (``@hydra.main`` + ``@one_line`` under
+    :func:`checked_command`, as every Hydra entry)."""
+    if len(sys.argv) > 1 and sys.argv[1] in commands:
+        raise SystemExit(cli(sys.argv[1:]))
+    checked_command(hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(study)))()
