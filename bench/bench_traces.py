@@ -6,7 +6,8 @@
 For each size N, a sqlite store (``--store-dir``/N/mlflow.db) holds N traces of a RAG application: 1,000 written
 with ``mlflow.tracing`` as an application writes them (a CHAIN root span, the question in and the answer out, a
 RETRIEVER span returning one ~700-character document; ~25 traces/s into sqlite on two cores, so 100k would take an
-hour), repeated under new trace ids up to N (:func:`replicate`: every row of each trace copied with its new id). Measured, on the quiet machine (bench/harness.py), each side in turn:
+hour), repeated under new trace ids up to N (:func:`replicate`: every row of each trace copied with its new id).
+Measured, on the quiet machine (bench/harness.py), each side in turn:
 
 * **read**: every trace of the experiment through :func:`src.mlops.traces.pages` (``traces.page_size`` per page,
   spans included), each seen (:func:`src.mlops.traces.view`) and mapped to an item (:func:`src.io.traces.to_item`)
@@ -281,7 +282,8 @@ def main() -> int:
     base = rows[0]
     print(f"page size {page}; best of {a.repeats}; write sample {a.sample} assessments per size")
     print(
-        "traces   read/s (spans)  read/s (no spans)  ×JSONL   assess/s  ×cache   read cost ×smallest  write cost ×smallest"
+        "traces   read/s (spans)  read/s (no spans)  ×JSONL   assess/s  ×cache   read cost ×smallest  "
+        "write cost ×smallest"
     )
     for r in rows:
         print(

@@ -20,12 +20,14 @@ import logging
 import time
 from pathlib import Path
 
+import hydra
 import numpy as np
 from omegaconf import OmegaConf
 
 from src.core import names
 from src.core.errors import ArgumentParser, one_line
 from src.io.files import atomic_write_text, to_json
+from src.io.paths import CONF_DIR
 from src.io.trust import commands_or_study
 from src.judges import tables
 from src.mlops import traces
@@ -276,9 +278,10 @@ def run_study(cfg) -> None:
 
 
 def main() -> None:
-    """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra
-    (:func:`src.io.trust.commands_or_study`)."""
-    commands_or_study(COMMANDS, cli, run_study)
+    """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra (``@hydra.main`` +
+    ``@one_line``, :func:`src.io.trust.commands_or_study`)."""
+    study = hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))
+    commands_or_study(COMMANDS, cli, study)
 
 
 if __name__ == "__main__":

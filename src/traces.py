@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import hydra
 import pandas as pd
 from omegaconf import OmegaConf
 
@@ -33,7 +34,7 @@ from src.core.errors import ArgumentParser, one_line
 from src.io.config import build
 from src.io.datasets import read_items
 from src.io.files import atomic_write_text, to_json
-from src.io.paths import ROOT
+from src.io.paths import CONF_DIR, ROOT
 from src.io.trust import commands_or_study
 from src.judges.ray_engine import add_engine_args, engine_from_args
 from src.judges.tables import frame_for, load_table
@@ -273,9 +274,10 @@ def run_study(cfg) -> None:
 
 
 def main() -> None:
-    """``python -m src.traces judge|labels …`` (argparse), else the study through Hydra
-    (:func:`src.io.trust.commands_or_study`)."""
-    commands_or_study(COMMANDS, cli, run_study)
+    """``python -m src.traces judge|labels …`` (argparse), else the study through Hydra (``@hydra.main`` +
+    ``@one_line``, :func:`src.io.trust.commands_or_study`)."""
+    study = hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))
+    commands_or_study(COMMANDS, cli, study)
 
 
 if __name__ == "__main__":

@@ -484,7 +484,8 @@ def test_raim_in_one_line_of_mlflow_genai_evaluate(store, capsys):
 @pytest.mark.slow
 def test_a_person_sees_raims_assessment_in_the_mlflow_trace_view(store, capsys, tmp_path):
     """`mlflow server` on the store and headless Chromium (Debian's package) on the trace view: the assessments pane,
-    opened as a person opens it, shows RAIM's assessment and its value; the screenshot is kept (scripts/trace_view.py)."""
+    opened as a person opens it, shows RAIM's assessment, its value and its rationale; the screenshot is kept
+    (scripts/trace_view.py)."""
     import os
     import shutil
     import subprocess

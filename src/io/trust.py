@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import hydra
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -428,10 +427,10 @@ def checked_command(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def commands_or_study(commands: Iterable[str], cli: Callable[[list[str]], int], study: Callable[[Any], None]) -> None:
+def commands_or_study(commands: Iterable[str], cli: Callable[[list[str]], int], study: Callable[[], Any]) -> None:
     """An entry with argparse subcommands and a study: ``python -m src.<x> <command> …`` (``sys.argv[1]`` one of
-    ``commands``) runs ``cli``; anything else is the study through Hydra (``@hydra.main`` + ``@one_line`` under
-    :func:`checked_command`, as every Hydra entry)."""
+    ``commands``) runs ``cli``; anything else is ``study`` — the entry's ``@hydra.main`` app — under
+    :func:`checked_command`, as every Hydra entry."""
     if len(sys.argv) > 1 and sys.argv[1] in commands:
         raise SystemExit(cli(sys.argv[1:]))
-    checked_command(hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(study)))()
+    checked_command(study)()

@@ -1,15 +1,16 @@
 """RAIM as MLflow scorers (beyond the paper): the stacked panel and each of its members as
 ``mlflow.genai.scorers.Scorer`` objects, so that an evaluation written for ``mlflow.genai.evaluate`` adds RAIM in one
-line, and MLflow's own ``make_scorer_ensemble`` can aggregate RAIM's members (the study of :mod:`src.studies.ensembles`).
+line, and MLflow's own ``make_scorer_ensemble`` can aggregate RAIM's members (:mod:`src.studies.ensembles`).
 
     import mlflow
     from src.mlops.scorers import raim_scorers
-    mlflow.genai.evaluate(data=traces_or_rows, scorers=[*my_scorers, *raim_scorers("models:/raim-stacker-medhallu@champion")])
+    raim = raim_scorers("models:/raim-stacker-medhallu@champion")
+    mlflow.genai.evaluate(data=traces_or_rows, scorers=[*my_scorers, *raim])
 
 A scorer reads one item from what ``mlflow.genai.evaluate`` hands it (:func:`item_from`): the question from
 ``inputs``, the candidate from ``outputs`` (the keys of ``traces.mapping``), the evidence from the trace's RETRIEVER
-spans — or, for rows without retrieval spans, from ``inputs`` under ``context``, ``evidence`` or ``documents`` (given empty: an item judged without evidence, as
-an ungrounded benchmark's);
+spans — or, for rows without retrieval spans, from ``inputs`` under ``context``, ``evidence`` or ``documents``
+(given empty: an item judged without evidence, as an ungrounded benchmark's);
 ``inputs`` may also name the ``item_id``, ``dataset`` and ``frame`` (else the content's hash, ``traces.dataset``
 and the panel's calibrated frame). Every verdict goes through the verdict cache, as ``src.predict``'s: a repeated
 item is never judged twice, and with ``compute=False`` a miss is an error feedback, never a guess.
