@@ -55,7 +55,7 @@ def test_the_wheel_ships_the_configuration_and_the_commands(installed):
     names = zipfile.ZipFile(wheel).namelist()
     assert "src/conf/config.yaml" in names and "src/conf/roster/cpu.yaml" in names
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    for script in ("raim-run", "raim-judges", "raim-predict", "raim-serve", "raim-registry"):
+    for script in ("raim-run", "raim-judges", "raim-predict", "raim-serve", "raim-registry", "raim-traces"):
         assert f"{script} = " in entry
 
 
