@@ -167,3 +167,22 @@ def test_the_study_command_writes_its_document_figure_and_run(tmp_path):
         d["deltas"]["mlflow_majority_vote"]["kappa"]["estimate"]
     )
     mlflow.set_tracking_uri(None)
+
+
+def test_the_report_section_and_figure_of_the_study(tmp_path):
+    from src.present import report
+    from src.present.traces import traces_figure, traces_section
+
+    table = simulated()
+    doc = ensembles.study(table, StackedLogit(), SETTINGS, numpy_ensembles(table))
+    doc["settings"], doc["meta"] = {"ensembles": ["majority_vote", "mean"], "mean_threshold": 0.5}, {"mlflow": "3.17.2"}
+    text = "\n".join(traces_section(doc))
+    assert "MLflow make_scorer_ensemble: majority_vote" in text and "refused by MLflow" in text
+    assert (
+        f"| sim | RAIM stacked panel (cross-fitted) | {doc['datasets']['sim']['methods']['stacked']['kappa']['estimate']:.3f}"
+        in text
+    )
+    fig = traces_figure(doc, tmp_path / "traces.png")
+    assert fig.read_bytes()[:4] == b"\x89PNG"
+    md = "\n".join(report.beyond_sections({"traces": (doc, fig)}, tmp_path / "report.md"))
+    assert md.startswith("## The panel against MLflow's own judge ensembles") and "traces.png" in md

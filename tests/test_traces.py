@@ -576,3 +576,32 @@ def mlflow_delete_raim(trace) -> None:
     for a in trace.info.assessments:
         if a.name == "raim_hallucination":
             mlflow.delete_assessment(trace_id=trace.info.trace_id, assessment_id=a.assessment_id)
+
+
+def test_a_run_that_dies_keeps_what_it_wrote_and_the_next_finishes_it(store, capsys, monkeypatch):
+    """The store fails on the third assessment: the two written stay, the command stops; the re-run writes the
+    other two and nothing twice."""
+    from src import traces
+    from src.mlops import traces as mt
+
+    ids = write_traces("crash-app")
+    real, calls = mt.write, []
+
+    def failing(trace, fb):
+        calls.append(trace.info.trace_id)
+        if len(calls) == 3:
+            raise OSError("disk full")
+        return real(trace, fb)
+
+    monkeypatch.setattr(mt, "write", failing)
+    base = ["judge", "--experiment", "crash-app", "--model-uri", store["model"], "--no-progress", "--page-size", "2"]
+    code, _, err = run(capsys, traces, *base, "--cache-dir", str(store["tmp"] / "cache"))
+    assert code == 2 and "disk full" in err
+    monkeypatch.setattr(mt, "write", real)
+    code, out, err = run(capsys, traces, *base, "--cache-dir", str(store["tmp"] / "cache"))
+    assert code == 0, err
+    assert "2 assessed, 2 already assessed by this model" in out
+    got = traces_of("crash-app")
+    for k in range(4):
+        mine = [a for a in got[ids[f"good{k}"]].info.assessments if a.name == "raim_hallucination"]
+        assert len(mine) == 1
