@@ -109,7 +109,7 @@ def parse_time(text: str | None, now: float, flag: str) -> int | None:
 
 def search_filter(user: str | None, since_ms: int | None, until_ms: int | None) -> str | None:
     """The user's filter string and the time window (``since`` ≤ start < ``until``), joined by AND."""
-    parts = [f"({user})" if user and " or " in user.lower() else user] if user else []
+    parts = [user] if user else []
     if since_ms is not None:
         parts.append(f"trace.timestamp_ms >= {since_ms}")
     if until_ms is not None:
