@@ -337,3 +337,26 @@ def test_a_run_folder_hydra_cannot_make_is_one_line(tmp_path, entry):
         p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(tmp_path / "file" / "sub")})
     line = one_line_refusal(p, tmp_path / FLAG)
     assert "sub" in line or "file" in line, line
+
+
+def test_regenerating_params_yaml_reads_the_config_files_as_data_first(conf, tmp_path):
+    """``python -m src.track params`` (what ``dvc exp run`` does) composes conf/ with DVC's Hydra: the same files,
+    the same checks, before anything is composed."""
+    (conf / "stacker" / "glob.yaml").write_text("# @package _global_\ntracking:\n  uri: sqlite:////tmp/elsewhere.db\n")
+    out = tmp_path / "params.yaml"
+    p = cli(tmp_path, "src.track", "params", "stacker=glob", "--out", str(out), env={"RAIM_CONF_DIR": str(conf)})
+    assert "@package" in one_line_refusal(p, tmp_path / FLAG) and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "field", ["{evidence.__class__.__mro__}", "{candidate[0]}", "{question!r}", "{evidence:>99999}", "{x}"]
+)
+def test_a_frame_template_names_only_an_items_fields(conf, field):
+    """``str.format`` follows attributes and indexes: a frame from someone else could read objects into the
+    prompt sent to a judge's server."""
+    text = (conf / "frame" / "def_on.yaml").read_text().replace("{evidence}", field, 1)
+    (conf / "frame" / "fmt.yaml").write_text(text.replace("name: def_on", "name: fmt"))
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        cfg = compose(config_name="config", overrides=["frame=fmt"])
+    with pytest.raises(ConfigError, match="replacement field"):
+        check_config(cfg)

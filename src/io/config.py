@@ -130,15 +130,22 @@ def write_params(
 
 
 @one_line
-def params_main(argv: list[str] | None = None, clean: Callable[[Any], Any] | None = None) -> int:
+def params_main(
+    argv: list[str] | None = None,
+    clean: Callable[[Any], Any] | None = None,
+    check: Callable[[list[str]], None] | None = None,
+) -> int:
     """``python -m src.track params [override …]``: regenerate params.yaml from conf/ (``clean``: as in
-    :func:`write_params`)."""
+    :func:`write_params`; ``check``: called with the overrides before anything is composed —
+    :func:`src.io.trust.check_sources`, every file the composition reads checked as data)."""
     ap = ArgumentParser(prog="python -m src.track")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("params", help="regenerate params.yaml from conf/ (as `dvc exp run` does)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. stacker.C=0.5")
     p.add_argument("--out", default=str(ROOT / "params.yaml"))
     a = ap.parse_args(argv)
+    if check is not None:
+        check(a.overrides)
     print(f"wrote {write_params(a.out, a.overrides, clean)}")
     return 0
 

@@ -31,7 +31,7 @@ from src.core.errors import RaimError
 from src.io.config import build, check_keys
 from src.io.files import StrictJSONError, unique_keys
 from src.judges.config import check_roster
-from src.judges.frames import FrameSpec
+from src.judges.frames import check_frame
 
 DOCUMENT = "raim_model.json"
 """The document's name: a model folder holds it at ``artifacts/raim_model.json`` (MLflow's place for a pyfunc's
@@ -154,7 +154,7 @@ def check_panel(doc: ModelDocument, where: str) -> None:
     if [m["name"] for m in roster["members"]] != list(doc.columns[:k]):
         raise ModelRefused(f"{where}: the roster's members are not the stacker's vote columns {doc.columns[:k]}")
     for name, frame in doc.frames.items():
-        build(FrameSpec, frame, f"{where}: frames.{name}")
+        check_frame(frame, f"{where}: frames.{name}")
     if doc.default_frame not in doc.frames:
         raise ModelRefused(f"{where}: default_frame {doc.default_frame!r} is not one of its frames")
 

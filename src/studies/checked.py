@@ -27,7 +27,7 @@ from src.core.ladder import LadderSettings
 from src.io.config import ConfigError, Targets, build, check_keys, conf_file, node_source, plain
 from src.io.datasets import BUILDERS_ALLOWED, check_spec
 from src.judges.config import check_roster
-from src.judges.frames import FrameSpec, is_frame_cfg
+from src.judges.frames import check_frame, is_frame_cfg
 from src.studies.settings import STUDIES, JudgeSettings, PathsSettings, TrackingSettings
 from src.studies.suite.settings import suite_settings
 
@@ -92,7 +92,10 @@ def _dataset(node: Any, where: str) -> None:
 
 
 def _frame(node: Any, where: str) -> None:
-    build(FrameSpec if is_frame_cfg(node) else FrameSelector, node, where)
+    if is_frame_cfg(node):
+        check_frame(plain(node, True), where)
+    else:
+        build(FrameSelector, node, where)
 
 
 def _suite(node: Any, where: str) -> None:
