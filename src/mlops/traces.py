@@ -281,7 +281,7 @@ def _cell(v: Any) -> Any:
 
 def feedback(row: Mapping[str, Any], members: Sequence[str], threshold: float, judge: Judge) -> Any:
     """RAIM's feedback for one scored item (a row of :func:`src.mlops.panels.predict`'s output)."""
-    from mlflow.entities import AssessmentError, AssessmentSource, Feedback  # mlflow ~1.8 s at start-up
+    from mlflow.entities import AssessmentError, AssessmentSource, Feedback  # imported here, not at start-up: mlflow
 
     p = _cell(row.get("p_hallucinated"))
     meta = {
