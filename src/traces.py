@@ -166,7 +166,7 @@ def judge(a: argparse.Namespace) -> int:
 def write_scored(rows: pd.DataFrame, path: Path) -> Path:
     """The scored traces as a pool for ``src.rate`` (``item_id`` = the trace id; the verdict cache's id kept as
     ``cache_item_id``): JSON Lines or CSV by the suffix."""
-    if not rows.empty:
+    if "trace_id" in rows.columns:  # no rows at all (nothing judged): an empty file
         rows = rows.rename(columns={"item_id": "cache_item_id"}).rename(columns={"trace_id": "item_id"})
         first = ["item_id", "ts", "p_hallucinated", "verdict", "label"]
         rows = rows[first + [c for c in rows.columns if c not in first]]

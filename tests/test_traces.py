@@ -605,3 +605,31 @@ def test_a_run_that_dies_keeps_what_it_wrote_and_the_next_finishes_it(store, cap
     for k in range(4):
         mine = [a for a in got[ids[f"good{k}"]].info.assessments if a.name == "raim_hallucination"]
         assert len(mine) == 1
+
+
+def test_without_compute_a_trace_with_a_missing_verdict_waits(store, capsys, tmp_path):
+    """--no-compute on an empty cache: nothing is assessed on partial information, every judgeable trace is counted
+    not_cached, and the scored pool holds only what reached the traces (nothing)."""
+    from src import traces
+
+    ids = write_traces("nocache-app")
+    out = tmp_path / "scored.csv"
+    code, stdout, err = run(
+        capsys,
+        traces,
+        "judge",
+        "--experiment",
+        "nocache-app",
+        "--model-uri",
+        store["model"],
+        "--no-progress",
+        "--no-compute",
+        "--cache-dir",
+        str(tmp_path / "empty"),
+        "--out",
+        str(out),
+    )
+    assert code == 0, err
+    assert "0 assessed" in stdout and "not_cached 4" in stdout
+    assert len(pd.read_csv(out)) == 0 and out.read_text().startswith("item_id,ts,p_hallucinated")
+    assert not any(traces_of("nocache-app")[ids[f"good{k}"]].info.assessments for k in range(4))

@@ -503,8 +503,8 @@ def judge(
     """Read the experiment's traces page by page, map each to an item, score the page's items with ``score`` (a
     :func:`src.mlops.panels.predict` over the panel, through the verdict cache) and write one assessment per
     judged trace before the next page is read: a killed run keeps every page it finished, and the next run
-    skips the traces already assessed by this model. Returns the report and the scored rows (with ``trace_id``
-    and ``ts``)."""
+    skips the traces already assessed by this model. Returns the report and the rows of the traces it assessed
+    (with ``trace_id`` and ``ts``)."""
     report, scored = Report(), []
     members = [m["name"] for m in panel.model.roster["members"]]
     threshold = float(panel.model.stacker.threshold)
@@ -539,9 +539,9 @@ def judge(
                 report.logged += outcome == "logged"
                 report.overrode += outcome == "overrode"
             report.seconds["write"] += time.perf_counter() - t2
-            scored.append(
-                rows.assign(trace_id=[items[i]["trace_id"] for i in batch], ts=[items[i]["ts"] for i in batch])
-            )
+            written = (rows["uncached"].fillna("") == "").to_numpy()  # what reached the traces: the pool
+            rows = rows.assign(trace_id=[items[i]["trace_id"] for i in batch], ts=[items[i]["ts"] for i in batch])
+            scored.append(rows[written])
         if progress is not None:
             progress(report)
         if limit is not None and report.read >= limit:
