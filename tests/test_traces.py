@@ -298,28 +298,8 @@ def traces_of(experiment: str = "app") -> dict:
 
 
 def test_judge_writes_one_assessment_per_trace_and_reports_the_others(store, capsys, tmp_path):
-    from src import traces
-
     report = tmp_path / "report.json"
-    code, out, err = run(
-        capsys,
-        traces,
-        "judge",
-        "--experiment",
-        "app",
-        "--model-uri",
-        store["model"],
-        "--page-size",
-        "3",
-        "--report",
-        str(report),
-        "--out",
-        str(tmp_path / "scored.jsonl"),
-        "--no-progress",
-        "--cache-dir",
-        str(store["tmp"] / "cache"),
-    )
-    assert code == 0, err
+    out = judged(capsys, store, "--page-size", "3", "--report", str(report), "--out", str(tmp_path / "scored.jsonl"))
     doc = json.loads(report.read_text())
     assert doc["read"] == 8 and doc["assessed"] == 4 and doc["already_assessed"] == 0
     assert {k: v["count"] for k, v in doc["skipped"].items()} == {
