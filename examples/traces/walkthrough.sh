@@ -27,6 +27,7 @@ step python -m src.rate estimate traces:raim-rag-demo --labels traces --proposal
   --out "$DEMO/rate.json"
 step python -m src.traces labels --experiment raim-rag-demo --dataset medhallu --cache-dir verdicts/cache \
   --out "$DEMO/gold.csv" --table "$DEMO/labelled.csv"
+step python -m src.run verdicts="$DEMO/labelled.csv" tracking.enabled=false   # the ladder on the traffic's labels
 # 5. The same panel inside mlflow.genai.evaluate, on the same traces.
 step python - <<PY
 import mlflow
