@@ -6,16 +6,20 @@
     python -m src.rate [hydra overrides]       # the study: rate.output (JSON), rate.figure, an MLflow run "rate"
 
 POOL is a scored table (a ``src.predict`` output, or any CSV / JSON Lines / Parquet file with ``item_id`` and
-``p_hallucinated``) or a served model's monitoring store (.db); gold is ``item_id, gold`` (0 / 1). The methods,
-the proposal file and the study are :mod:`src.studies.rate` (maths: :mod:`src.core.rates`).
+``p_hallucinated``), a served model's monitoring store (.db), or ``traces:EXPERIMENT`` — the traces of an MLflow
+experiment that hold RAIM's assessment (``python -m src.traces judge``; ``--traces-filter`` narrows them, and
+``--segment`` names a trace tag); gold is ``item_id, gold`` (0 / 1), or ``--labels traces``: the people's labels on the
+pool's traces (HUMAN feedback, conf/traces). ``propose --tag-traces`` tags the traces it proposes, so a person
+finds them in the MLflow UI. The methods, the proposal file and the study are :mod:`src.studies.rate` (maths:
+:mod:`src.core.rates`).
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
+from pathlib import Path
 
 import hydra
 import numpy as np
@@ -25,9 +29,11 @@ from src.core import names
 from src.core.errors import ArgumentParser, one_line
 from src.io.files import atomic_write_text, to_json
 from src.io.paths import CONF_DIR
-from src.io.trust import checked_command
+from src.io.trust import commands_or_study
 from src.judges import tables
+from src.mlops import traces
 from src.mlops import tracking as track
+from src.mlops.store import check_server, tracking_uri
 from src.present import rate as present
 from src.studies import rate as study
 from src.studies.checked import configured
@@ -42,6 +48,8 @@ without a command, python -m src.rate [hydra overrides] runs the study (conf/rat
 real pools, each method's coverage and width, written to rate.output (JSON), rate.figure and an MLflow run "rate";
 `python -m src.rate --cfg job` prints its composed configuration, `--hydra-help` Hydra's own options.
 Each command's options: python -m src.rate estimate --help (propose, plan likewise). Methods: docs/rates.md."""
+TRACES = "traces:"  # a pool read from an MLflow experiment's assessed traces
+TRACES_LABELS = "traces"  # --labels: the people's labels on those traces
 
 
 def parser() -> ArgumentParser:
@@ -54,8 +62,14 @@ def parser() -> ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=ArgumentParser, metavar="COMMAND")
 
     def pool_args(p):
-        p.add_argument("pool", help="scored table (.csv/.jsonl/.parquet with item_id, p_hallucinated) or store (.db)")
-        p.add_argument("--labels", help="gold labels: item_id, gold (0 supported / 1 hallucinated)")
+        p.add_argument(
+            "pool",
+            help="scored table (.csv/.jsonl/.parquet with item_id, p_hallucinated), store (.db) or traces:EXPERIMENT",
+        )
+        p.add_argument(
+            "--labels", help="gold labels: item_id, gold (0 supported / 1 hallucinated); `traces`: the traces' own"
+        )
+        p.add_argument("--traces-filter", help="a traces: pool's mlflow.search_traces filter (fix the pool with it)")
         p.add_argument("--labels-column", default="gold", help="the gold column of --labels (default: gold)")
         p.add_argument("--proposal", help="the proposal the labels were drawn by (src.rate propose)")
         p.add_argument(
@@ -79,6 +93,7 @@ def parser() -> ArgumentParser:
     pool_args(p)
     p.add_argument("budget", type=int, help="expected number of items to label")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tag-traces", action="store_true", help="traces: pool: tag the proposed traces for the UI")
     q = sub.add_parser("plan", help="labels needed for a target half-width")
     pool_args(q)
     q.add_argument("--halfwidth", type=float, required=True, help="target interval half-width (e.g. 0.02)")
@@ -89,8 +104,16 @@ def parser() -> ArgumentParser:
 @one_line
 def cli(argv: list[str]) -> int:
     a = parser().parse_args(argv)
-    pool = study.read_pool(a.pool, getattr(a, "segment", None), getattr(a, "window", None), a.train_prevalence, a.model)
-    lab, y = study.read_labels(a.labels, pool, a.labels_column) if a.labels else (None, None)
+    if a.pool.startswith(TRACES):
+        pool, traced = traces_pool(a)
+    else:
+        pool, traced = (
+            study.read_pool(
+                a.pool, getattr(a, "segment", None), getattr(a, "window", None), a.train_prevalence, a.model
+            ),
+            None,
+        )
+    lab, y = labels_of(a, pool, traced)
     if a.command == "propose":
         if not a.proposal:
             raise study.RateError("propose: name the proposal file to write with --proposal FILE.json")
@@ -101,6 +124,8 @@ def cli(argv: list[str]) -> int:
             f"labelled) of {len(pool)}: proposal {out}, fill in {template} and run "
             f"`python -m src.rate estimate {a.pool} --labels {template} --proposal {out}`"
         )
+        if a.tag_traces:
+            tag_proposed(a, doc, out)
         return 0
     proposal = study.read_proposal(a.proposal, pool) if a.proposal else None
     if lab is None:
@@ -130,6 +155,67 @@ def unreachable(plan: dict, method: str) -> str:
     return (
         f"not reachable on this pool: ±{plan['narrowest_halfwidth'][method]:.3f} at best (every item labelled); "
         f"a pool of about {plan['pool_needed'][method]:,} such items would reach ±{plan['halfwidth']:g}"
+    )
+
+
+def traces_pool(a) -> tuple[study.Pool, np.ndarray]:
+    """A ``traces:EXPERIMENT`` pool (every trace holding RAIM's assessment, ``--traces-filter`` applied; ``--segment``:
+    a trace tag) and the people's labels on it (NaN where none: :func:`src.mlops.traces.label_of`)."""
+    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
+
+    s = traces.settings()
+    check_server(tracking_uri())
+    mlflow.set_tracking_uri(tracking_uri())
+    got = traces.read_pool(
+        traces.experiment_id(a.pool[len(TRACES) :]),
+        s.assessment.name,
+        (s.assessment.label, s.assessment.name),
+        a.traces_filter,
+        s.page_size,
+        getattr(a, "segment", None),
+    )
+    if not got.trace_ids:
+        raise study.RateError(
+            f"{a.pool}: no trace holds RAIM's assessment {s.assessment.name!r} ({got.skipped} without): judge them "
+            "first with `python -m src.traces judge`"
+        )
+    prior = study.one_prevalence(a.pool, got.train_prevalence, "traces", "pass the stacker's with --train-prevalence")
+    seg = None if got.segments is None else np.asarray(got.segments, dtype=object)
+    pool = study.pool_of(
+        a.pool,
+        got.trace_ids,
+        got.p,
+        None,
+        seg,
+        got.ts,
+        prior,
+        getattr(a, "segment", None),
+        getattr(a, "window", None),
+        a.train_prevalence,
+    )
+    return pool, got.gold
+
+
+def labels_of(a, pool: study.Pool, traced: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(labelled mask, gold) of ``--labels``: a file, or ``traces`` (the labels read with a ``traces:`` pool)."""
+    if a.labels != TRACES_LABELS:
+        return study.read_labels(a.labels, pool, a.labels_column) if a.labels else (None, None)
+    if traced is None:
+        raise study.RateError(f"--labels traces: the pool {a.pool} is not a traces:EXPERIMENT pool")
+    return ~np.isnan(traced), traced
+
+
+def tag_proposed(a, doc: dict, proposal) -> None:
+    """Tag the proposed traces ``<traces.assessment.request_tag>=<the proposal's name>`` (one request per trace)."""
+    if not a.pool.startswith(TRACES):
+        raise study.RateError(f"--tag-traces: the pool {a.pool} is not a traces:EXPERIMENT pool")
+    s = traces.settings()
+    value = Path(proposal).stem
+    n = traces.tag(doc["proposed"], s.assessment.request_tag, value)
+    print(
+        f"tagged {n} trace(s) {s.assessment.request_tag}={value}: in the MLflow UI, filter the traces on "
+        f"tags.`{s.assessment.request_tag}` = '{value}', add feedback {s.assessment.label!r} (true = hallucinated) "
+        f"to each, then run `python -m src.rate estimate {a.pool} --labels traces --proposal {proposal}`"
     )
 
 
@@ -214,12 +300,9 @@ def run_study(cfg) -> None:
 
 def main() -> None:
     """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra (``@hydra.main`` +
-    ``@one_line`` under :func:`src.io.trust.checked_command`, as :mod:`src.prevalence`)."""
-    if len(sys.argv) > 1 and sys.argv[1] in (*COMMANDS, *HELP):
-        raise SystemExit(cli(sys.argv[1:]))
-    checked_command(
-        hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))
-    )()
+    ``@one_line``, :func:`src.io.trust.commands_or_study`)."""
+    study = hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))
+    commands_or_study((*COMMANDS, *HELP), cli, study)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ SIBLING_RAW = (ROOT.parent / "shared" / "data" / "raw").resolve()  # data.dvc's 
 
 
 # the beyond-the-paper studies' stages, in dvc.yaml's order (each: python -m src.<name>, conf/<name>/)
-BEYOND = ("prevalence", "monitor", "noise", "rate", "injection")
+BEYOND = ("prevalence", "monitor", "noise", "rate", "injection", "traces")
 
 
 def sh(args, cwd, env, timeout=600) -> subprocess.CompletedProcess:

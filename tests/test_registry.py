@@ -237,7 +237,10 @@ def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
     [
         (["promote", "--run-id", "0123456789abcdef"], "promote: Run with id=0123456789abcdef not found"),
         (["show", "--name", "no-such-model"], "show: Registered Model with name=no-such-model not found"),
-        (["log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"], "roster=nope: no option 'nope' in the 'roster' group"),
+        (
+            ["log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"],
+            "roster=nope: no option 'nope' in the 'roster' group",
+        ),
     ],
 )
 @pytest.mark.slow

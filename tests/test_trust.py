@@ -263,6 +263,7 @@ ENTRIES = (
     "src.monitor",
     "src.noise",
     "src.injection",
+    "src.traces",
     "src.report",
 )
 

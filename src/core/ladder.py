@@ -430,21 +430,23 @@ def refit_rungs(
     """The rungs fitted to the labels, as the refit bootstrap refits them on every draw (:mod:`src.core.refit`):
     the stacker (the plain one by the batched Newton fit, any other by its own fit), the CV-best single's choice,
     the two weighted votes, and ``other_encoding`` (Table 23's other arm) when ``other`` is given."""
-
-    def stacked(st):
-        if type(st) is StackedLogit:
-            return refit.stacked(st.features(X), st.C, st.threshold)
-        return refit.stacked_loop(st, X)
-
     rungs = {
-        "stacked": stacked(stacker),
+        "stacked": stacked_rung(refit, stacker, X),
         "best_cv": refit.best_cv(votes, min_coverage),
         "acc_weighted": refit.weighted(votes, "accuracy"),
         "logodds_weighted": refit.weighted(votes, "logodds"),
     }
     if other is not None:
-        rungs["other_encoding"] = stacked(other)
+        rungs["other_encoding"] = stacked_rung(refit, other, X)
     return rungs
+
+
+def stacked_rung(refit: RefitBootstrap, stacker: StackedLogit, X: np.ndarray) -> Rung:
+    """The stacker as the refit bootstrap refits it on every draw: the plain one by the batched Newton fit, any
+    other by its own fit."""
+    if type(stacker) is StackedLogit:
+        return refit.stacked(stacker.features(X), stacker.C, stacker.threshold)
+    return refit.stacked_loop(stacker, X)
 
 
 def refit_draws(

@@ -427,3 +427,12 @@ def checked_command(fn: F) -> F:
         return fn(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def commands_or_study(commands: Iterable[str], cli: Callable[[list[str]], int], study: Callable[[], Any]) -> None:
+    """An entry with argparse subcommands and a study: ``python -m src.<x> <command> …`` (``sys.argv[1]`` one of
+    ``commands``) runs ``cli``; anything else is ``study`` — the entry's ``@hydra.main`` app — under
+    :func:`checked_command`, as every Hydra entry."""
+    if len(sys.argv) > 1 and sys.argv[1] in commands:
+        raise SystemExit(cli(sys.argv[1:]))
+    checked_command(study)()

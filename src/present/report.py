@@ -23,6 +23,7 @@ from src.present.figures import FIGURES, draw, estimate
 from src.present.injection import injection_section
 from src.present.markdown import dash_note, delta_cell, f3, pct, table
 from src.present.rate import rate_section
+from src.present.traces import traces_section
 from src.studies.noise import parts as studied
 from src.studies.prevalence import CONDITIONS, statements
 
@@ -1105,4 +1106,5 @@ BEYOND = {
         injection_section,
         "Attack success (hallucinated → supported) per member and aggregate, paper vs guarded frame",
     ),
+    "traces": (traces_section, "κ of the stacked panel and of MLflow's scorer ensembles over the same members"),
 }

@@ -159,6 +159,24 @@ def read_pool(
             raise RateError(f"--segment {segment}: a monitoring store has no columns; segment it by --window")
     else:
         ids, p, clusters, seg, ts, tp = _table_columns(path, segment, window is not None)
+    return pool_of(str(path), ids, p, clusters, seg, ts, tp, segment, window, train_prevalence)
+
+
+def pool_of(
+    source: str,
+    ids: Any,
+    p: np.ndarray,
+    clusters: np.ndarray | None,
+    seg: np.ndarray | None,
+    ts: np.ndarray,
+    tp: float | None,
+    segment: str | None = None,
+    window: float | None = None,
+    train_prevalence: float | None = None,
+) -> Pool:
+    """A pool from its columns (:func:`read_pool`'s, or the assessed traces of an MLflow experiment): the missing
+    p imputed and counted, the segments by ``window`` seconds over ``ts`` when asked, ``train_prevalence`` over
+    the recorded one."""
     if train_prevalence is not None:
         tp = priorshift.check_prevalence(train_prevalence, "--train-prevalence")
     missing = np.isnan(p)
@@ -172,7 +190,7 @@ def read_pool(
             [dt.datetime.fromtimestamp(s, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for s in start], dtype=object
         )
         by = f"window of {window:g} s"
-    return Pool(str(path), np.asarray(ids, dtype=object), p, clusters, seg, by, tp, int(missing.sum()))
+    return Pool(source, np.asarray(ids, dtype=object), p, clusters, seg, by, tp, int(missing.sum()))
 
 
 def _table_columns(path: Path, segment: str | None, need_ts: bool):
@@ -213,11 +231,11 @@ def _table_columns(path: Path, segment: str | None, need_ts: bool):
         np.asarray(clusters, dtype=object) if has_cluster else None,
         np.asarray(seg, dtype=object) if segment is not None else None,
         np.asarray(ts, dtype=float),
-        _one_prevalence(path, tps, "items", "pass the stacker's with --train-prevalence"),
+        one_prevalence(path, tps, "items", "pass the stacker's with --train-prevalence"),
     )
 
 
-def _one_prevalence(path: Path, recorded, what: str, hint: str) -> float | None:
+def one_prevalence(path: Path | str, recorded, what: str, hint: str) -> float | None:
     """The one training prevalence a pool's ``what`` (items, rows) recorded, ignoring the ones that recorded none
     (None when none did); values that disagree come from several stackers: an error with ``hint``."""
     known = [float(t) for t in recorded if t is not None and np.isfinite(t)]
@@ -260,7 +278,7 @@ def _store_columns(path: Path, model: str | None):
         seen.add(i)
     tps = [] if stream.train_prevalence is None else stream.train_prevalence
     hint = "read one model's rows, or pass the stacker's with --train-prevalence"
-    return ids, stream.p, None, None, stream.ts, _one_prevalence(path, tps, "rows", hint)
+    return ids, stream.p, None, None, stream.ts, one_prevalence(path, tps, "rows", hint)
 
 
 def read_labels(path: str | Path, pool: Pool, column: str = "gold") -> tuple[np.ndarray, np.ndarray]:

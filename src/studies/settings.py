@@ -1,5 +1,5 @@
 """The settings of the composed config's plain groups, typed: the paths, the judge engine, tracking, and each
-beyond-the-paper study's own group (conf/prevalence, monitor, noise, rate, injection).
+beyond-the-paper study's own group (conf/prevalence, monitor, noise, rate, injection, traces).
 
 As with the suite's settings (:mod:`src.studies.suite.settings`), the values live in the YAML files only: these
 dataclasses hold no defaults (an optional key defaults to ``None``: absent), so nothing is repeated in code. Built
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from src.io.traces import TraceMapping
 
 
 @dataclass(frozen=True)
@@ -289,11 +291,35 @@ class InjectionSettings:
     progress: bool
 
 
+@dataclass(frozen=True)
+class TraceAssessments:
+    """The names RAIM reads and writes on traces: its own assessment, the people's label, the label request tag."""
+
+    name: str
+    label: str
+    request_tag: str
+
+
+@dataclass(frozen=True)
+class TracesSettings:
+    """conf/traces: traces in, assessments out, and the panel against MLflow's scorer ensembles."""
+
+    output: str
+    figure: str
+    ensembles: list[Literal["majority_vote", "mean"]]
+    mean_threshold: float
+    dataset: str
+    page_size: int
+    assessment: TraceAssessments
+    mapping: TraceMapping
+
+
 STUDIES: dict[str, type] = {
     "prevalence": PrevalenceSettings,
     "monitor": MonitorSettings,
     "noise": NoiseSettings,
     "rate": RateSettings,
     "injection": InjectionSettings,
+    "traces": TracesSettings,
 }
 """Each beyond-the-paper study's group and the settings it is read as."""
