@@ -34,7 +34,15 @@ from scipy.stats import norm
 from sklearn.base import clone
 
 from src.core.aggregate import WeightedVote, member_accuracy
-from src.core.evaluate import MAX_WEIGHT_BYTES, ClusterBootstrap, classes, distinct_rows, from_counts, indicators
+from src.core.evaluate import (
+    MAX_WEIGHT_BYTES,
+    ClusterBootstrap,
+    classes,
+    deployed,
+    distinct_rows,
+    from_counts,
+    indicators,
+)
 from src.core.memory import PerArray
 from src.core.verdicts import ABSTAIN
 
@@ -396,11 +404,12 @@ class RefitBootstrap:
 
         return Rung(inv, len(rows), predict)
 
-    def best_cv(self, votes: np.ndarray, min_coverage: float) -> Rung:
+    def best_cv(self, votes: np.ndarray, min_coverage: float, as_deployed: bool = False) -> Rung:
         """The CV-best single judge (:class:`src.core.aggregate.BestSingle`), chosen per draw and fold: the member
         with the highest κ on the training part among those answering at least ``min_coverage`` of it (all
-        members when none does); its votes, abstentions included, are the predictions. Each call's choices are
-        kept in the rung's ``chosen`` (:meth:`choices`)."""
+        members when none does); its votes, abstentions included, are the predictions — or, ``as_deployed``, its
+        abstentions answered by :data:`src.core.evaluate.FALLBACK` (:func:`src.core.evaluate.deployed`). Each
+        call's choices are kept in the rung's ``chosen`` (:meth:`choices`)."""
         rows, inv = self._rows(votes)
         K = rows.shape[1]
         ind = [indicators(np.full(len(rows), g), rows).reshape(len(rows), K * 6) for g in (1, 0)]
@@ -414,9 +423,10 @@ class RefitBootstrap:
             ok[~ok.any(axis=1)] = True
             sel = np.argmax(np.where(ok, kap, -np.inf), axis=1)
             rung.chosen.append(sel)
-            return rows[:, sel].T
+            pred = rows[:, sel].T
+            return deployed(pred) if as_deployed else pred
 
-        rung = Rung(inv, len(rows), predict, abstains=True)
+        rung = Rung(inv, len(rows), predict, abstains=not as_deployed)
         return rung
 
     def choices(self, rung: Rung) -> np.ndarray:
@@ -602,14 +612,16 @@ class DrawReader:
         return RefitDraws({r: np.vstack(v) for r, v in self.totals.items()}, units, own)
 
 
-def corrected_interval(
-    estimate: float, draws: np.ndarray, fixed_draws: np.ndarray, correction: float, level: float = 0.95
-) -> tuple[list[float], float, float]:
-    """(interval, standard error, one-sided p of S ≤ 0) of a statistic from its refit draws: variance
-    Var*(S) − ``correction`` (:class:`RefitDraws`), never under the fixed-prediction draws' variance (the
-    sampling variance with the fit held, which the fit's variation can only add to); a normal interval around the
+def corrected_variance(draws: np.ndarray, fixed_draws: np.ndarray, correction: float) -> float:
+    """A statistic's variance from its refit draws: Var*(S) − ``correction`` (:class:`RefitDraws`), never under the
+    fixed-prediction draws' variance (the sampling variance with the fit held, which the fit's variation can only
+    add to)."""
+    return max(float(np.var(draws)) - correction, float(np.var(fixed_draws)))
+
+
+def normal_interval(estimate: float, var: float, level: float = 0.95) -> tuple[list[float], float, float]:
+    """(interval, standard error, one-sided p of S ≤ 0) of a normal interval of variance ``var`` around the
     estimate."""
-    var = max(float(np.var(draws)) - correction, float(np.var(fixed_draws)))
     se = float(np.sqrt(var))
     z = float(norm.ppf(0.5 + level / 2))
     if se > 0:
@@ -617,3 +629,44 @@ def corrected_interval(
     else:
         p = 0.0 if estimate > 0 else 1.0
     return [float(estimate - z * se), float(estimate + z * se)], se, p
+
+
+def corrected_interval(
+    estimate: float,
+    draws: np.ndarray,
+    fixed_draws: np.ndarray,
+    correction: float,
+    level: float = 0.95,
+    floor: float = 0.0,
+) -> tuple[list[float], float, float]:
+    """(interval, standard error, one-sided p of S ≤ 0) of a statistic from its refit draws: the
+    :func:`corrected_variance`, never under ``floor`` either (a paired Δ's :func:`discordance_floor`); a normal
+    interval around the estimate."""
+    return normal_interval(estimate, max(corrected_variance(draws, fixed_draws, correction), floor), level)
+
+
+def discordance_floor(gold: np.ndarray, a: np.ndarray, b: np.ndarray, level: float = 0.95) -> dict[str, float]:
+    """Per metric, the least variance of the paired Δ between two arms' verdicts ``a`` and ``b`` (n-vectors in
+    {0, 1, ½}; Δ̂ = the metric of a − that of b) that the items where they differ leave it (docs/intervals.md,
+    "Sparse evidence"): (Σᵢ hᵢ² + z²/2·h²)·n / (n + z²) − Δ̂²/n, never below 0, with the sum over the discordant
+    items. An item on which the arms agree moves the Δ by about nothing; a discordant one by at most hᵢ, the larger
+    difference, in either arm, of the metric's gradient (:func:`gradients`, at the arm's full-sample counts) between
+    the item's two cells; h is the most any item can (the widest spread of a gradient within one gold class). The
+    Δ's variance is n times one item's: at most n·E[hᵢ²] − Δ²/n. The bootstrap reads E[hᵢ²] off the D discordant
+    items it sees, nothing when D = 0; the floor adds z²/2 unseen ones of the largest influence, as Wilson's
+    centre (D + z²/2) / (n + z²) does to a rate of D in n."""
+    z2 = float(norm.ppf(0.5 + level / 2)) ** 2
+    gold, a, b = np.asarray(gold), np.asarray(a, float), np.asarray(b, float)
+    n, disc = len(gold), a != b
+    counts = [indicators(gold, p).sum(axis=0) for p in (a, b)]
+    grads = [gradients(c) for c in counts]
+    first, second = (from_counts(c) for c in counts)
+    at = [indicators(gold[disc], p[disc]).argmax(axis=1) for p in (a, b)]  # each discordant item's two cells
+    out = {}
+    for m in grads[0]:
+        g = np.stack([gr[m] for gr in grads])  # arms × cells
+        h_i = np.abs(g[:, at[0]] - g[:, at[1]]).max(axis=0, initial=0.0)
+        h = float(np.ptp(g.reshape(2, 2, 3), axis=2).max())
+        bound = (float(np.sum(h_i**2)) + z2 / 2 * h * h) * n / (n + z2)
+        out[m] = max(bound - float(first[m] - second[m]) ** 2 / n, 0.0)
+    return out
