@@ -56,8 +56,8 @@ from src.core.refit import (
     Rung,
     corrected_interval,
     corrected_variance,
-    discordance_floor,
     normal_interval,
+    unseen_discordance,
 )
 from src.core.verdicts import ABSTAIN, VerdictError, VerdictTable
 
@@ -407,13 +407,14 @@ def refit_delta(
     held: np.ndarray,
     correction: float,
     level: float,
-    floor: float | None = None,
+    unseen: float | None = None,
 ) -> Delta:
     """A paired Δ on its refit draws (``held``: the fixed-prediction draws, ``correction``: the own term of
-    :meth:`src.core.refit.RefitDraws.correction`): the corrected normal interval, its variance never under
-    ``floor`` when one is given (:func:`src.core.refit.discordance_floor`; ``floored`` says whether the floor set
-    it), its one-sided p and call."""
+    :meth:`src.core.refit.RefitDraws.correction`): the corrected normal interval, its one-sided p and call. With
+    ``unseen`` (:func:`src.core.refit.unseen_discordance`) its variance is never under the discordance floor,
+    the fixed-prediction draws' variance plus ``unseen`` (``floored`` says whether the floor set it)."""
     var = corrected_variance(draws, held, correction)
+    floor = None if unseen is None else float(np.var(held)) + unseen
     ci, se, p = normal_interval(estimate, var if floor is None else max(var, floor), level)
     return Delta(float(estimate), ci, p, call_for(ci), se=se, floored=None if floor is None else bool(floor > var))
 
@@ -421,8 +422,8 @@ def refit_delta(
 def comparison(gold: np.ndarray, stacked: np.ndarray, other: np.ndarray, name: str, level: float) -> dict:
     """What a paired Δ (stacked − ``name``) rests on, from the two arms' verdicts: its evidence
     (:func:`src.core.evaluate.evidence`: the discordant items, each arm's abstentions) and, per metric, the
-    variance floor those items leave it (:func:`src.core.refit.discordance_floor`)."""
-    return {**evidence(stacked, other, ("stacked", name)), "floor": discordance_floor(gold, stacked, other, level)}
+    variance of the discordance a sample of its size cannot rule out (:func:`src.core.refit.unseen_discordance`)."""
+    return {**evidence(stacked, other, ("stacked", name)), "unseen": unseen_discordance(gold, stacked, other, level)}
 
 
 def ladder_deltas(
@@ -439,8 +440,8 @@ def ladder_deltas(
     out-of-fold predictions (``fixed`` draws, percentile interval). With ``refit`` (the refitted rungs' metric
     draws) and ``rd`` (:class:`src.core.refit.RefitDraws`): each refitted rung's draws in place of its fixed ones,
     and the corrected normal interval of :func:`src.core.refit.corrected_interval` (its standard error ``se``),
-    never narrower than the discordance floor of ``paired`` (:func:`comparison`, per rung compared item by item;
-    its evidence is recorded beside every Δ, refit or fixed)."""
+    never narrower than the discordance floor (:func:`refit_delta`) of ``paired`` (:func:`comparison`, per rung
+    compared item by item; its evidence is recorded beside every Δ, refit or fixed)."""
     deltas: dict[str, dict[str, Delta]] = {}
     for c in COMPARATORS:
         if c not in est or c == "stacked":
@@ -456,7 +457,7 @@ def ladder_deltas(
                 assert rd is not None, "refitted draws come with their RefitDraws"
                 draws = refit["stacked"][m] - (refit[c][m] if c in refit else fixed[c][m])
                 correction = rd.correction({("stacked", m): 1.0, (c, m): -1.0})
-                d = refit_delta(estimate, draws, held, correction, level, ev["floor"][m] if ev else None)
+                d = refit_delta(estimate, draws, held, correction, level, ev["unseen"][m] if ev else None)
             d.discordant, d.abstentions = ev.get("discordant"), ev.get("abstentions")
             deltas[c][m] = d
     deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])

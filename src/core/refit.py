@@ -645,28 +645,18 @@ def corrected_interval(
     return normal_interval(estimate, max(corrected_variance(draws, fixed_draws, correction), floor), level)
 
 
-def discordance_floor(gold: np.ndarray, a: np.ndarray, b: np.ndarray, level: float = 0.95) -> dict[str, float]:
-    """Per metric, the least variance of the paired Δ between two arms' verdicts ``a`` and ``b`` (n-vectors in
-    {0, 1, ½}; Δ̂ = the metric of a − that of b) that the items where they differ leave it (docs/intervals.md,
-    "Sparse evidence"): (Σᵢ hᵢ² + z²/2·h²)·n / (n + z²) − Δ̂²/n, never below 0, with the sum over the discordant
-    items. An item on which the arms agree moves the Δ by about nothing; a discordant one by at most hᵢ, the larger
-    difference, in either arm, of the metric's gradient (:func:`gradients`, at the arm's full-sample counts) between
-    the item's two cells; h is the most any item can (the widest spread of a gradient within one gold class). The
-    Δ's variance is n times one item's: at most n·E[hᵢ²] − Δ²/n. The bootstrap reads E[hᵢ²] off the D discordant
-    items it sees, nothing when D = 0; the floor adds z²/2 unseen ones of the largest influence, as Wilson's
-    centre (D + z²/2) / (n + z²) does to a rate of D in n."""
+def unseen_discordance(gold: np.ndarray, a: np.ndarray, b: np.ndarray, level: float = 0.95) -> dict[str, float]:
+    """Per metric, the variance z²/2·h² that a paired Δ between two arms' verdicts ``a`` and ``b`` (n-vectors in
+    {0, 1, ½}) adds to its fixed-prediction variance for the discordant items a sample cannot rule out
+    (docs/intervals.md, "Sparse evidence"): z²/2 items more on which the arms differ — Wilson's pseudo-count, as in
+    (D + z²/2) / (n + z²) for a rate of D in n — each moving the Δ by h, the most one item can: the widest spread,
+    in either arm, of the metric's gradient (:func:`gradients`, at the arm's full-sample counts) over the three
+    cells of one gold class."""
     z2 = float(norm.ppf(0.5 + level / 2)) ** 2
-    gold, a, b = np.asarray(gold), np.asarray(a, float), np.asarray(b, float)
-    n, disc = len(gold), a != b
-    counts = [indicators(gold, p).sum(axis=0) for p in (a, b)]
-    grads = [gradients(c) for c in counts]
-    first, second = (from_counts(c) for c in counts)
-    at = [indicators(gold[disc], p[disc]).argmax(axis=1) for p in (a, b)]  # each discordant item's two cells
+    grads = [gradients(indicators(gold, p).sum(axis=0)) for p in (a, b)]
     out = {}
     for m in grads[0]:
-        g = np.stack([gr[m] for gr in grads])  # arms × cells
-        h_i = np.abs(g[:, at[0]] - g[:, at[1]]).max(axis=0, initial=0.0)
-        h = float(np.ptp(g.reshape(2, 2, 3), axis=2).max())
-        bound = (float(np.sum(h_i**2)) + z2 / 2 * h * h) * n / (n + z2)
-        out[m] = max(bound - float(first[m] - second[m]) ** 2 / n, 0.0)
+        g = np.stack([gr[m].reshape(2, 3) for gr in grads])  # arms × gold × cells
+        h = float(np.ptp(g, axis=2).max())
+        out[m] = z2 / 2 * h * h
     return out
