@@ -706,8 +706,9 @@ KAPPA_FLOOR = ladder.LadderSettings().kappa_floor  # 0.40, conf/analysis's kappa
 
 
 def better_arm(kappa_panel: float, kappa_single: float, floor: float = KAPPA_FLOOR) -> str:
-    """The arm with the higher population κ — ``panel`` (the stacker) or ``single`` (the CV-best single judge) —
-    when it reaches the floor; ``none`` when neither does."""
+    """The arm with the higher population κ — ``panel`` (the stacker) or ``single`` (the CV-best single judge as
+    deployed: its abstentions answered, every item scored) — when it reaches the floor; ``none`` when neither
+    does."""
     arm, k = ("panel", kappa_panel) if kappa_panel > kappa_single else ("single", kappa_single)
     return arm if reaches(k, floor) else "none"
 
@@ -715,15 +716,15 @@ def better_arm(kappa_panel: float, kappa_single: float, floor: float = KAPPA_FLO
 def rule_arm(t: dict, floor: float = KAPPA_FLOOR) -> str:
     """What the decision rule (:mod:`src.core.decide`, §3.3) deploys on population values: the panel when it is
     admissible, beats the CV-best single and reaches the floor; else the single judge at the floor; else none."""
-    if t["admissible"] and t["d_best_cv"] > 0 and reaches(t["stacked"], floor):
+    if t["admissible"] and t["d_deploy"] > 0 and reaches(t["stacked"], floor):
         return "panel"
-    return "single" if reaches(t["kappa_best_cv"], floor) else "none"
+    return "single" if reaches(t["kappa_best_cv_deployed"], floor) else "none"
 
 
 def decision_truth(regime: str, n_items: int = TRUTH_N) -> dict:
     """The regime's population values (:func:`population`) with its better arm and the rule's arm."""
     t = population(regime, n_items=n_items)
-    return {**t, "better": better_arm(t["stacked"], t["kappa_best_cv"]), "rule": rule_arm(t)}
+    return {**t, "better": better_arm(t["stacked"], t["kappa_best_cv_deployed"]), "rule": rule_arm(t)}
 
 
 def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
@@ -740,7 +741,9 @@ def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
         "admissible": d.admissible,
         "admitted_share": d.admitted_share,
         "kappa_stacked": summary["comparators"]["stacked"]["kappa"]["estimate"],
-        "kappa_single": summary["comparators"]["best_cv"]["kappa"]["estimate"],
+        "kappa_single": summary["comparators"]["best_cv_deployed"]["kappa"]["estimate"],
+        "call_paper": d.call_paper,
+        "discordant": d.discordant,
     }
 
 
@@ -763,9 +766,10 @@ def tally(runs: list[dict], floor_rule: str, better: str, rule: str) -> dict[str
 
 
 def load_decision_truth(regimes: list[str]) -> dict:
-    """The regimes' decision truths, computed (and saved) for any not yet in :data:`DECISION_TRUTH`."""
+    """The regimes' decision truths, computed (and saved) for any not yet in :data:`DECISION_TRUTH` (or there without
+    the deployed comparison the decision reads)."""
     truth = json.loads(DECISION_TRUTH.read_text()) if DECISION_TRUTH.exists() else {}
-    for regime in [r for r in regimes if r not in truth]:
+    for regime in [r for r in regimes if "d_deploy" not in truth.get(r, {})]:
         truth[regime] = decision_truth(regime)
         RESULTS.mkdir(parents=True, exist_ok=True)
         DECISION_TRUTH.write_text(json.dumps(truth, indent=1) + "\n")
@@ -784,24 +788,30 @@ def decision_line(cell: dict, t: dict) -> str:
     return f"{cell['regime']} n={cell['n']} (better: {t['better']}): " + "; ".join(parts) + f"; vetoed {vetoed:.3f}"
 
 
+def decision_cells() -> list[dict]:
+    """The decision cells of :data:`DECISIONS` decided by the current rule on the current intervals
+    (:data:`INTERVAL`; earlier ones stay in git's history)."""
+    cells = [json.loads(x) for x in DECISIONS.read_text().splitlines()] if DECISIONS.exists() else []
+    return [c for c in cells if c.get("interval") == INTERVAL]
+
+
 def report_decisions() -> None:
     """The decision tables of docs/intervals.md: each regime's population arms, then how often the decision deploys
     the better one, per regime × n × floor rule."""
     truth = json.loads(DECISION_TRUTH.read_text())
-    cells = {(c["regime"], c["n"]): c for c in map(json.loads, DECISIONS.read_text().splitlines())}  # latest line
+    cells = {(c["regime"], c["n"]): c for c in decision_cells()}  # the latest line of each cell
     print(f"The decision's arms on the population (TRUTH_N = {TRUTH_N} items; κ_min = {KAPPA_FLOOR:g}):\n")
     print(
-        "| regime | accuracies, ρ | κ panel (stacked) | κ CV-best single | Δκ | members at κ₀ | φ̄ | admissible "
-        "| better arm | the rule's arm |"
+        "| regime | generator | κ panel (stacked) | κ CV-best single as deployed (§2: answered items) | Δκ deployed "
+        "| members at κ₀ | φ̄ | admissible | better arm | the rule's arm |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for rg, t in truth.items():
-        r = ALL_REGIMES[rg]
+    for rg, t in sorted(truth.items(), key=lambda kv: list(ALL_REGIMES).index(kv[0])):
         print(
-            f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
-            f"{t['kappa_best_cv']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
-            f"{t['members_at_kappa0']}/{len(r['accuracies'])} | {t['phi_bar']:.3f} | {'yes' if t['admissible'] else 'no'} "
-            f"| {t['better']} | {t['rule']} |"
+            f"| {rg} | {generator(rg)} | {t['stacked']:.3f} | {t['kappa_best_cv_deployed']:.3f} "
+            f"({t['kappa_best_cv']:.3f}) | {t['d_deploy']:+.3f} (±{t['mc_se']['d_deploy']:.3f}) | "
+            f"{t['members_at_kappa0']}/{len(t['members_kappa'])} | {t['phi_bar']:.3f} | "
+            f"{'yes' if t['admissible'] else 'no'} | {t['better']} | {t['rule']} |"
         )
     print("\nThe decision per run, % of runs [Wilson 95 %]:\n")
     print(
@@ -832,11 +842,7 @@ def report_decisions() -> None:
 
 def cmd_decisions(args) -> None:
     truth = load_decision_truth(args.regimes)
-    done = set()
-    if DECISIONS.exists():
-        done = {
-            (c["regime"], c["n"], c["reps"], c["n_boot"]) for c in map(json.loads, DECISIONS.read_text().splitlines())
-        }
+    done = {(c["regime"], c["n"], c["reps"], c["n_boot"]) for c in decision_cells()}
     todo = [(rg, n) for n in args.sizes for rg in args.regimes if (rg, n, args.reps, args.boot) not in done]
     print(f"{len(todo)} decision cells to run, R = {args.reps}, B = {args.boot}", flush=True)
     for regime, n in todo:

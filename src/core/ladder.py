@@ -435,8 +435,7 @@ def ladder_deltas(
     paired: dict[str, dict] | None = None,
 ) -> dict[str, dict[str, Delta]]:
     """Every rung's paired Δ (stacked − rung) on κ and bacc (§2), and the call against the CV-best single (win /
-    clean win against the oracle) and against it as deployed (``best_cv_deployed``: win, never clean, the oracle
-    scoring the items it answers). Without ``refit``: the paper's paired cluster bootstrap of the fixed
+    clean win against the oracle) and against it as deployed (``best_cv_deployed``, the same calls). Without ``refit``: the paper's paired cluster bootstrap of the fixed
     out-of-fold predictions (``fixed`` draws, percentile interval). With ``refit`` (the refitted rungs' metric
     draws) and ``rd`` (:class:`src.core.refit.RefitDraws`): each refitted rung's draws in place of its fixed ones,
     and the corrected normal interval of :func:`src.core.refit.corrected_interval` (its standard error ``se``),
@@ -462,7 +461,8 @@ def ladder_deltas(
             deltas[c][m] = d
     deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])
     if "best_cv_deployed" in deltas:
-        deltas["best_cv_deployed"]["kappa"].call = best_single_call(deltas["best_cv_deployed"]["kappa"], None)
+        deployed = deltas["best_cv_deployed"]["kappa"]
+        deltas["best_cv_deployed"]["kappa"].call = best_single_call(deployed, deltas["oracle"]["kappa"])
     return deltas
 
 
