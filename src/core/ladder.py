@@ -56,6 +56,7 @@ from src.core.refit import (
     Rung,
     corrected_interval,
     corrected_variance,
+    fisher_interval,
     normal_interval,
     unseen_discordance,
 )
@@ -304,7 +305,7 @@ def analyze_dataset(
             m: {
                 "estimate": float(est[c][m]),
                 "ci": (
-                    refit_ci(m, est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}), s.level)
+                    refit_ci(m, est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}), s.level, True)
                     if c in refit
                     else interval(fixed[c][m], s.level)
                 ),
@@ -391,12 +392,21 @@ def analyze_dataset(
 
 
 def refit_ci(
-    metric: str, estimate: float, draws: np.ndarray, fixed: np.ndarray, correction: float, level: float
+    metric: str,
+    estimate: float,
+    draws: np.ndarray,
+    fixed: np.ndarray,
+    correction: float,
+    level: float,
+    fisher: bool = False,
 ) -> list[float]:
     """A metric's corrected refit interval (:func:`src.core.refit.corrected_interval`: its refit ``draws``, its
     fixed-prediction ``fixed`` ones, the own term ``correction``), cut to the metric's range (κ in [−1, 1], bacc and
-    F1 in [0, 1])."""
-    ci = corrected_interval(estimate, draws, fixed, correction, level)[0]
+    F1 in [0, 1]); with ``fisher``, a κ's is normal on Fisher's atanh scale instead
+    (:func:`src.core.refit.fisher_interval`: the ladder's comparators, docs/intervals.md)."""
+    ci, se, _ = corrected_interval(estimate, draws, fixed, correction, level)
+    if fisher and metric == "kappa":
+        return fisher_interval(estimate, se, level)
     lo = -1.0 if metric == "kappa" else 0.0
     return [float(min(max(ci[0], lo), 1.0)), float(min(max(ci[1], lo), 1.0))]
 

@@ -631,6 +631,17 @@ def normal_interval(estimate: float, var: float, level: float = 0.95) -> tuple[l
     return [float(estimate - z * se), float(estimate + z * se)], se, p
 
 
+def fisher_interval(kappa: float, se: float, level: float = 0.95) -> list[float]:
+    """A κ's interval of standard error ``se``, normal on Fisher's scale: tanh(atanh κ̂ ± z·se / (1 − κ̂²)). κ of two
+    binary ratings with equal margins is their Pearson correlation, whose estimate is skewed toward 0 near ±1; on the
+    atanh scale it is about normal, so the interval reaches further toward 0 than away from it (κ̂ within 1e-9 of
+    ±1 is read there)."""
+    z = float(norm.ppf(0.5 + level / 2))
+    k = min(max(float(kappa), -1 + 1e-9), 1 - 1e-9)
+    centre, spread = np.arctanh(k), z * se / (1 - k * k)
+    return [float(np.tanh(centre - spread)), float(np.tanh(centre + spread))]
+
+
 def corrected_interval(
     estimate: float,
     draws: np.ndarray,
