@@ -7,12 +7,16 @@
     python bench/intervals.py decisions --sizes 200 800   # does the decision deploy the better arm? (resumable)
     python bench/intervals.py report [--decisions]        # the markdown tables of docs/intervals.md
 
-Each replicate draws a panel from one regime (:func:`src.studies.simulate.draw`, the Gaussian copula; five members,
-2 % abstentions, two items per cluster) at n items, runs the ladder on it (:func:`src.core.ladder.analyze_dataset`,
-the same call ``python -m src.run`` makes; Table 23's contrast off) and records, for three statistics — Δκ (stacked −
-CV-best), Δκ (stacked − majority) and the stacked κ — the fixed-prediction interval (``deltas_fixed`` /
-``ci_fixed``, the paper's) and the refit interval the calls read (``deltas`` / ``ci``). An interval *covers* when
-it holds the regime's population value.
+Each replicate draws a panel from one regime (:data:`REGIMES`, :func:`generator` says each in words: the Gaussian
+copula of :mod:`src.studies.simulate`, five members, 2 % abstentions unless a member has its own rate, two items per
+cluster one of each class — or :func:`src.studies.simulate.draw_clustered`'s clusters of 2–5 with correlated gold,
+or members that are noisy copies of one judge) at n items, runs the ladder on it
+(:func:`src.core.ladder.analyze_dataset`, the same call ``python -m src.run`` makes; Table 23's contrast off) and
+records, for four statistics — Δκ (stacked − CV-best as deployed, the decision's), Δκ (stacked − CV-best, §2's),
+Δκ (stacked − majority) and the stacked κ — the fixed-prediction interval (``deltas_fixed`` / ``ci_fixed``, the
+paper's) and the refit interval the calls read (``deltas`` / ``ci``), with each Δ's discordant items and whether
+the discordance floor set its width. An interval *covers* when it holds the regime's population value. Every cell
+records the intervals it measured (:data:`INTERVAL`); cells of earlier intervals are neither read nor resumed.
 
 The population value (``truth``): a statistic's value for the procedure fitted on the whole population. It is
 approximated by a sample of ``TRUTH_N`` items from the regime: the stacker (``StackedLogit``, C = 1) fitted on

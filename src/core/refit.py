@@ -643,31 +643,26 @@ def fisher_interval(kappa: float, se: float, level: float = 0.95) -> list[float]
 
 
 def corrected_interval(
-    estimate: float,
-    draws: np.ndarray,
-    fixed_draws: np.ndarray,
-    correction: float,
-    level: float = 0.95,
-    floor: float = 0.0,
+    estimate: float, draws: np.ndarray, fixed_draws: np.ndarray, correction: float, level: float = 0.95
 ) -> tuple[list[float], float, float]:
     """(interval, standard error, one-sided p of S ≤ 0) of a statistic from its refit draws: the
-    :func:`corrected_variance`, never under ``floor`` either (a paired Δ's :func:`discordance_floor`); a normal
-    interval around the estimate."""
-    return normal_interval(estimate, max(corrected_variance(draws, fixed_draws, correction), floor), level)
+    :func:`corrected_variance`; a normal interval around the estimate (:func:`normal_interval`)."""
+    return normal_interval(estimate, corrected_variance(draws, fixed_draws, correction), level)
 
 
 def unseen_discordance(gold: np.ndarray, a: np.ndarray, b: np.ndarray, level: float = 0.95) -> dict[str, float]:
-    """Per metric, the variance z²/2·h² that a paired Δ between two arms' verdicts ``a`` and ``b`` (n-vectors in
+    """Per metric, the variance z²·h² that a paired Δ between two arms' verdicts ``a`` and ``b`` (n-vectors in
     {0, 1, ½}) adds to its fixed-prediction variance for the discordant items a sample cannot rule out
-    (docs/intervals.md, "Sparse evidence"): z²/2 items more on which the arms differ — Wilson's pseudo-count, as in
-    (D + z²/2) / (n + z²) for a rate of D in n — each moving the Δ by h, the most one item can: the widest spread,
-    in either arm, of the metric's gradient (:func:`gradients`, at the arm's full-sample counts) over the three
-    cells of one gold class."""
+    (docs/intervals.md, "Sparse evidence"): z² items more on which the arms differ — the count Wilson's interval
+    for a rate allows when it saw none ([0, z² / (n + z²)] for 0 of n) — each moving the Δ by h, the most one item
+    can: the widest spread, in either arm, of the metric's gradient (:func:`gradients`, at the arm's full-sample
+    counts) over the three cells of one gold class. Where the arms never differ, the interval around the estimate
+    then reaches z²·h either way, as far as that count moves the Δ."""
     z2 = float(norm.ppf(0.5 + level / 2)) ** 2
     grads = [gradients(indicators(gold, p).sum(axis=0)) for p in (a, b)]
     out = {}
     for m in grads[0]:
         g = np.stack([gr[m].reshape(2, 3) for gr in grads])  # arms × gold × cells
         h = float(np.ptp(g, axis=2).max())
-        out[m] = z2 / 2 * h * h
+        out[m] = z2 * h * h
     return out
