@@ -40,9 +40,9 @@ from dataclasses import asdict, dataclass
 
 from src.core.admissibility import TOL
 from src.core.errors import RaimError
+from src.core.evidence import DEPLOYED, comparison, evidence, evidence_text
 
-FLOOR_RULES = ("estimate", "lower_bound")
-DEPLOYED = "best_cv_deployed"  # the CV-best single as deployed: the comparison that decides (else §2's best_cv)  # what must reach κ_min: the κ estimate, or its interval's lower bound
+FLOOR_RULES = ("estimate", "lower_bound")  # what must reach κ_min: the κ estimate, or its interval's lower bound
 WINS = ("win", "clean win")  # the ladder's calls against the CV-best single that mean the panel pays (§2)
 ACTIONS = {"panel": "deploy the panel", "single": "deploy the single judge", "none": "nothing here is good enough"}
 AGGREGATES = ("stacked", "majority", "dawid_skene", "acc_weighted", "logodds_weighted")
@@ -140,36 +140,6 @@ def spans(ci: list[float], floor: float) -> bool:
 def reaches_floor(kappa: float | None, ci: list[float], floor: float, rule: str = "estimate") -> bool:
     """The floor rule (:data:`FLOOR_RULES`): the estimate, or the interval's lower bound, at or above the floor."""
     return reaches(kappa, floor) if rule == "estimate" else reaches(kappa, floor) and reaches(ci[0], floor)
-
-
-def comparison(s: dict) -> str:
-    """The comparator a dataset's decision reads (:data:`DEPLOYED`, or §2's ``best_cv`` in an older summary)."""
-    return DEPLOYED if DEPLOYED in s["deltas"] else "best_cv"
-
-
-def evidence(s: dict) -> dict:
-    """What the decision's comparison rests on: the discordant items and each arm's own abstentions (the single
-    judge's before they are answered), from a ladder summary; empty for an older one."""
-    d = s["deltas"][comparison(s)]["kappa"]
-    if d.get("discordant") is None:
-        return {}
-    own = (s["deltas"]["best_cv"]["kappa"].get("abstentions") or {}).get("best_cv")
-    return {
-        "discordant": d["discordant"],
-        "abstentions": {"panel": (d.get("abstentions") or {}).get("stacked"), "single": own},
-    }
-
-
-def evidence_text(s: dict) -> str:
-    """The evidence in words, for the call's brackets: ``2 discordant items; abstentions: panel 0, single 2``
-    (the single judge's answered "hallucinated" when deployed); "" for an older summary."""
-    ev = evidence(s)
-    if not ev:
-        return ""
-    k, ab = ev["discordant"], ev["abstentions"]
-    answered = " answered 'hallucinated'" if comparison(s) == DEPLOYED and ab["single"] else ""
-    text = f"{k} discordant item{'' if k == 1 else 's'}; abstentions: panel {ab['panel']}, single {ab['single']}"
-    return text + answered
 
 
 def _cmp(kappa: float | None, ci: list[float], floor: float, rule: str = "estimate") -> str:
@@ -284,4 +254,15 @@ def decide_all(doc: dict, kappa_floor: float | None = None) -> dict[str, Decisio
     return {name: decide(s, floor, settings.get("floor_rule", "estimate")) for name, s in doc["datasets"].items()}
 
 
-__all__ = ["Decision", "decide", "decide_all", "reaches", "reaches_floor", "WINS", "ACTIONS", "FLOOR_RULES"]
+__all__ = [
+    "Decision",
+    "decide",
+    "decide_all",
+    "reaches",
+    "reaches_floor",
+    "WINS",
+    "ACTIONS",
+    "FLOOR_RULES",
+    "comparison",
+    "evidence_text",
+]

@@ -634,10 +634,13 @@ def normal_interval(estimate: float, var: float, level: float = 0.95) -> tuple[l
 def fisher_interval(kappa: float, se: float, level: float = 0.95) -> list[float]:
     """A κ's interval of standard error ``se``, normal on Fisher's scale: tanh(atanh κ̂ ± z·se / (1 − κ̂²)). κ of two
     binary ratings with equal margins is their Pearson correlation, whose estimate is skewed toward 0 near ±1; on the
-    atanh scale it is about normal, so the interval reaches further toward 0 than away from it (κ̂ within 1e-9 of
-    ±1 is read there)."""
+    atanh scale it is about normal, so the interval reaches further toward 0 than away from it. Where the normal
+    interval κ̂ ± z·se reaches ±1 the slope 1 / (1 − κ̂²) outgrows what the variance says (at κ̂ = 1 any se > 0 would
+    give [−1, 1]): there it is the normal interval, cut to [−1, 1]."""
     z = float(norm.ppf(0.5 + level / 2))
-    k = min(max(float(kappa), -1 + 1e-9), 1 - 1e-9)
+    k = float(kappa)
+    if abs(k) + z * se >= 1:
+        return [max(k - z * se, -1.0), min(k + z * se, 1.0)]
     centre, spread = np.arctanh(k), z * se / (1 - k * k)
     return [float(np.tanh(centre - spread)), float(np.tanh(centre + spread))]
 

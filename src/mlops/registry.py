@@ -54,9 +54,10 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from src.core import admissibility
-from src.core.decide import WINS, comparison, decide
+from src.core.decide import WINS, decide
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
+from src.core.evidence import comparison
 from src.io.paths import CONF_DIR
 from src.mlops import store
 from src.mlops import tracking as track
@@ -89,7 +90,7 @@ def rederive(s: dict, settings: dict) -> dict:
     recomputed from one dataset's results.json entry ``s`` and the analysis ``settings``: the verdict from its
     coordinates (the members' κ, φ̄) at the analysis' operating point (κ₀, c, φ₀), the call from the paired
     intervals (:func:`src.core.evaluate.best_single_call`) against the CV-best single as deployed (the comparison
-    the decision reads, :func:`src.core.decide.comparison`; §2's in an older entry),
+    the decision reads, :func:`src.core.evidence.comparison`; §2's in an older entry),
     the decision by :func:`src.core.decide.decide` at the analysis' κ floor. The verdict, call and decision the
     entry records are not read."""
     a = s["admissibility"]

@@ -16,8 +16,9 @@ from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
-from src.core.decide import decide, evidence_text
+from src.core.decide import decide
 from src.core.errors import RaimError
+from src.core.evidence import evidence_text
 from src.io.files import atomic_write_text
 from src.present.figures import FIGURES, draw, estimate
 from src.present.injection import injection_section

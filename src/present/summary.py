@@ -4,7 +4,7 @@ paired call with the evidence it rests on, the admissibility verdict and the dep
 
 from __future__ import annotations
 
-from src.core.decide import comparison, evidence_text
+from src.core.evidence import comparison, evidence_text
 
 
 def summary_lines(doc: dict) -> list[str]:
