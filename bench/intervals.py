@@ -7,12 +7,16 @@
     python bench/intervals.py decisions --sizes 200 800   # does the decision deploy the better arm? (resumable)
     python bench/intervals.py report [--decisions]        # the markdown tables of docs/intervals.md
 
-Each replicate draws a panel from one regime (:func:`src.studies.simulate.draw`, the Gaussian copula; five members,
-2 % abstentions, two items per cluster) at n items, runs the ladder on it (:func:`src.core.ladder.analyze_dataset`,
-the same call ``python -m src.run`` makes; Table 23's contrast off) and records, for three statistics — Δκ (stacked −
-CV-best), Δκ (stacked − majority) and the stacked κ — the fixed-prediction interval (``deltas_fixed`` /
-``ci_fixed``, the paper's) and the refit interval the calls read (``deltas`` / ``ci``). An interval *covers* when
-it holds the regime's population value.
+Each replicate draws a panel from one regime (:data:`REGIMES`, :func:`generator` says each in words: the Gaussian
+copula of :mod:`src.studies.simulate`, five members, 2 % abstentions unless a member has its own rate, two items per
+cluster one of each class — or :func:`src.studies.simulate.draw_clustered`'s clusters of 2–5 with correlated gold,
+or members that are noisy copies of one judge) at n items, runs the ladder on it
+(:func:`src.core.ladder.analyze_dataset`, the same call ``python -m src.run`` makes; Table 23's contrast off) and
+records, for four statistics — Δκ (stacked − CV-best as deployed, the decision's), Δκ (stacked − CV-best, §2's),
+Δκ (stacked − majority) and the stacked κ — the fixed-prediction interval (``deltas_fixed`` / ``ci_fixed``, the
+paper's) and the refit interval the calls read (``deltas`` / ``ci``), with each Δ's discordant items and whether
+the discordance floor set its width. An interval *covers* when it holds the regime's population value. Every cell
+records the intervals it measured (:data:`INTERVAL`); cells of earlier intervals are neither read nor resumed.
 
 The population value (``truth``): a statistic's value for the procedure fitted on the whole population. It is
 approximated by a sample of ``TRUTH_N`` items from the regime: the stacker (``StackedLogit``, C = 1) fitted on
@@ -56,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 from src.core import admissibility, ladder, verdicts  # noqa: E402
 from src.core.aggregate import BestSingle, MajorityVote, StackedLogit  # noqa: E402
 from src.core.decide import FLOOR_RULES, WINS, decide, reaches  # noqa: E402
-from src.core.evaluate import ClusterBootstrap, from_counts, indicators  # noqa: E402
+from src.core.evaluate import ClusterBootstrap, deployed, from_counts, indicators  # noqa: E402
 from src.core.refit import RefitBootstrap  # noqa: E402
 from src.core.verdicts import ABSTAIN  # noqa: E402
 from src.studies import simulate  # noqa: E402
@@ -68,12 +72,33 @@ TRUTH_N = 1_000_000  # items per population sample (two halves of 500,000)
 ABSTAIN_RATE = 0.02
 PER_CLUSTER = 2
 
-# the regimes: five members (odd, so that majority has no ties but through abstentions)
+# the regimes: five members (odd, so that majority has no ties but through abstentions). A regime is the
+# Gaussian copula of src.studies.simulate with its members' accuracies and ρ, every member abstaining on
+# ABSTAIN_RATE of the items (or on its own rate: "abstain"), in clusters of two items, one of each class — or, with
+# "clusters", simulate.draw_clustered's generator (cluster sizes, prevalence, gold and difficulty shared within a
+# cluster, members that are noisy copies of member 0).
+STRONG_WEAK = [0.95, 0.625, 0.60, 0.60, 0.575]  # κ 0.90 among four of κ 0.15–0.25
 REGIMES: dict[str, dict] = {
     "independent": {"accuracies": [0.76, 0.73, 0.70, 0.68, 0.65], "rho": 0.0},
     "correlated": {"accuracies": [0.76, 0.73, 0.70, 0.68, 0.65], "rho": 0.6},
     "dominant": {"accuracies": [0.88, 0.64, 0.62, 0.61, 0.60], "rho": 0.3},
     "weak": {"accuracies": [0.62, 0.60, 0.59, 0.58, 0.57], "rho": 0.2},
+    # one strong member that abstains where the four weak ones, strongly correlated, must answer for it
+    "dominant_abstain_1": {"accuracies": STRONG_WEAK, "rho": 0.6, "abstain": [0.01] + [ABSTAIN_RATE] * 4},
+    "dominant_abstain_4": {"accuracies": STRONG_WEAK, "rho": 0.6, "abstain": [0.04] + [ABSTAIN_RATE] * 4},
+    # clusters of 2–5 items, gold correlated within a cluster, one hallucinated item to two supported, errors
+    # concentrated on hard clusters
+    "clustered": {
+        "accuracies": [0.76, 0.73, 0.70, 0.68, 0.65],
+        "rho": 0.3,
+        "clusters": {"sizes": (2, 5), "prevalence": 1 / 3, "gold_icc": 0.5, "difficulty_icc": 0.5},
+    },
+    # four members that are noisy copies of the first (each verdict flipped with its probability)
+    "copies": {
+        "accuracies": [0.80],
+        "rho": 0.0,
+        "clusters": {"sizes": (2, 2), "copies": [0.05, 0.10, 0.15, 0.20]},
+    },
 }
 # two more for the decision cells: eight members, one strong among seven that sit just under κ₀ (the admissibility
 # rule, §3.3, counts fewer than half of them competent) or clearly over it (admissible)
@@ -83,7 +108,15 @@ DECISION_REGIMES: dict[str, dict] = {
 }
 ALL_REGIMES = {**REGIMES, **DECISION_REGIMES}
 SIZES = (100, 200, 800)
-STATS = ("d_best_cv", "d_majority", "stacked")
+# the intervals the cells measure: each cell records it, and a cell of other intervals is not read (nor resumed)
+INTERVAL = "refit_corrected+discordance_floor"
+STATS = ("d_deploy", "d_best_cv", "d_majority", "stacked")
+STAT_NAMES = {
+    "d_deploy": "Δκ stacked − CV-best as deployed (its abstentions answered; the decision's)",
+    "d_best_cv": "Δκ stacked − CV-best (§2: its κ on the items it answers; the paper's call)",
+    "d_majority": "Δκ stacked − majority",
+    "stacked": "stacked κ",
+}
 
 
 def wilson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
@@ -108,12 +141,41 @@ def seed_of(regime: str, n: int, kind: str, rep: int) -> int:
     return int.from_bytes(f"{regime}|{n}|{kind}".encode(), "little") % 2**31 + 7919 * rep
 
 
-def sample(regime: str, n: int, seed: int, null: bool = False) -> verdicts.VerdictTable:
-    """One simulated panel of n items (n / 2 clusters of two), its gold permuted when ``null``."""
+def generate(regime: str, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The regime's gold, votes and clusters for n items (see :data:`REGIMES`)."""
     r = ALL_REGIMES[regime]
-    df = simulate.panel(
-        n // PER_CLUSTER, PER_CLUSTER, r["accuracies"], r["rho"], abstain_rate=ABSTAIN_RATE, dataset=regime, seed=seed
-    )
+    abstain = r.get("abstain", ABSTAIN_RATE)
+    if "clusters" in r:
+        return simulate.draw_clustered(rng, n, r["accuracies"], r["rho"], abstain, **r["clusters"])
+    y, v = simulate.draw(rng, n // PER_CLUSTER, PER_CLUSTER, np.asarray(r["accuracies"]), r["rho"], abstain)
+    return y, v, np.arange(len(y)) // PER_CLUSTER
+
+
+def generator(regime: str) -> str:
+    """The regime's generator in words: the members, their correlation, abstentions and clusters."""
+    r = ALL_REGIMES[regime]
+    c = r.get("clusters")
+    if c and "copies" in c:
+        members = f"{r['accuracies'][0]:.2f} and copies flipping {', '.join(f'{f:g}' for f in c['copies'])}"
+    else:
+        members = ", ".join(f"{a:.3g}" for a in r["accuracies"]) + f"; ρ = {r['rho']}"
+    ab = r.get("abstain", ABSTAIN_RATE)
+    ab_text = f"{100 * ab:g} % each" if np.isscalar(ab) else " / ".join(f"{100 * a:g}" for a in ab) + " %"
+    if not c:
+        return f"{members}; abstain {ab_text}; pairs (one of each class)"
+    sizes = c["sizes"]
+    cl = f"clusters of {sizes[0]}–{sizes[1]}" if sizes[0] != sizes[1] else f"clusters of {sizes[0]}"
+    extra = [f"prevalence {c.get('prevalence', 0.5):.2g}"]
+    extra += [f"{k.split('_')[0]} ICC {c[k]:g}" for k in ("gold_icc", "difficulty_icc") if c.get(k)]
+    return f"{members}; abstain {ab_text}; {cl}, " + ", ".join(extra)
+
+
+def sample(regime: str, n: int, seed: int, null: bool = False) -> verdicts.VerdictTable:
+    """One simulated panel of n items from the regime's generator (:func:`generate`), its gold permuted when
+    ``null``. The regimes of clusters of two draw as :func:`src.studies.simulate.panel` does (same seeds, same
+    panels)."""
+    y, v, clusters = generate(regime, np.random.default_rng(seed), n)
+    df = simulate.frame(y, v, clusters, regime)
     if null:
         df["gold"] = np.random.default_rng(seed + 1).permutation(df["gold"].to_numpy())
     return verdicts.validate(df)
@@ -134,17 +196,21 @@ def kappa_of(y: np.ndarray, pred: np.ndarray) -> float:
 def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
     """The regime's population values from a sample of ``n_items`` (see the module's docstring); the admissibility
     coordinates (§3.3) on the scored half."""
-    r = ALL_REGIMES[regime]
-    rng = np.random.default_rng(seed)
-    y, v = simulate.draw(rng, n_items // PER_CLUSTER, PER_CLUSTER, np.asarray(r["accuracies"]), r["rho"], ABSTAIN_RATE)
+    y, v, _ = generate(regime, np.random.default_rng(seed), n_items)
     a, b = slice(0, n_items // 2), slice(n_items // 2, None)
     st = StackedLogit().set_params(n_votes=v.shape[1]).fit(v[a], y[a])
     best = BestSingle(min_coverage=0.5).fit(v[a], y[a])
     p_st = st.predict(v[b]).astype(float)
     p_cv = v[b][:, best.best_]
+    p_dep = deployed(p_cv)
     p_mj = MajorityVote().fit(v[b]).predict(v[b]).astype(float)
     yb = y[b]
-    k = {"stacked": kappa_of(yb, p_st), "best_cv": kappa_of(yb, p_cv), "majority": kappa_of(yb, p_mj)}
+    k = {
+        "stacked": kappa_of(yb, p_st),
+        "best_cv": kappa_of(yb, p_cv),
+        "deployed": kappa_of(yb, p_dep),
+        "majority": kappa_of(yb, p_mj),
+    }
     members = [kappa_of(yb, v[b][:, j]) for j in range(v.shape[1])]
 
     def paired_se(p1, p2):  # a cluster bootstrap-free approximation: the delta's SE over 50 blocks of the half
@@ -156,13 +222,24 @@ def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
     adm = admissibility.test(yb, v[b], op.kappa0, op.c, op.phi0)
     return {
         "stacked": k["stacked"],
+        "d_deploy": k["stacked"] - k["deployed"],
         "d_best_cv": k["stacked"] - k["best_cv"],
         "d_majority": k["stacked"] - k["majority"],
         "best_cv_member": int(best.best_),
         "members_kappa": members,
         "kappa_best_cv": k["best_cv"],
+        "kappa_best_cv_deployed": k["deployed"],
         "kappa_majority": k["majority"],
-        "mc_se": {"d_best_cv": paired_se(p_st, p_cv), "d_majority": paired_se(p_st, p_mj)},
+        "discordance": {
+            "d_deploy": float(np.mean(p_st != p_dep)),
+            "d_best_cv": float(np.mean(p_st != p_cv)),
+            "d_majority": float(np.mean(p_st != p_mj)),
+        },
+        "mc_se": {
+            "d_deploy": paired_se(p_st, p_dep),
+            "d_best_cv": paired_se(p_st, p_cv),
+            "d_majority": paired_se(p_st, p_mj),
+        },
         "phi_bar": adm.phi_bar,
         "members_at_kappa0": adm.members_at_kappa0,
         "admissible": adm.admissible,
@@ -201,17 +278,23 @@ def analyse(table: verdicts.VerdictTable, n_boot: int) -> dict:
     with threadpool_limits(1):
         r = ladder.analyze_dataset(table, StackedLogit(), s, None).summary
     d, f, c = r["deltas"], r["deltas_fixed"], r["comparators"]["stacked"]["kappa"]
+    rungs = {"d_deploy": "best_cv_deployed", "d_best_cv": "best_cv", "d_majority": "majority"}
+    out = {k: _r6([d[v]["kappa"]["estimate"], *d[v]["kappa"]["ci"], *f[v]["kappa"]["ci"]]) for k, v in rungs.items()}
     return {
-        "d_best_cv": [d["best_cv"]["kappa"]["estimate"], *d["best_cv"]["kappa"]["ci"], *f["best_cv"]["kappa"]["ci"]],
-        "d_majority": [
-            d["majority"]["kappa"]["estimate"],
-            *d["majority"]["kappa"]["ci"],
-            *f["majority"]["kappa"]["ci"],
-        ],
-        "stacked": [c["estimate"], *c["ci"], *c["ci_fixed"]],
+        **out,
+        "stacked": _r6([c["estimate"], *c["ci"], *c["ci_fixed"]]),
         "call": d["best_cv"]["kappa"]["call"],
         "call_fixed": f["best_cv"]["kappa"]["call"],
+        "call_deploy": d["best_cv_deployed"]["kappa"]["call"],
+        # the evidence: discordant items, and whether the discordance floor set the refit interval's variance
+        "discordant": {k: d[v]["kappa"]["discordant"] for k, v in rungs.items()},
+        "floored": {k: d[v]["kappa"]["floored"] for k, v in rungs.items()},
     }
+
+
+def _r6(values: list[float]) -> list[float]:
+    """Rounded to 1e-6 (far under any width read; the cells' files stay small)."""
+    return [round(float(v), 6) for v in values]
 
 
 def cmd_timing(args) -> None:
@@ -238,7 +321,7 @@ def cmd_timing(args) -> None:
             fixed = time.process_time() - t0
             full = {
                 k: indicators(y, res.predictions[k]).sum(0)
-                for k in ("stacked", "best_cv", "acc_weighted", "logodds_weighted")
+                for k in ("stacked", "best_cv", "best_cv_deployed", "acc_weighted", "logodds_weighted")
             }
             st = StackedLogit().set_params(n_votes=v.shape[1])
             t0 = time.process_time()
@@ -269,11 +352,10 @@ def cmd_timing(args) -> None:
 
 
 def done_cells() -> set[tuple]:
-    if not OUT.exists():
-        return set()
+    """The coverage and null cells measured with the current intervals (:data:`INTERVAL`)."""
     return {
         (c["regime"], c["n"], c["kind"], c["reps"], c["n_boot"])
-        for c in map(json.loads, OUT.read_text().splitlines())
+        for c in _cells()
         if c.get("kind") in ("coverage", "null")
     }
 
@@ -306,7 +388,14 @@ def run_cell(path: Path, key: dict, one_rep, reps: int, boot: int) -> dict:
     t0 = time.perf_counter()
     desc = " ".join(f"{v}" if k != "n" else f"n={v}" for k, v in key.items())
     results = [one_rep(r) for r in tqdm(range(reps), desc=desc, mininterval=10, file=sys.stdout)]
-    line = {**key, "reps": reps, "n_boot": boot, "seconds": time.perf_counter() - t0, "results": results}
+    line = {
+        **key,
+        "interval": INTERVAL,
+        "reps": reps,
+        "n_boot": boot,
+        "seconds": time.perf_counter() - t0,
+        "results": results,
+    }
     with open(path, "a") as fh:
         fh.write(json.dumps(line) + "\n")
     return line
@@ -323,11 +412,8 @@ def covered(rows, stat, truth):
 def summary_line(cell, truth) -> str:
     rows, R = cell["results"], cell["reps"]
     if cell["kind"] == "null":
-        a = np.array([r["d_best_cv"] for r in rows])
-        return (
-            f"{cell['regime']} n={cell['n']} null: false win refit {np.mean(a[:, 1] > 0):.3f} "
-            f"fixed {np.mean(a[:, 3] > 0):.3f}"
-        )
+        parts = [f"{s} false win refit {np.mean(_a(rows, s)[:, 1] > 0):.3f}" for s in ("d_deploy", "d_best_cv")]
+        return f"{cell['regime']} n={cell['n']} null: " + "; ".join(parts) + f" ({cell['seconds']:.0f}s)"
     tr = truth[cell["regime"]]
     parts = [
         f"{s} refit {covered(rows, s, tr[s])[0] / R:.3f} fixed {covered(rows, s, tr[s])[1] / R:.3f}" for s in STATS
@@ -335,9 +421,18 @@ def summary_line(cell, truth) -> str:
     return f"{cell['regime']} n={cell['n']}: " + "; ".join(parts) + f" ({cell['seconds']:.0f}s)"
 
 
+def _a(rows: list[dict], stat: str) -> np.ndarray:
+    """The replicates' [estimate, refit lo, refit hi, fixed lo, fixed hi] of one statistic."""
+    return np.array([r[stat] for r in rows])
+
+
 def fmt(k, R):
     lo, hi = wilson(int(k), R)
     return f"{100 * k / R:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def order(cell: dict) -> tuple:
+    return (list(ALL_REGIMES).index(cell["regime"]), cell["n"])
 
 
 def cmd_report(args) -> None:
@@ -345,47 +440,60 @@ def cmd_report(args) -> None:
         return report_decisions()
     truth = json.loads(TRUTH.read_text())
     cells = list({(c["kind"], c["regime"], c["n"]): c for c in _cells()}.values())  # the latest line of each cell
-    cov = {(c["regime"], c["n"]): c for c in cells if c["kind"] == "coverage"}
-    null = [c for c in cells if c["kind"] == "null"]
-    names = {"d_best_cv": "Δκ stacked − CV-best", "d_majority": "Δκ stacked − majority", "stacked": "stacked κ"}
+    cov = sorted((c for c in cells if c["kind"] == "coverage"), key=order)
+    null = sorted((c for c in cells if c["kind"] == "null"), key=order)
     print(f"Population values (TRUTH_N = {TRUTH_N} items per regime, half to fit, half to score):\n")
-    print("| regime | accuracies, ρ | κ stacked | κ CV-best | κ majority | Δκ vs CV-best | Δκ vs majority |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| regime | generator: members' accuracies, correlation, abstentions, clusters | κ stacked | κ CV-best "
+        "(answered / deployed) | κ majority | Δκ vs CV-best deployed | Δκ vs CV-best (§2) | Δκ vs majority "
+        "| discordant items, % (deployed / §2 / majority) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for rg, t in truth.items():
-        r = REGIMES[rg]
+        se, dr = t["mc_se"], t["discordance"]
         print(
-            f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
-            f"{t['kappa_best_cv']:.3f} | {t['kappa_majority']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
-            f"{t['d_majority']:+.3f} (±{t['mc_se']['d_majority']:.3f}) |"
+            f"| {rg} | {generator(rg)} | {t['stacked']:.3f} | {t['kappa_best_cv']:.3f} / "
+            f"{t['kappa_best_cv_deployed']:.3f} | {t['kappa_majority']:.3f} | "
+            + " | ".join(f"{t[k]:+.3f} (±{se[k]:.3f})" for k in ("d_deploy", "d_best_cv", "d_majority"))
+            + f" | {100 * dr['d_deploy']:.2g} / {100 * dr['d_best_cv']:.2g} / {100 * dr['d_majority']:.2g} |"
         )
     for s in STATS:
-        print(f"\nCoverage (%) of the 95 % interval of {names[s]}, refit / fixed [Wilson 95 %]:\n")
-        print("| regime | n | R | B | refit (calls) | fixed (paper) | mean width refit / fixed |")
-        print("|---|---|---|---|---|---|---|")
-        for (rg, n), c in sorted(cov.items(), key=lambda kv: (list(REGIMES).index(kv[0][0]), kv[0][1])):
-            R = c["reps"]
-            k_r, k_f = covered(c["results"], s, truth[rg][s])
-            a = np.array([r[s] for r in c["results"]])
-            print(
-                f"| {rg} | {n} | {R} | {c['n_boot']} | {fmt(k_r, R)} | {fmt(k_f, R)} | "
-                f"{np.mean(a[:, 2] - a[:, 1]):.3f} / {np.mean(a[:, 4] - a[:, 3]):.3f} |"
+        delta = s != "stacked"
+        print(f"\nCoverage (%) of the 95 % interval of {STAT_NAMES[s]}, refit / fixed [Wilson 95 %]:\n")
+        extra = " | discordant items: median [min, max] | floor set the width, %" if delta else ""
+        print("| regime | n | R | B | refit (calls) | fixed (paper) | mean width refit / fixed" + extra + " |")
+        print("|---|---|---|---|---|---|---|" + ("---|---|" if delta else ""))
+        for c in cov:
+            R, rows = c["reps"], c["results"]
+            k_r, k_f = covered(rows, s, truth[c["regime"]][s])
+            a = _a(rows, s)
+            row = (
+                f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | {fmt(k_r, R)} | {fmt(k_f, R)} | "
+                f"{np.mean(a[:, 2] - a[:, 1]):.3f} / {np.mean(a[:, 4] - a[:, 3]):.3f}"
             )
+            if delta:
+                D = np.array([r["discordant"][s] for r in rows])
+                floored = np.mean([r["floored"][s] for r in rows])
+                row += f" | {np.median(D):g} [{D.min()}, {D.max()}] | {100 * floored:.1f}"
+            print(row + " |")
     if null:
-        print("\nShuffled gold (population Δκ = 0): Δκ (stacked − CV-best) interval, % of runs [Wilson 95 %]:\n")
+        print("\nShuffled gold (population Δκ = 0): Δκ interval vs the CV-best single, % of runs [Wilson 95 %]:\n")
         print(
-            "| regime | n | R | B | false win, refit | false win, fixed | excludes 0, refit | excludes 0, fixed "
-            "| stacked κ excludes 0, refit / fixed |"
+            "| regime | n | R | B | false win, deployed (refit) | false win, §2 refit / fixed | excludes 0, "
+            "deployed (refit) | excludes 0, §2 refit / fixed | stacked κ excludes 0, refit / fixed |"
         )
         print("|---|---|---|---|---|---|---|---|---|")
         for c in null:
-            a = np.array([r["d_best_cv"] for r in c["results"]])
-            k = np.array([r["stacked"] for r in c["results"]])
-            R = c["reps"]
+            rows, R = c["results"], c["reps"]
+            dep, a, k = _a(rows, "d_deploy"), _a(rows, "d_best_cv"), _a(rows, "stacked")
+
+            def excl(x, lo):
+                return ((x[:, lo] > 0) | (x[:, lo + 1] < 0)).sum()
+
             print(
-                f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | {fmt((a[:, 1] > 0).sum(), R)} | "
-                f"{fmt((a[:, 3] > 0).sum(), R)} | {fmt(((a[:, 1] > 0) | (a[:, 2] < 0)).sum(), R)} | "
-                f"{fmt(((a[:, 3] > 0) | (a[:, 4] < 0)).sum(), R)} | "
-                f"{fmt(((k[:, 1] > 0) | (k[:, 2] < 0)).sum(), R)} / {fmt(((k[:, 3] > 0) | (k[:, 4] < 0)).sum(), R)} |"
+                f"| {c['regime']} | {c['n']} | {R} | {c['n_boot']} | {fmt((dep[:, 1] > 0).sum(), R)} | "
+                f"{fmt((a[:, 1] > 0).sum(), R)} / {fmt((a[:, 3] > 0).sum(), R)} | {fmt(excl(dep, 1), R)} | "
+                f"{fmt(excl(a, 1), R)} / {fmt(excl(a, 3), R)} | {fmt(excl(k, 1), R)} / {fmt(excl(k, 3), R)} |"
             )
     report_cascade(cells)
     tf = RESULTS / "coverage_timing.jsonl"
@@ -539,7 +647,10 @@ def cmd_cascade(args) -> None:
 
 
 def _cells() -> list[dict]:
-    return [json.loads(x) for x in OUT.read_text().splitlines()] if OUT.exists() else []
+    """The cells of :data:`OUT`: the cascade's, and the coverage and null cells of the current intervals
+    (:data:`INTERVAL`; those of earlier ones stay in git's history)."""
+    cells = [json.loads(x) for x in OUT.read_text().splitlines()] if OUT.exists() else []
+    return [c for c in cells if c["kind"] not in ("coverage", "null") or c.get("interval") == INTERVAL]
 
 
 def report_cascade(cells: list[dict]) -> None:
@@ -599,8 +710,9 @@ KAPPA_FLOOR = ladder.LadderSettings().kappa_floor  # 0.40, conf/analysis's kappa
 
 
 def better_arm(kappa_panel: float, kappa_single: float, floor: float = KAPPA_FLOOR) -> str:
-    """The arm with the higher population κ — ``panel`` (the stacker) or ``single`` (the CV-best single judge) —
-    when it reaches the floor; ``none`` when neither does."""
+    """The arm with the higher population κ — ``panel`` (the stacker) or ``single`` (the CV-best single judge as
+    deployed: its abstentions answered, every item scored) — when it reaches the floor; ``none`` when neither
+    does."""
     arm, k = ("panel", kappa_panel) if kappa_panel > kappa_single else ("single", kappa_single)
     return arm if reaches(k, floor) else "none"
 
@@ -608,15 +720,15 @@ def better_arm(kappa_panel: float, kappa_single: float, floor: float = KAPPA_FLO
 def rule_arm(t: dict, floor: float = KAPPA_FLOOR) -> str:
     """What the decision rule (:mod:`src.core.decide`, §3.3) deploys on population values: the panel when it is
     admissible, beats the CV-best single and reaches the floor; else the single judge at the floor; else none."""
-    if t["admissible"] and t["d_best_cv"] > 0 and reaches(t["stacked"], floor):
+    if t["admissible"] and t["d_deploy"] > 0 and reaches(t["stacked"], floor):
         return "panel"
-    return "single" if reaches(t["kappa_best_cv"], floor) else "none"
+    return "single" if reaches(t["kappa_best_cv_deployed"], floor) else "none"
 
 
 def decision_truth(regime: str, n_items: int = TRUTH_N) -> dict:
     """The regime's population values (:func:`population`) with its better arm and the rule's arm."""
     t = population(regime, n_items=n_items)
-    return {**t, "better": better_arm(t["stacked"], t["kappa_best_cv"]), "rule": rule_arm(t)}
+    return {**t, "better": better_arm(t["stacked"], t["kappa_best_cv_deployed"]), "rule": rule_arm(t)}
 
 
 def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
@@ -633,7 +745,9 @@ def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
         "admissible": d.admissible,
         "admitted_share": d.admitted_share,
         "kappa_stacked": summary["comparators"]["stacked"]["kappa"]["estimate"],
-        "kappa_single": summary["comparators"]["best_cv"]["kappa"]["estimate"],
+        "kappa_single": summary["comparators"]["best_cv_deployed"]["kappa"]["estimate"],
+        "call_paper": d.call_paper,
+        "discordant": d.discordant,
     }
 
 
@@ -656,9 +770,10 @@ def tally(runs: list[dict], floor_rule: str, better: str, rule: str) -> dict[str
 
 
 def load_decision_truth(regimes: list[str]) -> dict:
-    """The regimes' decision truths, computed (and saved) for any not yet in :data:`DECISION_TRUTH`."""
+    """The regimes' decision truths, computed (and saved) for any not yet in :data:`DECISION_TRUTH` (or there without
+    the deployed comparison the decision reads)."""
     truth = json.loads(DECISION_TRUTH.read_text()) if DECISION_TRUTH.exists() else {}
-    for regime in [r for r in regimes if r not in truth]:
+    for regime in [r for r in regimes if "d_deploy" not in truth.get(r, {})]:
         truth[regime] = decision_truth(regime)
         RESULTS.mkdir(parents=True, exist_ok=True)
         DECISION_TRUTH.write_text(json.dumps(truth, indent=1) + "\n")
@@ -677,24 +792,30 @@ def decision_line(cell: dict, t: dict) -> str:
     return f"{cell['regime']} n={cell['n']} (better: {t['better']}): " + "; ".join(parts) + f"; vetoed {vetoed:.3f}"
 
 
+def decision_cells() -> list[dict]:
+    """The decision cells of :data:`DECISIONS` decided by the current rule on the current intervals
+    (:data:`INTERVAL`; earlier ones stay in git's history)."""
+    cells = [json.loads(x) for x in DECISIONS.read_text().splitlines()] if DECISIONS.exists() else []
+    return [c for c in cells if c.get("interval") == INTERVAL]
+
+
 def report_decisions() -> None:
     """The decision tables of docs/intervals.md: each regime's population arms, then how often the decision deploys
     the better one, per regime × n × floor rule."""
     truth = json.loads(DECISION_TRUTH.read_text())
-    cells = {(c["regime"], c["n"]): c for c in map(json.loads, DECISIONS.read_text().splitlines())}  # latest line
+    cells = {(c["regime"], c["n"]): c for c in decision_cells()}  # the latest line of each cell
     print(f"The decision's arms on the population (TRUTH_N = {TRUTH_N} items; κ_min = {KAPPA_FLOOR:g}):\n")
     print(
-        "| regime | accuracies, ρ | κ panel (stacked) | κ CV-best single | Δκ | members at κ₀ | φ̄ | admissible "
-        "| better arm | the rule's arm |"
+        "| regime | generator | κ panel (stacked) | κ CV-best single as deployed (§2: answered items) | Δκ deployed "
+        "| members at κ₀ | φ̄ | admissible | better arm | the rule's arm |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for rg, t in truth.items():
-        r = ALL_REGIMES[rg]
+    for rg, t in sorted(truth.items(), key=lambda kv: list(ALL_REGIMES).index(kv[0])):
         print(
-            f"| {rg} | {', '.join(f'{a:.2f}' for a in r['accuracies'])}; ρ = {r['rho']} | {t['stacked']:.3f} | "
-            f"{t['kappa_best_cv']:.3f} | {t['d_best_cv']:+.3f} (±{t['mc_se']['d_best_cv']:.3f}) | "
-            f"{t['members_at_kappa0']}/{len(r['accuracies'])} | {t['phi_bar']:.3f} | {'yes' if t['admissible'] else 'no'} "
-            f"| {t['better']} | {t['rule']} |"
+            f"| {rg} | {generator(rg)} | {t['stacked']:.3f} | {t['kappa_best_cv_deployed']:.3f} "
+            f"({t['kappa_best_cv']:.3f}) | {t['d_deploy']:+.3f} (±{t['mc_se']['d_deploy']:.3f}) | "
+            f"{t['members_at_kappa0']}/{len(t['members_kappa'])} | {t['phi_bar']:.3f} | "
+            f"{'yes' if t['admissible'] else 'no'} | {t['better']} | {t['rule']} |"
         )
     print("\nThe decision per run, % of runs [Wilson 95 %]:\n")
     print(
@@ -725,11 +846,7 @@ def report_decisions() -> None:
 
 def cmd_decisions(args) -> None:
     truth = load_decision_truth(args.regimes)
-    done = set()
-    if DECISIONS.exists():
-        done = {
-            (c["regime"], c["n"], c["reps"], c["n_boot"]) for c in map(json.loads, DECISIONS.read_text().splitlines())
-        }
+    done = {(c["regime"], c["n"], c["reps"], c["n_boot"]) for c in decision_cells()}
     todo = [(rg, n) for n in args.sizes for rg in args.regimes if (rg, n, args.reps, args.boot) not in done]
     print(f"{len(todo)} decision cells to run, R = {args.reps}, B = {args.boot}", flush=True)
     for regime, n in todo:

@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from src.core import admissibility, verdicts
+from src.core import admissibility, ladder, verdicts
+from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.studies import simulate
 
@@ -98,7 +99,41 @@ def test_exact_threshold_counts_although_floating_point_lands_just_under():
     votes = np.column_stack([pred, pred, gold.astype(float)])  # two members at κ = 0.30, one perfect
     t = admissibility.test(gold, votes, kappa0=0.30, c=0.5, phi0=1.0)
     assert t.members_at_kappa0 == 3
-    assert admissibility.admits(np.array([0.2999999999999999, 0.1]), np.array(0.4 + 1e-16), 0.3, 0.5, 0.4)
-    assert admissibility.decide(np.array([0.2999999999999999, 0.1]), 0.4000000000000001, 0.3, 0.5, 0.4)[0]
-    assert not admissibility.admits(np.array([0.2999, 0.1]), np.array(0.3), 0.3, 0.5, 0.4)
-    assert not admissibility.admits(np.array([0.3, 0.1]), np.array(0.4001), 0.3, 0.5, 0.4)
+    four = np.array([0.2999999999999999, 0.31, 0.1, 0.1])  # two of four at κ₀: the share, and two members
+    assert admissibility.admits(four, np.array(0.4 + 1e-16), 0.3, 0.5, 0.4)
+    assert admissibility.decide(four, 0.4000000000000001, 0.3, 0.5, 0.4)[0]
+    assert not admissibility.admits(np.array([0.2999, 0.31, 0.1, 0.1]), np.array(0.3), 0.3, 0.5, 0.4)
+    assert not admissibility.admits(np.array([0.3, 0.31, 0.1, 0.1]), np.array(0.4001), 0.3, 0.5, 0.4)
+
+
+@pytest.mark.parametrize(
+    ("member_k", "admitted"),
+    [
+        ([0.60, 0.10], False),  # one good judge of two: the share is met, but one judge is no aggregate
+        ([0.60, 0.35], True),  # two competent members
+        ([0.60, 0.10, 0.05], False),  # one of three: under the share too
+        ([0.60, 0.35, 0.10], True),
+        ([0.60, 0.35, 0.10, 0.05], True),  # from four members at c = ½ the share asks for two anyway
+        ([0.6] * 5 + [0.1] * 5, True),  # the paper's ten: five at κ₀, the share
+        ([0.6] * 4 + [0.1] * 6, False),
+    ],
+)
+def test_a_tiny_panel_needs_two_competent_members(member_k, admitted):
+    """§3.3's share on a panel of two would admit one good judge beside one that is not — the regime where one
+    member dominates and the stacker at best recovers it. The rule asks for at least two members at κ₀ besides the
+    share; the ten-member rule is unchanged."""
+    k = np.array(member_k)
+    assert bool(admissibility.admits(k, np.array(0.1), 0.3, 0.5, 0.4)) is admitted
+    ok, why = admissibility.decide(k, 0.1, 0.3, 0.5, 0.4)
+    assert ok is admitted
+    if not admitted and len(k) == 2:
+        assert why == "only 1/2 members at κ≥0.3 (a 0.5 share, but fewer than 2)"
+
+
+def test_a_two_member_roster_with_one_good_judge_is_not_admissible_on_the_ladder():
+    """The same through the ladder on a simulated two-member roster: one good judge and one weak, decorrelated."""
+    t = verdicts.validate(simulate.panel(100, 2, [0.85, 0.55], 0.0, dataset="two", seed=1))
+    r = ladder.analyze(t, StackedLogit(), ladder.LadderSettings(n_boot=50, abstention_contrast=False))["two"]
+    a = r.summary["admissibility"]
+    assert a["members_at_kappa0"] == 1 and a["n_members"] == 2 and a["phi_bar"] < 0.4
+    assert not a["admissible"] and "fewer than 2" in a["reason"]

@@ -106,10 +106,13 @@ def test_the_better_arm_and_the_rules_arm():
     panel however much it wins (one strong member among weak ones)."""
     assert cov.better_arm(0.50, 0.45) == "panel" and cov.better_arm(0.35, 0.45) == "single"
     assert cov.better_arm(0.39, 0.30) == "none" and cov.better_arm(0.40, 0.30) == "panel"  # the floor, reached exactly
-    strong_weak = {"admissible": False, "d_best_cv": 0.04, "stacked": 0.74, "kappa_best_cv": 0.70}
+    strong_weak = {"admissible": False, "d_deploy": 0.04, "stacked": 0.74, "kappa_best_cv_deployed": 0.70}
     assert cov.rule_arm(strong_weak) == "single"
     assert cov.rule_arm({**strong_weak, "admissible": True}) == "panel"
-    assert cov.rule_arm({**strong_weak, "admissible": True, "kappa_best_cv": 0.3, "stacked": 0.35}) == "none"
+    assert cov.rule_arm({**strong_weak, "admissible": True, "kappa_best_cv_deployed": 0.3, "stacked": 0.35}) == "none"
+    # the rule reads the deployed comparison: a panel that loses on the items the single judge answers (§2) but
+    # wins once the single judge must answer them all is the rule's arm
+    assert cov.rule_arm({**strong_weak, "admissible": True, "d_best_cv": -0.01}) == "panel"
 
 
 @pytest.mark.parametrize(("accuracy", "arm"), [(0.9, "panel"), (0.5, "none")])

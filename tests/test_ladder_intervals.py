@@ -9,8 +9,10 @@ from scipy.stats import norm
 from src.core import ladder, verdicts
 from src.core.aggregate import StackedLogit
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators, interval, paired_delta
-from src.core.refit import RefitBootstrap, gradients
+from src.core.refit import RefitBootstrap, fisher_interval, gradients
 from src.studies import simulate
+
+Z = norm.ppf(0.975)
 
 
 def _table(seed=3, n_clusters=80, datasets=("sim",)):
@@ -63,9 +65,9 @@ def test_calls_read_the_corrected_refit_interval_and_the_fixed_ones_are_kept(res
     assert s["bootstrap"]["interval"] == "refit_corrected" and "stacked" in s["bootstrap"]["refitted"]
     # a rung nothing was fitted for keeps its percentile interval
     assert s["comparators"]["majority"]["kappa"]["ci"] == s["comparators"]["majority"]["kappa"]["ci_fixed"]
-    # the decision reads the corrected call
+    # the decision reads the corrected call against the CV-best single as deployed (its abstentions answered)
     doc = ladder.to_json({"sim": r}, ladder.LadderSettings(n_boot=300))
-    assert doc["datasets"]["sim"]["decision"]["delta_ci"] == d["ci"]
+    assert doc["datasets"]["sim"]["decision"]["delta_ci"] == s["deltas"]["best_cv_deployed"]["kappa"]["ci"]
 
 
 def test_the_correction_lies_between_the_fixed_and_the_refit_variance(result):
@@ -133,3 +135,21 @@ def test_admissibility_is_read_with_its_uncertainty():
     a = s["admissibility"]
     assert 0 <= a["admitted_share"] <= 1
     assert a["members_uncertain"] == [m for m, v in s["members"].items() if v["kappa_ci"][0] < 0.30 <= v["kappa_ci"][1]]
+
+
+def test_a_kappas_interval_is_normal_on_fishers_scale(result):
+    """κ near ±1 is skewed toward 0 (κ of two binary ratings with equal margins is their correlation): a refitted
+    rung's κ interval is normal on the atanh scale, symmetric there around the estimate, reaching further toward 0
+    than away from it; a rung nothing was fitted for keeps its percentile interval."""
+    s = result[1].summary
+    for c in set(s["bootstrap"]["refitted"]) & set(s["comparators"]):  # Table 23's other arm is not a rung
+        k = s["comparators"][c]["kappa"]
+        lo, hi = np.arctanh(k["ci"])
+        assert (lo + hi) / 2 == pytest.approx(np.arctanh(k["estimate"]), abs=1e-9), c
+        if k["estimate"] > 0:  # it reaches further toward 0 than away from it
+            assert k["ci"][1] - k["estimate"] < k["estimate"] - k["ci"][0], c
+    assert fisher_interval(0.9, 0.03) == pytest.approx([np.tanh(np.arctanh(0.9) + d * 0.03 / 0.19) for d in (-Z, Z)])
+    assert fisher_interval(0.0, 0.05) == pytest.approx([-np.tanh(Z * 0.05), np.tanh(Z * 0.05)])
+    # at the bound the normal interval, cut to [−1, 1] (atanh's slope would make any se > 0 read [−1, 1])
+    assert fisher_interval(1.0, 0.0) == [1.0, 1.0] and fisher_interval(1.0, 0.01) == pytest.approx([1 - Z * 0.01, 1])
+    assert fisher_interval(-0.99, 0.01) == pytest.approx([-1.0, -0.99 + Z * 0.01])

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from test_track import QUIET, ROOT, children, log_simulated, tracking_store
 
+from src.core.evidence import comparison
 from src.mlops import registry
 from src.studies import stacking
 
@@ -50,18 +51,18 @@ def _variant(
 ) -> dict:
     """A copy of a results.json entry with its members' κ, its Δκ interval vs the CV-best single or the oracle's
     lower bound changed; ``record``: its recorded verdict, call and decision follow (as RAIM would write them)."""
-    s = copy.deepcopy(s)
+    s, key = copy.deepcopy(s), comparison(s)  # the comparison the decision reads: the CV-best single as deployed
     if kappas is not None:
         for m in s["members"].values():
             m["kappa"] = kappas
     if ci is not None:
-        s["deltas"]["best_cv"]["kappa"]["ci"] = list(ci)
+        s["deltas"][key]["kappa"]["ci"] = list(ci)
     if oracle_lo is not None:
         s["deltas"]["oracle"]["kappa"]["ci"][0] = oracle_lo
     if record:
         r = registry.rederive(s, SETTINGS)
         s["admissibility"]["admissible"] = r["admissible"]
-        s["deltas"]["best_cv"]["kappa"]["call"] = r["call"]
+        s["deltas"][key]["kappa"]["call"] = r["call"]
         s["decision"] = r["decision"].as_dict()
     return s
 
@@ -83,6 +84,19 @@ SETTINGS = {"kappa0": 0.30, "c": 0.5, "phi0": 0.40, "kappa_floor": 0.40}
 def test_rule_needs_both_admissibility_and_a_win(store, change, ok):
     s = _variant(store["doc"]["datasets"]["good"], **change)
     assert (registry.reasons_to_refuse(s, SETTINGS) == []) is ok
+
+
+def test_the_gate_reads_the_comparison_the_decision_reads(store):
+    """The gate re-derives the call against the CV-best single as deployed (its abstentions answered), as the
+    decision does; §2's comparison (the single judge on the items it answers) is recorded beside it and not read."""
+    good = store["doc"]["datasets"]["good"]
+    assert comparison(good) == "best_cv_deployed" and good["decision"]["comparison"] == "best_cv_deployed"
+    s = copy.deepcopy(good)
+    s["deltas"]["best_cv"]["kappa"] |= {"ci": [-0.01, 0.2], "call": "tie"}  # §2's a tie: the gate does not read it
+    assert registry.reasons_to_refuse(s, SETTINGS) == []
+    s = copy.deepcopy(good)
+    s["deltas"]["best_cv_deployed"]["kappa"] |= {"ci": [-0.01, 0.2], "call": "tie"}
+    assert "a tie, not a win" in "; ".join(registry.reasons_to_refuse(s, SETTINGS))
 
 
 @pytest.mark.parametrize("change", [{"kappas": 0.1}, {"ci": (-0.01, 0.2)}])

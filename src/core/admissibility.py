@@ -2,6 +2,12 @@
 
 A task is admissible at (κ₀, c, φ₀) when at least a share ``c`` of the members reach Cohen's κ ≥ κ₀ and the
 members' mean pairwise error correlation φ̄ ≤ φ₀. The operating point is (0.30, 1/2, 0.40).
+
+Tiny panels. The share is read on the paper's ten members, where c = ½ asks for five competent judges. On a panel
+of two it would ask for one: one good judge beside one that is not, the regime §3.3 calls "one dominates", where
+the stacker at best recovers the leader and aggregation does not pay. A panel is therefore admissible only with at
+least :data:`MIN_COMPETENT` members at κ₀ — the fewest whose errors can offset one another — besides the share
+(the same rule wherever c·K ≥ 2: from four members at c = ½).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from src.core.verdicts import ABSTAIN
 
 # Thresholds are compared with this tolerance: a κ of exactly 0.30 computed as 0.2999999999999999 reaches κ₀.
 TOL = 1e-9
+# the fewest competent members an admissible panel holds, whatever its size (the module's "Tiny panels")
+MIN_COMPETENT = 2
 
 
 def reaches(member_k: np.ndarray, kappa0: float) -> np.ndarray:
@@ -24,10 +32,16 @@ def reaches(member_k: np.ndarray, kappa0: float) -> np.ndarray:
         return np.asarray(member_k, dtype=float) >= kappa0 - TOL
 
 
+def needed(c: float, size: ArrayLike) -> np.ndarray:
+    """How many members at κ₀ a panel of ``size`` needs: the share ``c`` of them, and at least
+    :data:`MIN_COMPETENT`."""
+    return np.maximum(c * np.asarray(size, dtype=float), MIN_COMPETENT)
+
+
 def competent(n_ok: ArrayLike, c: float, size: ArrayLike) -> np.ndarray:
-    """At least the share ``c`` of a panel of ``size`` members reach κ₀ (within :data:`TOL`: c·K can land a hair
-    above a whole number, e.g. 0.3 × 10)."""
-    return np.asarray(n_ok) >= c * np.asarray(size) - TOL
+    """At least the share ``c`` of a panel of ``size`` members, and at least :data:`MIN_COMPETENT`, reach κ₀
+    (within :data:`TOL`: c·K can land a hair above a whole number, e.g. 0.3 × 10)."""
+    return np.asarray(n_ok) >= needed(c, size) - TOL
 
 
 def within(phibar: ArrayLike, phi0: float) -> np.ndarray:
@@ -165,7 +179,9 @@ def decide(member_k: np.ndarray, phibar: float | None, kappa0: float, c: float, 
     if bool(admits(member_k, phibar, kappa0, c, phi0, K)):
         return True, f"{n_ok}/{K} members at κ≥{kappa0} (≥ {c:g} share) and φ̄={phibar:.3f} ≤ {phi0}"
     why = []
-    if not has_share:
+    if not has_share and n_ok >= c * K - TOL:
+        why.append(f"only {n_ok}/{K} members at κ≥{kappa0} (a {c:g} share, but fewer than {MIN_COMPETENT})")
+    elif not has_share:
         why.append(f"only {n_ok}/{K} members at κ≥{kappa0} (< {c:g} share)")
     if not decorrelated:
         why.append(f"φ̄={phibar:.3f} > {phi0}")

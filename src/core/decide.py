@@ -3,12 +3,12 @@
 One of three decisions, in this order:
 
 1. ``panel`` — *deploy the panel*: the panel is admissible at (κ₀, c, φ₀) (§3.3), its paired Δκ against the
-   CV-best single judge is a ``win`` or ``clean win`` (§2: the 95% paired cluster-bootstrap interval lies above
-   0), and the stacked κ reaches the floor κ_min;
-2. ``single`` — *deploy the single judge X*: otherwise, when the CV-best single judge reaches κ_min. X is the
-   member the CV-best rule picks on all labelled items (argmax κ among the eligible members, ``selected.oracle``
-   in the summary), and its κ and interval are those of the CV-best comparator (out of fold, so not inflated
-   by picking the maximum on the very items it is scored on);
+   CV-best single judge as deployed is a ``win`` (§2: the 95% paired cluster-bootstrap interval lies above 0),
+   and the stacked κ reaches the floor κ_min;
+2. ``single`` — *deploy the single judge X*: otherwise, when the CV-best single judge as deployed reaches κ_min.
+   X is the member the CV-best rule picks on all labelled items (argmax κ among the eligible members,
+   ``selected.oracle`` in the summary), and its κ and interval are those of the CV-best comparator as deployed
+   (out of fold, so not inflated by picking the maximum on the very items it is scored on);
 3. ``none`` — *nothing here is good enough*: neither the panel where it pays nor the CV-best single reaches
    κ_min; the reason names the best κ any member or aggregate reached.
 
@@ -22,8 +22,15 @@ the CV-best single (a strong member among weak ones: §3.3 counts the members at
 then says so — ``vetoed_win`` and a reason that names the win and the rule's grounds, with how often the panel
 is admissible over the bootstrap draws (``admissibility.admitted_share``: near ½ when a member's κ sits at κ₀).
 
+Like with like. A deployed judge must answer every item, as the panel does; §2's κ of the CV-best single leaves out
+the items it abstains on, which the panel must answer. The decision therefore reads the comparison against the
+CV-best single *as deployed* (``best_cv_deployed`` in the summary: its abstentions answered "hallucinated",
+:data:`src.core.evaluate.FALLBACK`), both arms scored on every item; §2's comparison stays in ``deltas.best_cv``
+and its call beside the decision (``call_paper``). Each decision carries the evidence its comparison rests on:
+the items where the two arms differ (``discordant``) and each arm's abstentions.
+
 The decision only reads the JSON summary (:func:`src.core.ladder.analyze_dataset`), so an older results.json can be
-decided again.
+decided again (one without ``best_cv_deployed`` on §2's comparison).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from dataclasses import asdict, dataclass
 
 from src.core.admissibility import TOL
 from src.core.errors import RaimError
+from src.core.evidence import DEPLOYED, comparison, evidence, evidence_text
 
 FLOOR_RULES = ("estimate", "lower_bound")  # what must reach κ_min: the κ estimate, or its interval's lower bound
 WINS = ("win", "clean win")  # the ladder's calls against the CV-best single that mean the panel pays (§2)
@@ -62,6 +70,10 @@ class Decision:
     admitted_share: float | None = None  # share of the bootstrap draws in which the panel is admissible
     floor_rule: str = "estimate"
     floor_clear: bool | None = None  # the deployed κ's interval lies wholly on one side of the floor
+    comparison: str = "best_cv"  # the comparator the call is read against: best_cv_deployed, or best_cv (older)
+    discordant: int | None = None  # items where the panel and the single judge differ (abstentions included)
+    abstentions: dict[str, int] | None = None  # each arm's own abstentions (panel, single judge)
+    call_paper: str | None = None  # §2's call: the CV-best single's κ on the items it answers
 
     @property
     def label(self) -> str:
@@ -159,15 +171,25 @@ def _veto(a: dict, d: dict) -> str:
 def decide(s: dict, kappa_floor: float = 0.40, floor_rule: str = "estimate") -> Decision:
     """The decision for one dataset's ladder summary (the rule of the module docstring)."""
     check_floor(kappa_floor, floor_rule)
-    a, d = s["admissibility"], s["deltas"]["best_cv"]["kappa"]
+    key = comparison(s)
+    a, d = s["admissibility"], s["deltas"][key]["kappa"]
     stk, stk_ci = _kappa(s, "stacked")
-    single, single_ci = _kappa(s, "best_cv")
+    single, single_ci = _kappa(s, key)
     member = s["selected"]["oracle"]
     pays = bool(a["admissible"]) and d["call"] in WINS
     vetoed = not a["admissible"] and d["call"] in WINS
-    numbers = f"Δκ vs the CV-best single {_num(d['estimate'], True)} {_ci(d['ci'], True)} ({d['call']}); {_adm_text(a)}"
+    ev, paper = evidence(s), s["deltas"]["best_cv"]["kappa"]["call"]
+    said = "; ".join(x for x in (d["call"], evidence_text(s)) if x)
+    also = f"; §2's call on the items it answers: {paper}" if key == DEPLOYED and paper != d["call"] else ""
+    answered = key == DEPLOYED and bool((ev.get("abstentions") or {}).get("single"))
+    vs = "the CV-best single as deployed" if answered else "the CV-best single"
+    numbers = f"Δκ vs {vs} {_num(d['estimate'], True)} {_ci(d['ci'], True)} ({said}){also}; {_adm_text(a)}"
     panel = f"stacked κ {_num(stk)} {_ci(stk_ci)} {_cmp(stk, stk_ci, kappa_floor, floor_rule)}"
-    cv = f"CV-best single {member} κ {_num(single)} {_ci(single_ci)} {_cmp(single, single_ci, kappa_floor, floor_rule)}"
+    own = f" as deployed ({_num(_kappa(s, 'best_cv')[0])} on the items it answers)" if answered else ""
+    cv = (
+        f"CV-best single {member} κ{own} {_num(single)} {_ci(single_ci)} "
+        f"{_cmp(single, single_ci, kappa_floor, floor_rule)}"
+    )
     common = dict(
         kappa_floor=kappa_floor,
         delta_kappa=d["estimate"],
@@ -181,6 +203,10 @@ def decide(s: dict, kappa_floor: float = 0.40, floor_rule: str = "estimate") -> 
         vetoed_win=vetoed,
         admitted_share=a.get("admitted_share"),
         floor_rule=floor_rule,
+        comparison=key,
+        discordant=ev.get("discordant"),
+        abstentions=ev.get("abstentions"),
+        call_paper=paper,
     )
 
     def clear(k, ci):
@@ -228,4 +254,15 @@ def decide_all(doc: dict, kappa_floor: float | None = None) -> dict[str, Decisio
     return {name: decide(s, floor, settings.get("floor_rule", "estimate")) for name, s in doc["datasets"].items()}
 
 
-__all__ = ["Decision", "decide", "decide_all", "reaches", "reaches_floor", "WINS", "ACTIONS", "FLOOR_RULES"]
+__all__ = [
+    "Decision",
+    "decide",
+    "decide_all",
+    "reaches",
+    "reaches_floor",
+    "WINS",
+    "ACTIONS",
+    "FLOOR_RULES",
+    "comparison",
+    "evidence_text",
+]

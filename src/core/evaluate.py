@@ -31,6 +31,9 @@ _N_COUNTS = 6
 MAX_WEIGHT_BYTES = 64 * 2**20
 # from this many picks per call multiplicities() counts them in a compiled loop (numba's import: ~0.4 s, once)
 COMPILE_PICKS = 2**22
+# A deployed judge must answer every item: a single judge's abstention is its score ½ (§2's encoding of an
+# abstention), cut at 0.5 like every probability here (p ≥ 0.5 → hallucinated), so it is answered "hallucinated".
+FALLBACK = 1.0
 _KEPT = [0, 2, 3, 5]  # the cells a bootstrap sums per prediction; (1, 0) and (0, 0) follow from the class totals
 
 
@@ -287,6 +290,11 @@ class Delta:
     call: str
     p_holm: float | None = None
     se: float | None = None  # the standard error behind a normal interval (the ladder's corrected refit one)
+    # the evidence (docs/intervals.md): the items where the two arms' verdicts differ (an abstention against a
+    # verdict counts), each arm's abstentions, and whether the interval's variance is the discordance floor
+    discordant: int | None = None
+    abstentions: dict[str, int] | None = None
+    floored: bool | None = None
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -297,6 +305,23 @@ def paired_delta(full: float, draws: np.ndarray, level: float = 0.95) -> Delta:
     ci = interval(draws, level)
     p = float((1 + np.sum(draws <= 0)) / (len(draws) + 1))
     return Delta(float(full), ci, p, call_for(ci))
+
+
+def deployed(pred: np.ndarray) -> np.ndarray:
+    """A judge's verdicts as deployed: its abstentions answered by :data:`FALLBACK`."""
+    pred = np.asarray(pred, float)
+    return np.where(pred == ABSTAIN, FALLBACK, pred)
+
+
+def evidence(a: np.ndarray, b: np.ndarray, names: tuple[str, str]) -> dict:
+    """What a paired comparison of two arms' verdicts (n-vectors in {0, 1, ½}) rests on: the items where they
+    differ — an abstention against a verdict counts, two abstentions agree — and each arm's abstentions, by the
+    arms' ``names``. The fields of :class:`Delta` (``discordant``, ``abstentions``)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return {
+        "discordant": int(np.sum(a != b)),
+        "abstentions": {names[0]: int(np.sum(a == ABSTAIN)), names[1]: int(np.sum(b == ABSTAIN))},
+    }
 
 
 def call_for(ci: list[float]) -> str:

@@ -41,13 +41,25 @@ from src.core.evaluate import (
     best_single_call,
     call_for,
     coverage,
+    deployed,
+    evidence,
     from_counts,
     holm,
     indicators,
     interval,
     paired_delta,
 )
-from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung, corrected_interval
+from src.core.refit import (
+    DrawReader,
+    RefitBootstrap,
+    RefitDraws,
+    Rung,
+    corrected_interval,
+    corrected_variance,
+    fisher_interval,
+    normal_interval,
+    unseen_discordance,
+)
 from src.core.verdicts import ABSTAIN, VerdictError, VerdictTable
 
 COMPARATORS = (
@@ -58,6 +70,7 @@ COMPARATORS = (
     "logodds_weighted",
     "best_avg",
     "best_cv",
+    "best_cv_deployed",
     "oracle",
     "stacked",
     "frontier",
@@ -253,6 +266,7 @@ def analyze_dataset(
         "acc_weighted": crossfit(WeightedVote("accuracy"), votes, y, folds).pred,
         "logodds_weighted": crossfit(WeightedVote("logodds"), votes, y, folds).pred,
         "best_cv": cv.pred,
+        "best_cv_deployed": deployed(cv.pred),
     }
     if best_avg_votes is not None:
         preds["best_avg"] = best_avg_votes
@@ -291,7 +305,7 @@ def analyze_dataset(
             m: {
                 "estimate": float(est[c][m]),
                 "ci": (
-                    refit_ci(m, est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}), s.level)
+                    refit_ci(m, est[c][m], refit[c][m], fixed[c][m], rd.correction({(c, m): 1.0}), s.level, True)
                     if c in refit
                     else interval(fixed[c][m], s.level)
                 ),
@@ -302,7 +316,10 @@ def analyze_dataset(
         for c in COMPARATORS
         if c in est
     }
-    deltas, deltas_fixed = ladder_deltas(est, fixed, s.level, refit, rd), ladder_deltas(est, fixed, s.level)
+    single = {**{k: preds[k] for k in named if k != "stacked"}, "oracle": votes[:, oracle_full]}
+    paired = {c: comparison(y, stk.pred, p, c, s.level) for c, p in single.items()}
+    deltas = ladder_deltas(est, fixed, s.level, refit, rd, paired)
+    deltas_fixed = ladder_deltas(est, fixed, s.level, paired=paired)
     names = stacker.feature_names(table.members, extra_names)
     betas = [dict(zip(["intercept"] + names, [e.intercept_, *e.coef_])) for e in stk.estimators]
     final = clone(stacker).fit(X, y)
@@ -375,47 +392,87 @@ def analyze_dataset(
 
 
 def refit_ci(
-    metric: str, estimate: float, draws: np.ndarray, fixed: np.ndarray, correction: float, level: float
+    metric: str,
+    estimate: float,
+    draws: np.ndarray,
+    fixed: np.ndarray,
+    correction: float,
+    level: float,
+    fisher: bool = False,
 ) -> list[float]:
     """A metric's corrected refit interval (:func:`src.core.refit.corrected_interval`: its refit ``draws``, its
     fixed-prediction ``fixed`` ones, the own term ``correction``), cut to the metric's range (κ in [−1, 1], bacc and
-    F1 in [0, 1])."""
-    ci = corrected_interval(estimate, draws, fixed, correction, level)[0]
+    F1 in [0, 1]); with ``fisher``, a κ's is normal on Fisher's atanh scale instead
+    (:func:`src.core.refit.fisher_interval`: the ladder's comparators, docs/intervals.md)."""
+    ci, se, _ = corrected_interval(estimate, draws, fixed, correction, level)
+    if fisher and metric == "kappa":
+        return fisher_interval(estimate, se, level)
     lo = -1.0 if metric == "kappa" else 0.0
     return [float(min(max(ci[0], lo), 1.0)), float(min(max(ci[1], lo), 1.0))]
 
 
-def refit_delta(estimate: float, draws: np.ndarray, held: np.ndarray, correction: float, level: float) -> Delta:
+def refit_delta(
+    estimate: float,
+    draws: np.ndarray,
+    held: np.ndarray,
+    correction: float,
+    level: float,
+    unseen: float | None = None,
+) -> Delta:
     """A paired Δ on its refit draws (``held``: the fixed-prediction draws, ``correction``: the own term of
-    :meth:`src.core.refit.RefitDraws.correction`): the corrected normal interval, its one-sided p and call."""
-    ci, se, p = corrected_interval(estimate, draws, held, correction, level)
-    return Delta(float(estimate), ci, p, call_for(ci), se=se)
+    :meth:`src.core.refit.RefitDraws.correction`): the corrected normal interval, its one-sided p and call. With
+    ``unseen`` (:func:`src.core.refit.unseen_discordance`) its variance is never under the discordance floor,
+    the fixed-prediction draws' variance plus ``unseen`` (``floored`` says whether the floor set it)."""
+    var = corrected_variance(draws, held, correction)
+    floor = None if unseen is None else float(np.var(held)) + unseen
+    ci, se, p = normal_interval(estimate, var if floor is None else max(var, floor), level)
+    return Delta(float(estimate), ci, p, call_for(ci), se=se, floored=None if floor is None else bool(floor > var))
+
+
+def comparison(gold: np.ndarray, stacked: np.ndarray, other: np.ndarray, name: str, level: float) -> dict:
+    """What a paired Δ (stacked − ``name``) rests on, from the two arms' verdicts: its evidence
+    (:func:`src.core.evaluate.evidence`: the discordant items, each arm's abstentions) and, per metric, the
+    variance of the discordance a sample of its size cannot rule out (:func:`src.core.refit.unseen_discordance`)."""
+    return {**evidence(stacked, other, ("stacked", name)), "unseen": unseen_discordance(gold, stacked, other, level)}
 
 
 def ladder_deltas(
-    est: dict, fixed: dict, level: float, refit: dict | None = None, rd: RefitDraws | None = None
+    est: dict,
+    fixed: dict,
+    level: float,
+    refit: dict | None = None,
+    rd: RefitDraws | None = None,
+    paired: dict[str, dict] | None = None,
 ) -> dict[str, dict[str, Delta]]:
     """Every rung's paired Δ (stacked − rung) on κ and bacc (§2), and the call against the CV-best single (win /
-    clean win against the oracle). Without ``refit``: the paper's paired cluster bootstrap of the fixed
+    clean win against the oracle) and against it as deployed (``best_cv_deployed``, the same calls). Without ``refit``: the paper's paired cluster bootstrap of the fixed
     out-of-fold predictions (``fixed`` draws, percentile interval). With ``refit`` (the refitted rungs' metric
     draws) and ``rd`` (:class:`src.core.refit.RefitDraws`): each refitted rung's draws in place of its fixed ones,
-    and the corrected normal interval of :func:`src.core.refit.corrected_interval` (its standard error ``se``)."""
+    and the corrected normal interval of :func:`src.core.refit.corrected_interval` (its standard error ``se``),
+    never narrower than the discordance floor (:func:`refit_delta`) of ``paired`` (:func:`comparison`, per rung
+    compared item by item; its evidence is recorded beside every Δ, refit or fixed)."""
     deltas: dict[str, dict[str, Delta]] = {}
     for c in COMPARATORS:
         if c not in est or c == "stacked":
             continue
         deltas[c] = {}
+        ev = (paired or {}).get(c, {})
         for m in DELTA_METRICS:
             estimate = est["stacked"][m] - est[c][m]
             held = fixed["stacked"][m] - fixed[c][m]
             if refit is None:
-                deltas[c][m] = paired_delta(estimate, held, level)
-                continue
-            assert rd is not None, "refitted draws come with their RefitDraws"
-            draws = refit["stacked"][m] - (refit[c][m] if c in refit else fixed[c][m])
-            correction = rd.correction({("stacked", m): 1.0, (c, m): -1.0})
-            deltas[c][m] = refit_delta(estimate, draws, held, correction, level)
+                d = paired_delta(estimate, held, level)
+            else:
+                assert rd is not None, "refitted draws come with their RefitDraws"
+                draws = refit["stacked"][m] - (refit[c][m] if c in refit else fixed[c][m])
+                correction = rd.correction({("stacked", m): 1.0, (c, m): -1.0})
+                d = refit_delta(estimate, draws, held, correction, level, ev["unseen"][m] if ev else None)
+            d.discordant, d.abstentions = ev.get("discordant"), ev.get("abstentions")
+            deltas[c][m] = d
     deltas["best_cv"]["kappa"].call = best_single_call(deltas["best_cv"]["kappa"], deltas["oracle"]["kappa"])
+    if "best_cv_deployed" in deltas:
+        deployed = deltas["best_cv_deployed"]["kappa"]
+        deltas["best_cv_deployed"]["kappa"].call = best_single_call(deployed, deltas["oracle"]["kappa"])
     return deltas
 
 
@@ -433,6 +490,7 @@ def refit_rungs(
     rungs = {
         "stacked": stacked_rung(refit, stacker, X),
         "best_cv": refit.best_cv(votes, min_coverage),
+        "best_cv_deployed": refit.best_cv(votes, min_coverage, as_deployed=True),
         "acc_weighted": refit.weighted(votes, "accuracy"),
         "logodds_weighted": refit.weighted(votes, "logodds"),
     }

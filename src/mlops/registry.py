@@ -60,6 +60,7 @@ from src.core import admissibility
 from src.core.decide import WINS, decide
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
+from src.core.evidence import comparison
 from src.io.paths import CONF_DIR
 from src.io.trust import check_sources
 from src.mlops import artifact, store
@@ -93,15 +94,18 @@ def rederive(s: dict, settings: dict) -> dict:
     """Admissibility (§3.3), the call against the CV-best single (§2) and the decision (:mod:`src.core.decide`)
     recomputed from one dataset's results.json entry ``s`` and the analysis ``settings``: the verdict from its
     coordinates (the members' κ, φ̄) at the analysis' operating point (κ₀, c, φ₀), the call from the paired
-    intervals (:func:`src.core.evaluate.best_single_call`), the decision by :func:`src.core.decide.decide` at the
-    analysis' κ floor. The verdict, call and decision the entry records are not read."""
+    intervals (:func:`src.core.evaluate.best_single_call`) against the CV-best single as deployed (the comparison
+    the decision reads, :func:`src.core.evidence.comparison`; §2's in an older entry),
+    the decision by :func:`src.core.decide.decide` at the analysis' κ floor. The verdict, call and decision the
+    entry records are not read."""
     a = s["admissibility"]
     point = {k: float(settings.get(k, a[k])) for k in ("kappa0", "c", "phi0")}
     member_k = np.array([float(v["kappa"]) for v in s["members"].values()], dtype=float)
     admissible, reason = admissibility.decide(member_k, a["phi_bar"], point["kappa0"], point["c"], point["phi0"])
+    key = comparison(s)
     oracle = s["deltas"].get("oracle", {}).get("kappa")
-    call = best_single_call(_delta(s["deltas"]["best_cv"]["kappa"]), _delta(oracle) if oracle else None)
-    best_cv = s["deltas"]["best_cv"]
+    call = best_single_call(_delta(s["deltas"][key]["kappa"]), _delta(oracle) if oracle else None)
+    best_cv = s["deltas"][key]
     recomputed = {
         **s,
         "admissibility": {
@@ -112,7 +116,7 @@ def rederive(s: dict, settings: dict) -> dict:
             "members_at_kappa0": int(np.sum(admissibility.reaches(member_k, point["kappa0"]))),
             "n_members": len(member_k),
         },
-        "deltas": {**s["deltas"], "best_cv": {**best_cv, "kappa": {**best_cv["kappa"], "call": call}}},
+        "deltas": {**s["deltas"], key: {**best_cv, "kappa": {**best_cv["kappa"], "call": call}}},
     }
     return {
         "admissible": admissible,
@@ -132,7 +136,7 @@ def reasons_to_refuse(s: dict, settings: dict) -> list[str]:
     if not r["admissible"]:
         why.append(f"the panel is not admissible ({r['admissibility_reason']})")
     if r["call"] not in WINS:
-        d = s["deltas"]["best_cv"]["kappa"]
+        d = s["deltas"][comparison(s)]["kappa"]
         why.append(
             f"the stacker's paired Δκ vs the CV-best single is {d['estimate']:+.3f} "
             f"[{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]: a {r['call']}, not a win (needs the 95% lower bound "
@@ -142,7 +146,7 @@ def reasons_to_refuse(s: dict, settings: dict) -> list[str]:
         why.append(f"RAIM's decision on this dataset is not to deploy the panel ({r['decision'].reason})")
     recorded = {
         "admissibility": (bool(s["admissibility"].get("admissible")), r["admissible"]),
-        "call vs the CV-best single": (s["deltas"]["best_cv"]["kappa"].get("call"), r["call"]),
+        "call vs the CV-best single": (s["deltas"][comparison(s)]["kappa"].get("call"), r["call"]),
         "decision": ((s.get("decision") or {}).get("action"), r["decision"].action),
     }
     why += [
@@ -300,7 +304,7 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
     if why:
         raise PromotionRefused(f"refusing to promote {where}: " + "; and ".join(why))
     _, _, digest = artifact.read(cand.model_uri)
-    r, d = rederive(s, settings), s["deltas"]["best_cv"]["kappa"]
+    r, d = rederive(s, settings), s["deltas"][comparison(s)]["kappa"]
     delta = f"{d['estimate']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
     name = name or f"raim-stacker-{cand.dataset}"
     mv = mlflow.register_model(

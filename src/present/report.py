@@ -18,6 +18,7 @@ from pathlib import Path
 
 from src.core.decide import decide
 from src.core.errors import RaimError
+from src.core.evidence import evidence_text
 from src.io.files import atomic_write_text
 from src.present.figures import FIGURES, draw, estimate
 from src.present.injection import injection_section
@@ -569,21 +570,27 @@ def decision_section(results: dict) -> str:
         d = s.get("decision") or decide(s, floor, st.get("floor_rule", "estimate")).as_dict()  # older results.json
         cell = f"**{d['label']}**" if d["action"] != "none" else d["label"]
         kappa = f"{f3(d['kappa'])} [{f3(d['kappa_ci'][0])}, {f3(d['kappa_ci'][1])}]"
-        rows.append([n, cell, kappa_of(d, s), kappa, d["reason"]])
+        call = f"{d['call']} ({evidence_text(s)})" if evidence_text(s) else d["call"]
+        rows.append([n, cell, kappa_of(d, s), kappa, call, d["reason"]])
     for n, v in (results.get("skipped") or {}).items():
         why = f"{v.get('reason', 'left out')}; compute with `{v.get('command', '')}`"
-        rows.append([n, "not analysed", "—", "—", why])
-    return table(["Dataset", "Decision", "κ of", "κ [95% CI]", "Reason"], rows) + (
+        rows.append([n, "not analysed", "—", "—", "—", why])
+    head = ["Dataset", "Decision", "κ of", "κ [95% CI]", "Call vs the CV-best single (evidence)", "Reason"]
+    return table(head, rows) + (
         f"\n\nRule ({', '.join(f'{k}={st.get(k)}' for k in ('kappa0', 'c', 'phi0'))}, "
         f"kappa_floor={floor}): **deploy the panel** where it is admissible (at least a share c of the members "
-        f"at κ ≥ κ₀ and mean error correlation φ̄ ≤ φ₀, §3.3), its paired Δκ against the CV-best single judge is "
-        f"a win (95% paired cluster-bootstrap interval above 0, §2, with the stacker and the CV-best choice fitted "
-        f"again in every draw: docs/intervals.md) and its κ reaches the floor {floor:g}"
+        f"at κ ≥ κ₀ and mean error correlation φ̄ ≤ φ₀, §3.3, and at least two of them), its paired Δκ against "
+        f"the CV-best single judge as deployed (its abstentions answered 'hallucinated', both arms scored on every "
+        f"item) is a win (95% paired cluster-bootstrap interval above 0, §2, with the stacker and the CV-best choice "
+        f"fitted again in every draw and never narrower than its discordant items allow: docs/intervals.md) and its "
+        f"κ reaches the floor {floor:g}"
         f"{' with its interval' + chr(39) + 's lower bound' if st.get('floor_rule') == 'lower_bound' else ''}; "
         f"otherwise **deploy the single judge** the CV-best rule picks on all labelled items, if its out-of-fold "
-        f"κ reaches the floor; otherwise **nothing here is good enough**. κ [95% CI]: of what is deployed (the "
-        f"κ of column: the stacked panel or the single judge; for nothing, the better of the two). The floor (analysis.kappa_floor) is what a "
-        f"deployed judge must reach, not κ₀, which counts the competent members."
+        f"κ as deployed reaches the floor; otherwise **nothing here is good enough**. κ [95% CI]: of what is "
+        f"deployed (the κ of column: the stacked panel or the single judge; for nothing, the better of the two). "
+        f"The call's evidence: the items on which the panel and the single judge differ (discordant) and each one's "
+        f"own abstentions. The floor (analysis.kappa_floor) is what a deployed judge must reach, not κ₀, which "
+        f"counts the competent members."
     )
 
 
