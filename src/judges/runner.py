@@ -31,7 +31,7 @@ from src.core.verdicts import ABSTAIN, invisible
 from src.judges.cache import dataset_caches, item_folder, merged_stats, write_identity
 from src.judges.config import BACKENDS, member_where, resolve_roster
 from src.judges.frames import Frame, load_frames
-from src.judges.http import RetryPolicy
+from src.judges.http import RetryPolicy, unreachable
 
 log = logging.getLogger("raim.judges")
 
@@ -202,12 +202,18 @@ def score_judge(
                 bar = tqdm(total=len(todo), desc=name, unit="item", file=sys.stderr, mininterval=2.0)
             t0 = time.perf_counter()
             run = engine or local_scores
-            for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
-                i = todo[j]
-                if cache_of[i].put(finish_record(raw, keys[i], name, recs[i], fr[i], cache_of[i].identity_hash)):
-                    computed += 1
-                if bar is not None:
-                    bar.update(1)
+            try:
+                for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
+                    i = todo[j]
+                    if cache_of[i].put(finish_record(raw, keys[i], name, recs[i], fr[i], cache_of[i].identity_hash)):
+                        computed += 1
+                    if bar is not None:
+                        bar.update(1)
+            except Exception as e:
+                err = unreachable(name, be, e)
+                if err is None:
+                    raise
+                raise err from e
             t_compute = time.perf_counter() - t0
             if bar is not None:
                 bar.close()
