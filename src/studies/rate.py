@@ -75,6 +75,11 @@ ESTIMAND = (
     "θ = the share of hallucinated items in the traffic the pool was drawn from (the pool's own share "
     "lies inside the interval at least as often)"
 )
+NO_CLUSTERS = (
+    "the pool has no cluster_id: every item is taken as its own cluster; items that share a conversation or a "
+    "document make the intervals too narrow then (carry cluster_id in the pool: src.predict copies an items "
+    "file's cluster_id to its output)"
+)
 STATUS = ("not drawn", "proposed", "labelled")  # a pool item's place in a proposal; "labelled" = π 1
 
 
@@ -526,6 +531,7 @@ def estimate(
             "imputed_p": pool.imputed,
             "clusters": None if pool.clusters is None else int(len(set(pool.clusters))),
             "train_prevalence": pool.train_prevalence,
+            "warnings": [] if pool.clusters is not None else [NO_CLUSTERS],
         },
         "estimand": ESTIMAND
         if labeller is None
@@ -563,6 +569,7 @@ def text_table(doc: dict) -> str:
             f"note: {doc['pool']['imputed_p']} item(s) without a p (every member abstained) take p = "
             f"{IMPUTED_P} (a fixed predictor value: the estimates stay valid)"
         )
+    extra += [f"warning: {w}" for w in doc["pool"].get("warnings", [])]
     st = labeller_statement(doc)
     return "\n".join(lines + extra + ([f"note: {st}"] if st else []) + [f"estimand: {doc['estimand']}"])
 
