@@ -404,17 +404,14 @@ def _asgi(app, body: bytes, ctype: str | None = "application/json", path: str = 
 MEMBERS = ["m0", "m1", "m2"]
 
 
-@pytest.fixture(scope="module")
-def strict_apps(tmp_path_factory):
-    """RAIM's strict server (StrictInputs over MLflow's own scoring app, in process) for a stacker over three
-    members and for a panel of the lexical judge that never computes (a cold cache)."""
+def saved_models(tmp) -> dict:
+    """A stacker over three members and a panel of the lexical judge that never computes (a cold cache), saved
+    as MLflow models under ``tmp`` and loaded back."""
     import mlflow.pyfunc
-    from mlflow.pyfunc import scoring_server
 
     from src.core.aggregate import StackedLogit
     from src.mlops import serving as serve
 
-    tmp = tmp_path_factory.mktemp("strict")
     rng = np.random.default_rng(0)
     gold = rng.integers(0, 2, 300)
     X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in MEMBERS]).astype(float)
@@ -439,7 +436,7 @@ def strict_apps(tmp_path_factory):
             {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""},
         ),
     }
-    apps = {}
+    loaded = {}
     for name, (model, signature, config) in models.items():
         mlflow.pyfunc.save_model(
             tmp / name,
@@ -448,10 +445,17 @@ def strict_apps(tmp_path_factory):
             pip_requirements=serve.pip_requirements(),
             model_config=config or None,
         )
-        loaded = mlflow.pyfunc.load_model(tmp / name)
-        apps[name] = serve.StrictInputs(scoring_server.init(loaded), serve.input_check(loaded.unwrap_python_model()))
-        apps[name].schema = loaded.metadata.get_input_schema()  # as serve_model passes it
-    return apps
+        loaded[name] = mlflow.pyfunc.load_model(tmp / name)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def strict_apps(tmp_path_factory):
+    """RAIM's strict server (StrictInputs over MLflow's own scoring app, in process, as `src.serve` builds it) for
+    :func:`saved_models`."""
+    from src.mlops import serving as serve
+
+    return {name: serve.strict_app(m) for name, m in saved_models(tmp_path_factory.mktemp("strict")).items()}
 
 
 def _one_line_400(status, body, *needles):
