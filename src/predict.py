@@ -42,6 +42,7 @@ from omegaconf import OmegaConf
 
 from src.core.decide import ACTIONS
 from src.core.errors import ArgumentParser, RaimError, one_line
+from src.core.textfiles import normal_id
 from src.io.datasets import DatasetError, dataset_spec
 from src.io.files import atomic_write_text
 from src.io.paths import ROOT
@@ -115,11 +116,16 @@ def passed_through(keys) -> list[str]:
     return [k for k in keys if k in PASSED_THROUGH or (str(k).endswith("_id") and k != "item_id")]
 
 
+def _id_text(value: Any) -> Any:
+    """A copied id field: a text in Unicode normal form C, anything else as it is."""
+    return normal_id(value) if isinstance(value, str) else value
+
+
 def _row(rec) -> dict[str, Any]:
     _check_fields(rec)
     row = {"candidate": rec.text("candidate"), **{k: _optional_text(rec, k) for k in TEXT_FIELDS}}
     item_id = rec.data.get("item_id")
-    row["item_id"] = None if item_id is None or str(item_id).strip() in ("", "nan") else str(item_id)
+    row["item_id"] = None if item_id is None or str(item_id).strip() in ("", "nan") else normal_id(str(item_id))
     row["frame"] = _optional_text(rec, "frame") or None
     return row
 
@@ -151,7 +157,9 @@ def read_items(path: str | Path) -> Items:
                 rec.where, "item_id", f"{row['item_id']!r} repeats {seen[row['item_id']]} (item ids must be unique)"
             )
     keys = passed_through(dict.fromkeys(k for r in recs for k in r.data))
-    passed = pd.DataFrame([{k: r.data.get(k) for k in keys} for r in recs], index=range(len(recs)), columns=keys)
+    passed = pd.DataFrame(
+        [{k: _id_text(r.data.get(k)) for k in keys} for r in recs], index=range(len(recs)), columns=keys
+    )
     return Items(pd.DataFrame(rows, columns=list(ITEM_FIELDS)), [r.where for r in recs], passed)
 
 

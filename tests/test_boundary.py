@@ -69,8 +69,8 @@ def test_feature_values_in_range_are_read_and_a_parquet_column_is_checked_too(tm
 @pytest.mark.parametrize(
     "extra, why",
     [
-        (b'"logodds": NaN', "field 'logodds': not a finite number: nan"),
-        (b'"logodds": -Infinity', "field 'logodds': not a finite number: -inf"),
+        (b'"logodds": NaN', "not JSON (a bare NaN, which is not JSON; an absent value is null)"),
+        (b'"logodds": -Infinity', "not JSON (a bare -Infinity, which is not JSON"),
         (b'"logodds": 1e300', "field 'logodds': 1e+300 is outside [-70, 70]"),
         (b'"logodds": 1' + b"0" * 400, "field 'logodds': not a finite number: inf"),
         (b'"mass": 5', "field 'mass': 5.0 is outside [0, 1]"),
@@ -246,19 +246,20 @@ def test_a_deeply_nested_record_is_one_line(tmp_path):
     )
 
 
-def test_nan_in_an_extra_field_is_written_as_null_and_infinity_refused(tmp_path):
+def test_a_nan_or_infinity_token_is_refused_a_null_written_as_null_and_an_infinity_never_written(tmp_path):
     import pandas as pd
 
     from src.io import datasets as data
     from src.io.datasets import RawRecordError
 
     text = '{"q": "q", "c": "a", "g": "0", "score": NaN}\n{"q": "q", "c": "b", "g": "1", "score": 0.5}\n'
-    built = _bench(tmp_path, None, text=text, **POOLED, extras={"score": "score"})
+    for token in ("NaN", "Infinity", "-Infinity"):  # not JSON: refused as the server refuses them
+        with pytest.raises(RawRecordError, match=f"^bench/b.jsonl line 1: unreadable JSON \\(a bare {token}, which"):
+            _bench(tmp_path, None, text=text.replace("NaN", token), **POOLED, extras={"score": "score"})
+    built = _bench(tmp_path, None, text=text.replace("NaN", "null"), **POOLED, extras={"score": "score"})
     data.write_items(built.items, tmp_path / "out.jsonl")
     out = (tmp_path / "out.jsonl").read_text()
     assert [json.loads(line)["score"] for line in out.splitlines()] == [None, 0.5] and "NaN" not in out
-    with pytest.raises(RawRecordError, match="^bench/b.jsonl line 1: field 'score': inf is not a finite number"):
-        _bench(tmp_path, None, text=text.replace("NaN", "Infinity"), **POOLED, extras={"score": "score"})
     with pytest.raises(data.DatasetError, match="out.jsonl: an item holds a value JSON cannot represent"):
         data.write_items(built.items.assign(score=[0.5, float("inf")]), tmp_path / "out.jsonl")
     assert (tmp_path / "out.jsonl").read_text() == out  # the earlier output kept

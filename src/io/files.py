@@ -103,34 +103,6 @@ def file_lock(path: str | Path, what: str, timeout_s: float = 600.0) -> Iterator
         raise RaimError(f"{what}: {path} stayed locked for {timeout_s:.0f} s (another process holds it)") from None
 
 
-class StrictJSONError(ValueError):
-    """A JSON text that :func:`loads_strict` refuses although :func:`json.loads` reads it; ``msg`` says why."""
-
-    def __init__(self, msg: str):
-        super().__init__(msg)
-        self.msg = msg
-
-
-def unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """An ``object_pairs_hook`` for :func:`json.loads`: the object, or :class:`StrictJSONError` for a key given twice."""
-    obj: dict = {}
-    for k, v in pairs:
-        if k in obj:
-            raise StrictJSONError(f"key {k!r} appears twice in one object")
-        obj[k] = v
-    return obj
-
-
-def loads_strict(text: str | bytes):
-    """:func:`json.loads`, refusing what it would misread silently: an object naming one key twice (json keeps
-    the last value) and nesting deeper than the interpreter can parse (a RecursionError), as
-    :class:`StrictJSONError`; a text that is not JSON raises :class:`json.JSONDecodeError` as before."""
-    try:
-        return json.loads(text, object_pairs_hook=unique_keys)
-    except RecursionError:
-        raise StrictJSONError("nested too deeply to read") from None
-
-
 def jsonable(x):
     """Plain Python numbers/lists/dicts, NaN and ±inf → None (JSON null). numpy's values are converted when numpy
     is loaded (a numpy value cannot exist before): writing a document does not import numpy (~0.2 s of start-up)."""

@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from src.core.errors import RaimError
+from src.core.textfiles import StrictJSONError, loads_strict
 from src.core.verdicts import feature_problem
-from src.io.files import StrictJSONError, atomic_path, atomic_write_text, check_regular, loads_strict, writing
+from src.io.files import atomic_path, atomic_write_text, check_regular, writing
 from src.io.paths import dataset_folder
 from src.judges.frames import canonical_hash
 

@@ -36,8 +36,8 @@ import yaml
 from src.core.errors import ArgumentParser, RaimError, one_line, one_line_message
 from src.core.injection import flag_column
 from src.core.priorshift import PrevalenceError, parse_setting, served
+from src.core.textfiles import StrictJSONError, loads_strict, normal_id
 from src.core.verdicts import ABSTAIN
-from src.io.files import StrictJSONError, unique_keys
 from src.io.flagstore import record_flags_from
 from src.io.modules import closure
 from src.io.paths import CONF_DIR, PACKAGE_DIR, ROOT
@@ -407,7 +407,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
                 df[c] = ""
             df[c] = df[c].fillna("").astype(str)
         ids = [f"item-{item_content_hash(r)}" for r in df[["question", "evidence", "candidate"]].to_dict("records")]
-        df["item_id"] = df["item_id"].fillna(pd.Series(ids)).astype(str) if "item_id" in df else ids
+        df["item_id"] = df["item_id"].fillna(pd.Series(ids)).astype(str).map(normal_id) if "item_id" in df else ids
         df["frame"] = df["frame"].fillna(self.default_frame) if "frame" in df else self.default_frame
         df["dataset"] = df["dataset"].fillna("served") if "dataset" in df else "served"
         df["cluster_id"] = df["item_id"]
@@ -747,10 +747,6 @@ REQUEST_KEYS = ("dataframe_records", "dataframe_split", "inputs", "instances")
 JSON_TYPE, CSV_TYPE, PARQUET_TYPE = "application/json", "text/csv", "application/vnd.apache.parquet"
 
 
-def _no_constant(name: str):
-    raise InputError(f"the request holds a bare {name}, which is not JSON (an abstention is null)")
-
-
 def request_rows(body: bytes) -> list:
     """The rows of an MLflow JSON scoring request (``dataframe_records``, ``dataframe_split``, ``inputs`` /
     ``instances`` as records or columns). Anything else is an :class:`InputError`: a body that is not JSON (a bare
@@ -782,9 +778,9 @@ def checked_text(rows: list) -> list:
 
 def _payload(body: bytes) -> dict:
     try:
-        payload = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except RecursionError:
-        raise InputError("the request body is nested too deeply to read") from None
+        payload = loads_strict(body)
+    except StrictJSONError as e:  # a key given twice, a bare NaN / Infinity, nesting too deep
+        raise InputError(f"the request body: {e.msg}") from None
     except UnicodeDecodeError:
         raise InputError("the request body is not UTF-8 text") from None
     except json.JSONDecodeError as e:
@@ -851,13 +847,6 @@ def _rows(payload: dict) -> list:
         f"{key}: rows must be objects naming their columns (or an object of column lists), got "
         f"{'a row that is a ' + got if isinstance(rows, list) else 'a ' + got}"
     )
-
-
-def _unique_keys(pairs: list) -> dict:
-    try:
-        return unique_keys(pairs)
-    except StrictJSONError as e:
-        raise InputError(f"the request body: {e.msg}") from None
 
 
 def request_input(body: bytes, content_type: str | None, schema=None) -> tuple[list | None, dict]:

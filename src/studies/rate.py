@@ -56,6 +56,7 @@ from src.core import drift, priorshift, rates
 from src.core.evaluate import kappa
 from src.core.ladder import dataset_folds
 from src.core.rates import RateError
+from src.core.textfiles import normal_id
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
 from src.io.files import atomic_write_text, to_json
@@ -143,7 +144,7 @@ def _prob(rec: Rec, key: str) -> float | None:
 
 
 def _item_id(rec: Rec) -> str:
-    return str(rec.scalar("item_id")).strip()
+    return rec.ident("item_id")
 
 
 def read_pool(
@@ -199,7 +200,7 @@ def _table_columns(path: Path, segment: str | None, need_ts: bool):
         p.append(np.nan if v is None else v)
         if has_cluster:
             c = rec.raw("cluster_id")
-            clusters.append(f"item:{i}" if _blank(c) else str(c))
+            clusters.append(f"item:{i}" if _blank(c) else normal_id(str(c)))
         if segment is not None:
             s = rec.raw(segment)
             seg.append("(none)" if _blank(s) else str(s))
@@ -257,7 +258,7 @@ def _store_columns(path: Path, model: str | None):
     except (ValueError, TypeError):
         raise RateError(f"{path}: first row: field 'votes': not a JSON object") from None
     stream = votestore.read_store(path, members, model)
-    ids = [f"#{k}" if i is None else str(i) for k, i in enumerate(stream.item_ids)]
+    ids = [f"#{k}" if i is None else normal_id(str(i)) for k, i in enumerate(stream.item_ids)]
     seen: set[str] = set()
     for i in ids:
         if i in seen:
