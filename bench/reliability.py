@@ -1662,18 +1662,13 @@ def main(argv: list[str] | None = None) -> int:
             doc["served"] = served(tmp)
             for name, s in doc["served"].items():
                 print(f"served model, {name}:", {k: v for k, v in s.items() if k != "cases"})
-        if "boundary" not in a.skip:
-            doc["boundary"] = boundary(tmp)
-            print(table(doc["boundary"], OUTCOMES_2))
-            for r in doc["boundary"]:
-                if r["outcome"] not in OUTCOMES_2[:3]:
-                    print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")
-        if "third" not in a.skip:
-            doc["third"] = third(tmp)
-            print(table(doc["third"], OUTCOMES_2))
-            for r in doc["third"]:
-                if r["outcome"] not in OUTCOMES_2[:3]:
-                    print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")
+        for battery, run in (("boundary", boundary), ("third", third)):
+            if battery not in a.skip:
+                doc[battery] = run(tmp)
+                print(table(doc[battery], OUTCOMES_2))
+                for r in doc[battery]:
+                    if r["outcome"] not in OUTCOMES_2[:3]:
+                        print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -199,25 +199,16 @@ def test_a_rejected_request_is_an_abstention_and_a_transient_one_is_not():
     assert be.retry.counts["requests"] == 3 and be.retry.counts["retries"] == 1
 
 
+def served_roster(url: str, **backend) -> dict:
+    """A roster of one member, ``served``: an OpenAI-compatible server at ``url`` (``backend``: its settings)."""
+    target = "src.judges.backends.openai_compat.OpenAICompatBackend"
+    member = {"name": "served", "backend": {"_target_": target, "base_url": url, "api_key": "k", **backend}}
+    return {"name": "t", "members": [member]}
+
+
 def test_the_verdict_run_reports_each_http_judge_s_retries(tmp_path):
     with scripted_server([(429, {"retry-after": "0"}), (200, {})]) as url:
-        roster = {
-            "name": "t",
-            "members": [
-                {
-                    "name": "served",
-                    "backend": {
-                        "_target_": "src.judges.backends.openai_compat.OpenAICompatBackend",
-                        "base_url": url,
-                        "model": "m",
-                        "endpoint": "chat",
-                        "api_key": "k",
-                        "backoff_base": 0.01,
-                        "timeout": 10,
-                    },
-                }
-            ],
-        }
+        roster = served_roster(url, model="m", endpoint="chat", backoff_base=0.01, timeout=10)
         t = verdict_table(roster, ITEMS, None, tmp_path, compute=True, progress=False)
     rep = t.attrs["report"]["served"]
     assert rep["computed"] == 1 and rep["http"]["requests"] == 2 and rep["http"]["retries"] == 1
@@ -242,20 +233,7 @@ def test_a_judge_server_that_refuses_the_connection_is_named_with_its_url(tmp_pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}/v1"
-    roster = {
-        "name": "t",
-        "members": [
-            {
-                "name": "served",
-                "backend": {
-                    "_target_": "src.judges.backends.openai_compat.OpenAICompatBackend",
-                    "base_url": url,
-                    "api_key": "k",
-                    "max_retries": 0,
-                },
-            }
-        ],
-    }
+    roster = served_roster(url, max_retries=0)
     with pytest.raises(RaimError) as e:
         verdict_table(roster, ITEMS, None, tmp_path, compute=True, progress=False)
     msg = str(e.value)
