@@ -217,3 +217,31 @@ def test_an_unknown_monitor_setting_stops_the_server_at_start(tmp_path, monkeypa
     monkeypatch.setenv(votestore.FAILURE_ENV, "maybe")
     with pytest.raises(votestore.MonitorError, match="'maybe' is not one of \\['answer', 'refuse'\\]"):
         serve.strict_app(saved_models(tmp_path)["stacker"])
+
+
+def test_the_command_line_s_limits_reach_the_server(tmp_path):
+    """``python -m src.serve model --header-timeout … --body-timeout … --max-body-mb …``: each limit is the one the
+    running server applies (not the default)."""
+    import os
+    import subprocess
+    import sys
+
+    saved_models(tmp_path)
+    port = free_port()
+    args = [sys.executable, "-m", "src.serve", "model", "--model-uri", str(tmp_path / "stacker"), "--port", str(port)]
+    limits = ["--header-timeout", "0.5", "--body-timeout", "0.5", "--max-body-mb", "0.01"]
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
+    proc = subprocess.Popen([*args, *limits], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().startswith("ready on")
+        head = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        got, took = raw(port, head + b"Content-Length: 100\r\n\r\n{")
+        one_line_answer(got, 408, "within 0.5 s of its headers")
+        assert took < 5
+        got, _ = raw(port, head + b"Content-Length: 20000\r\n\r\n")
+        one_line_answer(got, 413, "larger than 0.01 MiB")
+        got, _ = raw(port, head)
+        one_line_answer(got, 408, "within 0.5 s (--header-timeout)")
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -68,7 +68,7 @@ def too_large(limits: Limits) -> RequestRefused:
     return RequestRefused(
         413,
         "REQUEST_TOO_LARGE",
-        f"the request body is larger than {limits.max_body_bytes / MIB:g} MiB, the server's limit "
+        f"the request body is larger than {limits.max_body_bytes / MIB:.3g} MiB, the server's limit "
         "(--max-body-mb): send fewer rows per request",
     )
 

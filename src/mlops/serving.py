@@ -1016,7 +1016,7 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001, limit
     limits = limits or Limits()
     model = mlflow.pyfunc.load_model(model_uri)
     inner = model.unwrap_python_model()
-    app = strict_app(model)
+    app = strict_app(model, limits)
     warning = decision_warning(getattr(inner, "decision", None))
     if warning:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
