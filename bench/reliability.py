@@ -1464,7 +1464,6 @@ def third_store(tmp: Path) -> list[dict]:
 
 def _panel_of(folder: Path, roster: dict, members: list[str]) -> Path:
     """A panel model of ``roster`` (over ``members``, a stacker fitted on simulated votes) saved in ``folder``."""
-    import mlflow.pyfunc
     import numpy as np
 
     from src.core.aggregate import StackedLogit
@@ -1476,13 +1475,7 @@ def _panel_of(folder: Path, roster: dict, members: list[str]) -> Path:
     model = serving.PanelModel(
         roster, serving.frame_configs(), "claim", StackedLogit(n_votes=len(members)).fit(X, gold), members
     )
-    mlflow.pyfunc.save_model(
-        folder,
-        python_model=model,
-        signature=serving.panel_signature(members, len(members)),
-        pip_requirements=serving.pip_requirements(),
-    )
-    return folder
+    return serving.save_model(model, folder)
 
 
 def third_readers(tmp: Path) -> list[dict]:

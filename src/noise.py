@@ -8,15 +8,16 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from src.core.errors import checked_overrides, one_line
+from src.core.errors import one_line
 from src.io.paths import CONF_DIR
+from src.io.trust import checked_command
 from src.mlops import tracking
 from src.present import figures
 from src.present.report import noise_section
 from src.studies import noise
 
 
-@checked_overrides
+@checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:

@@ -51,7 +51,7 @@ from src.judges.config import load_roster
 from src.judges.ray_engine import add_engine_args, engine_from_args
 from src.judges.runner import verdict_table
 from src.mlops.registry import find_candidate
-from src.mlops.serving import SCORED_CACHE, PanelModel, decision_warning, frame_configs, panel_roster
+from src.mlops.serving import SCORED_CACHE, PanelModel, decision_warning, frame_configs, load_model, panel_roster
 from src.mlops.store import check_server, quiet_mlflow, tracking_uri
 
 TEXT_FIELDS = ("question", "evidence")
@@ -216,19 +216,17 @@ def calibration_frame(tags: Mapping[str, str], frames: Mapping[str, Any]) -> str
 
 
 def _load(uri: str):
-    """The Python model behind ``uri`` (a RAIM stacker or panel model); one line for an unknown URI."""
-    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
+    """The RAIM stacker or panel model behind ``uri``, rebuilt from its document alone
+    (:func:`src.mlops.serving.load_model`: nothing unpickled or imported, a registered version's digest
+    compared); one line for an unknown URI or a model RAIM will not read."""
     from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
 
     try:
         with quiet_mlflow():
-            inner = mlflow.pyfunc.load_model(uri).unwrap_python_model()
+            return load_model(uri)
     except (MlflowException, OSError) as e:
         why = e.message if isinstance(e, MlflowException) else str(e)
         raise PredictError(f"cannot load model {uri!r}: {' '.join(why.split())[:300]}") from e
-    if type(inner).__name__ not in ("StackerModel", "PanelModel"):
-        raise PredictError(f"{uri} is not a RAIM stacker or panel model ({type(inner).__name__})")
-    return inner
 
 
 def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:

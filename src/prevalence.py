@@ -9,8 +9,9 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from src.core.errors import checked_overrides, one_line
+from src.core.errors import one_line
 from src.io.paths import CONF_DIR
+from src.io.trust import checked_command
 from src.mlops import tracking
 from src.present import figures
 from src.studies import prevalence
@@ -18,7 +19,7 @@ from src.studies import prevalence
 log = logging.getLogger("raim.prevalence")
 
 
-@checked_overrides
+@checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:

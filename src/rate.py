@@ -18,17 +18,18 @@ import time
 
 import hydra
 import numpy as np
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from src.core import names
-from src.core.errors import ArgumentParser, checked_overrides, one_line
+from src.core.errors import ArgumentParser, one_line
 from src.io.files import atomic_write_text, to_json
 from src.io.paths import CONF_DIR
+from src.io.trust import checked_command
 from src.judges import tables
 from src.mlops import tracking as track
 from src.present import rate as present
 from src.studies import rate as study
+from src.studies.checked import configured
 from src.studies.suite import cascade, cost
 
 log = logging.getLogger("raim.rate")
@@ -114,8 +115,7 @@ def cli(argv: list[str]) -> int:
 def compute(cfg) -> dict:
     """Config in, study document out: the ladder's stacker and analysis settings, the configured verdict table
     (:func:`src.run.load_table`) when ``rate.real``, the labeller (:func:`labeller`), the ``rate`` settings."""
-    settings = instantiate(cfg.analysis, _convert_="all")
-    stacker = instantiate(cfg.stacker, _convert_="all")
+    settings, stacker = configured(cfg)
     s = OmegaConf.to_container(cfg.rate, resolve=True)
     study.check_study(s)  # before reading the table
     table = tables.load_table(cfg) if s["real"] else None
@@ -193,10 +193,10 @@ def run_study(cfg) -> None:
 
 def main() -> None:
     """``python -m src.rate estimate|propose|plan …`` (argparse), else the study through Hydra (``@hydra.main`` +
-    ``@one_line`` under :func:`src.core.errors.checked_overrides`, as :mod:`src.prevalence`)."""
+    ``@one_line`` under :func:`src.io.trust.checked_command`, as :mod:`src.prevalence`)."""
     if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
         raise SystemExit(cli(sys.argv[1:]))
-    checked_overrides(
+    checked_command(
         hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")(one_line(run_study))
     )()
 

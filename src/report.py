@@ -8,17 +8,20 @@ import logging
 import hydra
 from omegaconf import DictConfig
 
-from src.core.errors import checked_overrides, one_line
+from src.core.errors import one_line
 from src.io.paths import CONF_DIR
+from src.io.trust import checked_command
 from src.present.report import BEYOND, write
+from src.studies.checked import check_config
 
 log = logging.getLogger("raim.report")
 
 
-@checked_overrides
+@checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
+    check_config(cfg)  # every group, before any work
     beyond = {name: (cfg[name].output, cfg[name].figure) for name in BEYOND if name in cfg}
     out = write(
         cfg.output,

@@ -18,9 +18,10 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from src.core.errors import checked_overrides, one_line
+from src.core.errors import one_line
 from src.io.files import atomic_write_text, check_output, write_json
 from src.io.paths import CONF_DIR
+from src.io.trust import checked_command
 from src.mlops.background import TrackingWorker
 from src.mlops.redact import scrub
 from src.mlops.store import ui_command
@@ -64,14 +65,17 @@ def output_paths(cfg: DictConfig) -> list[Path]:
     return [Path(cfg.output), own] if named and hc.mode != RunMode.MULTIRUN and Path(cfg.output) != own else [own]
 
 
-@checked_overrides
+@checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> float:
     outputs = output_paths(cfg)
     for path in outputs:
         check_output(path)
+    from src.studies.checked import check_config  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
     from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
+
+    check_config(cfg)  # every group, before any work
 
     # a tracked run loads MLflow in a worker forked beside the analysis (src.mlops.background), which then logs it;
     # forked once the analysis's libraries are loaded, it inherits them instead of importing them a second time

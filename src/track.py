@@ -4,14 +4,16 @@ any secret an override gives as a value redacted (:func:`src.mlops.redact.withou
 import sys
 
 from src.io.config import params_main
+from src.io.trust import check_sources
 from src.mlops import redact
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Regenerate params.yaml; the overrides' secret values are known secrets of this process."""
+    """Regenerate params.yaml, every file the composition reads checked as data first
+    (:func:`src.io.trust.check_sources`); the overrides' secret values are known secrets of this process."""
     argv = sys.argv[1:] if argv is None else argv
     redact.add_secrets(redact.override_secrets(argv))
-    return params_main(argv, clean=redact.without_literal_secrets)
+    return params_main(argv, clean=redact.without_literal_secrets, check=check_sources)
 
 
 if __name__ == "__main__":

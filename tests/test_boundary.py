@@ -407,9 +407,8 @@ MEMBERS = ["m0", "m1", "m2"]
 
 def saved_models(tmp) -> dict:
     """A stacker over three members and a panel of the lexical judge that never computes (a cold cache), saved
-    as MLflow models under ``tmp`` and loaded back."""
-    import mlflow.pyfunc
-
+    as model folders with their documents under ``tmp`` (``stacker``, ``panel``) and read back as ``src.serve`` reads
+    them (:func:`src.mlops.serving.load_model`, then MLflow's ``PyFuncModel`` around it)."""
     from src.core.aggregate import StackedLogit
     from src.mlops import serving as serve
 
@@ -428,26 +427,13 @@ def saved_models(tmp) -> dict:
             }
         ],
     }
-    frames = serve.frame_configs()
-    models = {
-        "stacker": (serve.StackerModel(stacker, MEMBERS), serve.stacker_signature(MEMBERS, 3), {}),
-        "panel": (
-            serve.PanelModel(roster, frames, "claim", lexical, ["lexical"]),
-            serve.panel_signature(["lexical"], 1),
-            {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""},
-        ),
+    panel = serve.PanelModel(roster, serve.frame_configs(), "claim", lexical, ["lexical"])
+    panel.config = {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""}
+    models = {"stacker": serve.StackerModel(stacker, MEMBERS), "panel": panel}
+    return {
+        name: serve.pyfunc_model(serve.load_model(str(serve.save_model(model, tmp / name))))
+        for name, model in models.items()
     }
-    loaded = {}
-    for name, (model, signature, config) in models.items():
-        mlflow.pyfunc.save_model(
-            tmp / name,
-            python_model=model,
-            signature=signature,
-            pip_requirements=serve.pip_requirements(),
-            model_config=config or None,
-        )
-        loaded[name] = mlflow.pyfunc.load_model(tmp / name)
-    return loaded
 
 
 @pytest.fixture(scope="module")

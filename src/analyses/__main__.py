@@ -15,14 +15,15 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from src.core.errors import checked_overrides, one_line
+from src.core.errors import one_line
 from src.core.names import metric_name
 from src.io import files
 from src.io.paths import CONF_DIR
+from src.io.trust import checked_command
 from src.judges import tables
 from src.mlops import tracking as track
 from src.present import figures
-from src.studies.stacking import configured
+from src.studies.checked import check_config, configured
 from src.studies.suite import cascade, cost, run_suite
 from src.studies.suite.settings import suite_settings
 
@@ -76,12 +77,12 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     return {k: float(v) for k, v in out.items() if v is not None}
 
 
-@checked_overrides
+@checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-
-    files.check_output(cfg.suite.output)  # before any work
+    check_config(cfg)  # every group, before any work
+    files.check_output(cfg.suite.output)
     doc, results = compute(cfg)
     timings = doc.pop("timings")  # wall times vary run to run: logged, never in suite.json (a DVC output)
     figs = figures.draw(results, doc, cfg.suite.figures_dir)

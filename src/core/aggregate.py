@@ -98,6 +98,34 @@ class StackedLogit(_VoteClassifier):
     def _p1(self, X: np.ndarray) -> np.ndarray:
         return self.lr_.predict_proba(self.features(X))[:, 1]
 
+    def state(self) -> dict:
+        """The fitted stacker as plain data — its parameters, β and training prevalence — which a RAIM model stores
+        instead of a pickle; :meth:`from_state` rebuilds the same predictions, bit for bit."""
+        return {
+            "params": {k: list(v) if isinstance(v, tuple) else v for k, v in self.get_params().items()},
+            "n_features_in": int(self.n_features_in_),
+            "intercept": float(self.intercept_),
+            "coef": [float(b) for b in self.coef_],
+            "train_prevalence": getattr(self, "train_prevalence_", None),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> StackedLogit:
+        """The fitted stacker :meth:`state` describes (its keys and values checked by the caller:
+        :func:`src.mlops.artifact.read`)."""
+        est = cls(**state["params"])
+        est.classes_ = np.array([0, 1])
+        est.n_features_in_ = int(state["n_features_in"])
+        est.intercept_ = float(state["intercept"])
+        est.coef_ = np.asarray(state["coef"], dtype=float)
+        est.train_prevalence_ = state["train_prevalence"]
+        est.lr_ = est.logistic_regression()
+        est.lr_.classes_ = est.classes_.copy()
+        est.lr_.coef_ = est.coef_[None, :].copy()
+        est.lr_.intercept_ = np.array([est.intercept_])
+        est.lr_.n_features_in_ = est.coef_.size
+        return est
+
     def feature_names(self, members: list[str], extras: Sequence[str] = ()) -> list[str]:
         """Names aligned with ``coef_``."""
         if self.abstention == "category":
@@ -548,3 +576,13 @@ class NoiseRobustStackedLogit(StackedLogit):
         # (E[ỹ] = ρ₀ + (1 − ρ₀ − ρ₁)·π), not the noisy labels' share (src.studies.prevalence.adjust reads it)
         self.train_prevalence_ = float(np.clip((y.mean() - r0) / scale, 1e-6, 1 - 1e-6))
         return self
+
+    def state(self) -> dict:
+        """:meth:`StackedLogit.state` and the flip rates it was fitted through."""
+        return {**super().state(), "flip_rates": [float(r) for r in self.flip_rates_]}
+
+    @classmethod
+    def from_state(cls, state: dict) -> NoiseRobustStackedLogit:
+        est = super().from_state({k: v for k, v in state.items() if k != "flip_rates"})
+        est.flip_rates_ = np.asarray(state["flip_rates"], dtype=float)
+        return est

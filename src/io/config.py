@@ -130,15 +130,22 @@ def write_params(
 
 
 @one_line
-def params_main(argv: list[str] | None = None, clean: Callable[[Any], Any] | None = None) -> int:
+def params_main(
+    argv: list[str] | None = None,
+    clean: Callable[[Any], Any] | None = None,
+    check: Callable[[list[str]], None] | None = None,
+) -> int:
     """``python -m src.track params [override …]``: regenerate params.yaml from conf/ (``clean``: as in
-    :func:`write_params`)."""
+    :func:`write_params`; ``check``: called with the overrides before anything is composed —
+    :func:`src.io.trust.check_sources`, every file the composition reads checked as data)."""
     ap = ArgumentParser(prog="python -m src.track")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("params", help="regenerate params.yaml from conf/ (as `dvc exp run` does)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. stacker.C=0.5")
     p.add_argument("--out", default=str(ROOT / "params.yaml"))
     a = ap.parse_args(argv)
+    if check is not None:
+        check(a.overrides)
     print(f"wrote {write_params(a.out, a.overrides, clean)}")
     return 0
 
@@ -323,7 +330,17 @@ def build(cls: type, node: Any, where: str) -> Any:
         sub = _dataclass_in(hints[k].hint)
         if sub is not None and isinstance(v, Mapping):
             kw[k] = build(sub, v, f"{where}.{k}")
+        elif (item := _dataclass_items(hints[k].hint)) is not None and isinstance(v, list):
+            kw[k] = [build(item, x, f"{where}.{k}[{i}]") for i, x in enumerate(v)]
     return cls(**kw)
+
+
+def _dataclass_items(hint: Any) -> type | None:
+    """The dataclass of a ``list[<dataclass>]`` annotation (also inside ``… | None``), else None."""
+    for h in (hint, *typing.get_args(hint)):
+        if typing.get_origin(h) is list and (args := typing.get_args(h)) and dataclasses.is_dataclass(args[0]):
+            return args[0]
+    return None
 
 
 def _dataclass_in(hint: Any) -> type | None:
@@ -417,6 +434,9 @@ def node_source(group: str, values: Any = None) -> str:
     return conf_file(group, choice)
 
 
+PLAIN_TAGS = frozenset(
+    f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "timestamp", "map", "seq", "merge")
+)  # YAML's core schema: a python/… or a custom tag names a constructor, not data
 YAML_MAX_BYTES = 1 << 20  # a config file of RAIM's is a few kB
 YAML_MAX_DEPTH = 32
 YAML_MAX_NODES = 100_000  # after alias expansion
@@ -427,7 +447,8 @@ def check_yaml_bounds(
 ) -> None:
     """Refuse a YAML document whose expansion would be large or deep before any loader expands it: the node graph
     is composed (aliases stay shared references, so composing is linear in the text) and its expanded size and
-    depth are counted once per distinct node. An anchor "bomb" of a few lines is refused in milliseconds."""
+    depth are counted once per distinct node. An anchor "bomb" of a few lines is refused in milliseconds; so is a
+    tag outside YAML's core schema (``!!python/object/apply:…``: a constructor, not data)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         docs = list(yaml.compose_all(text, Loader=loader))
@@ -442,6 +463,8 @@ def check_yaml_bounds(
     active: set[int] = set()
 
     def walk(node: yaml.Node, level: int) -> None:
+        if node.tag not in PLAIN_TAGS:
+            raise ConfigError(f"{where}: YAML tag {node.tag!r} is refused (a config file holds plain data)")
         key = id(node)
         if key in active:
             raise ConfigError(f"{where}: a YAML alias refers to its own anchor (a recursive structure): refused")

@@ -17,8 +17,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
-from src.io.config import ConfigError, Targets, check_keys, conf_file, load_yaml, plain
+from src.io.config import ConfigError, Targets, check_keys, conf_file, plain
 from src.io.paths import CONF_DIR
+from src.io.trust import check_group_file
 from src.judges.backends.anthropic_api import AnthropicBackend
 from src.judges.backends.hf import TransformersBackend
 from src.judges.backends.llamacpp import LlamaCppBackend
@@ -127,29 +128,15 @@ def member_where(roster: Mapping, name: str) -> str:
     return f"{roster_file(roster)}: frontier ({name})"
 
 
-def _bounded(name: str, seen: set[str]) -> None:
-    """conf/roster/<name>.yaml and the rosters its defaults list names, each bounded (size, depth, aliases)
-    before Hydra composes them."""
-    if name in seen:
-        return
-    seen.add(name)
-    path = CONF_DIR / "roster" / f"{name}.yaml"
-    if not path.is_file():
-        return
-    node = load_yaml(path, conf_file("roster", name))
-    for d in (node.get("defaults") or []) if isinstance(node, DictConfig) else []:
-        if isinstance(d, str) and d != "_self_":
-            _bounded(d, seen)
-
-
 def load_roster(name: str) -> DictConfig:
-    """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml (each file bounded
-    first), checked and with ``drop_members`` applied (interpolations left for the reader to resolve)."""
+    """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml (the file and those its
+    defaults list names checked as data first: :func:`src.io.trust.check_group_file`), checked and with
+    ``drop_members`` applied (interpolations left for the reader to resolve)."""
     path = CONF_DIR / "roster" / f"{name}.yaml"
     if not name or "/" in name or not path.exists():
         avail = sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
         raise RaimError(f"no roster {name!r}; available: {avail}")
-    _bounded(name, set())
+    check_group_file((CONF_DIR,), "roster", name)
     with initialize_config_dir(config_dir=str(CONF_DIR / "roster"), version_base=None):
         node = compose(config_name=name)
     return OmegaConf.create(check_roster(node, conf_file("roster", name)))
@@ -158,6 +145,8 @@ def load_roster(name: str) -> DictConfig:
 def load_frame_cfgs():
     """Every judging frame of conf/frame by name (selectors such as ``auto`` left out)."""
     out = {}
+    for p in sorted((CONF_DIR / "frame").glob("*.yaml")):
+        check_group_file((CONF_DIR,), "frame", p.stem)
     with initialize_config_dir(config_dir=str(CONF_DIR / "frame"), version_base=None):
         for p in sorted((CONF_DIR / "frame").glob("*.yaml")):
             cfg = compose(config_name=p.stem)

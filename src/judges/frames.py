@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import Any
 import yaml
 
 from src.core.injection import boundary, neutralise
-from src.io.config import build, check_yaml_bounds, conf_file
+from src.io.config import ConfigError, build, check_yaml_bounds, conf_file
 from src.io.paths import conf_group
 
 FRAME_DIR = conf_group("frame")
@@ -96,11 +97,43 @@ class FrameSpec:
     guards: str | None = None  # the paper frame a guarded frame hardens
 
 
+FIELDS = frozenset({"evidence", "question", "candidate", "b_evidence", "b_question", "b_candidate"})
+"""The only replacement fields a frame's templates may hold: an item's texts and their boundary identifiers."""
+TEMPLATES = ("document", "context", "candidate")
+"""The segments :meth:`Frame.render` formats with an item's fields (a guarded frame's instructions too)."""
+
+
+def check_templates(d: Mapping[str, Any], where: str) -> None:
+    """The templates a frame formats name only :data:`FIELDS`, plainly: ``str.format`` would otherwise follow an
+    attribute or an index (``{candidate.__class__}``) or a format spec that a frame from someone else chose."""
+    formatted = TEMPLATES + (("instruction", "instruction_ungrounded") if d.get("guard") else ())
+    for key in formatted:
+        text = d.get(key)
+        if not isinstance(text, str):
+            continue
+        try:
+            parts = list(string.Formatter().parse(text))
+        except ValueError as err:
+            raise ConfigError(f"{where}: {key}: {err} (a literal brace is written {{{{ or }}}})") from None
+        for _, field, spec, conversion in parts:
+            if field is not None and (field not in FIELDS or spec or conversion):
+                raise ConfigError(
+                    f"{where}: {key}: replacement field {{{field}{'!' + conversion if conversion else ''}"
+                    f"{':' + spec if spec else ''}}} is refused (a frame names only {', '.join(sorted(FIELDS))})"
+                )
+
+
+def check_frame(d: Any, where: str) -> None:
+    """A frame node checked whole: every key and value (:class:`FrameSpec`; a misspelt key would otherwise change
+    the hash, silently) and its templates (:func:`check_templates`)."""
+    build(FrameSpec, d, where)
+    check_templates(d, where)
+
+
 class Frame:
     def __init__(self, cfg: Mapping[str, Any]):
         d = _plain(cfg)
-        # every key and value checked (a misspelt key would otherwise change the hash, silently)
-        build(FrameSpec, d, conf_file("frame", d.get("name")) if isinstance(d, Mapping) else "frame")
+        check_frame(d, conf_file("frame", d.get("name")) if isinstance(d, Mapping) else "frame")
         self.cfg = d
         self.name: str = d["name"]
         self.hash: str = canonical_hash(d)

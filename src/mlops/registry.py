@@ -29,12 +29,15 @@ an entry whose recorded verdict, call or decision differs from what its numbers 
 registers must have been logged by that very run (the logged model's source run id) and be the stacker the entry
 describes (its members, its coefficients = ``stacker.beta_full``).
 
-It also refuses a model that cannot serve: one that fails to load, whose signature does not name its input
-example's columns, or that cannot predict that example (:func:`src.mlops.serving.self_check`).
+Only once that gate holds is the model read, from its document alone (:mod:`src.mlops.artifact`: nothing is
+unpickled or imported); it refuses a model whose document does not read or check, or that cannot predict
+(:func:`src.mlops.serving.self_check`). The registered version records the document's sha256
+(:data:`src.mlops.artifact.DIGEST_TAG`): ``src.serve`` and ``src.predict`` refuse the version if it changes.
 
 Otherwise it refuses, says why, and exits with status 2. Any other error (an unknown run id, a registered model
-that does not exist) is one line on stderr and exit status 2 as well (``RAIM_DEBUG=1`` shows the traceback). After a promotion
-``mlflow.pyfunc.load_model("models:/<name>@<alias>")`` loads the stacker (:class:`src.mlops.serving.StackerModel`).
+that does not exist) is one line on stderr and exit status 2 as well (``RAIM_DEBUG=1`` shows the traceback). After a
+promotion ``python -m src.serve model --model-uri models:/<name>@<alias>`` serves the stacker
+(:class:`src.mlops.serving.StackerModel`); ``mlflow.pyfunc.load_model`` also loads it, from its pickle.
 
 ``log-panel`` logs, in a new ``kind=panel`` run, a :class:`src.mlops.serving.PanelModel`: the roster's judges (through the
 verdict cache) and a logged stacker (``--stacker-uri``, e.g. ``models:/raim-stacker-wice@champion``);
@@ -58,10 +61,12 @@ from src.core.decide import WINS, decide
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
 from src.io.paths import CONF_DIR
-from src.mlops import store
+from src.io.trust import check_sources
+from src.mlops import artifact, store
 from src.mlops import tracking as track
-from src.mlops.serving import log_panel, self_check
+from src.mlops.serving import StackerModel, load_model, log_panel, self_check
 from src.mlops.store import quiet_mlflow, tracking_uri
+from src.studies.checked import check_config
 
 REFUSED = 2
 
@@ -206,12 +211,11 @@ def model_source_run(model_uri: str) -> str | None:
 
 def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     """Why the stacker at ``model_uri`` is not the one ``s`` (a results.json entry) describes — its vote
-    columns are the entry's members, its coefficients the entry's ``stacker.beta_full`` —; None when it is."""
-    import mlflow  # imported here, not at start-up: mlflow ~1.8 s
-
-    inner = mlflow.pyfunc.load_model(model_uri).unwrap_python_model()
-    stacker = getattr(inner, "stacker", None)
-    if type(inner).__name__ != "StackerModel" or stacker is None:
+    columns are the entry's members, its coefficients the entry's ``stacker.beta_full`` —; None when it is. The
+    model is read from its document (:func:`src.mlops.serving.load_model`: nothing unpickled)."""
+    inner = load_model(model_uri)
+    stacker = inner.stacker
+    if not isinstance(inner, StackerModel):
         return f"it is not a RAIM stacker model ({type(inner).__name__})"
     members = list(s["members"])
     if list(inner.columns)[: len(members)] != members:
@@ -274,7 +278,9 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
             f"refusing to promote {where}: its model {cand.model_uri} was logged by "
             f"{'run ' + source if source else 'no run'}, not by this run"
         )
-    why = reasons_to_refuse(s, settings)
+    why = reasons_to_refuse(s, settings)  # from the run's data: no model is read before the gate holds
+    if why:
+        raise PromotionRefused(f"refusing to promote {where}: " + "; and ".join(why))
     broken = self_check(cand.model_uri)
     other = None if broken else stacker_mismatch(cand.model_uri, s)
     if broken:
@@ -283,6 +289,7 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
         why.append(f"its logged stacker {cand.model_uri} is not the stacker its results describe: {other}")
     if why:
         raise PromotionRefused(f"refusing to promote {where}: " + "; and ".join(why))
+    _, _, digest = artifact.read(cand.model_uri)
     r, d = rederive(s, settings), s["deltas"]["best_cv"]["kappa"]
     delta = f"{d['estimate']:+.3f} [{d['ci'][0]:+.3f}, {d['ci'][1]:+.3f}]"
     name = name or f"raim-stacker-{cand.dataset}"
@@ -296,6 +303,7 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
             "admissible": "true",
             "call.best_cv.kappa": r["call"],
             "delta_best_cv_kappa": delta,
+            artifact.DIGEST_TAG: digest,  # serve and predict refuse the version if its document changes
         },
     )
     client = MlflowClient()
@@ -318,13 +326,13 @@ def log_panel_run(
     returns (its model URI, the run id)."""
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
 
-    if not (CONF_DIR / "roster" / f"{roster}.yaml").exists():
-        raise RaimError(f"no roster {roster!r} under conf/roster")
+    check_sources([f"roster={roster}"])  # every file composed below, checked as data first
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=[f"roster={roster}"])
+    check_config(cfg)
     store.setup(cfg)
-    inner = mlflow.pyfunc.load_model(stacker_uri).unwrap_python_model()
-    if type(inner).__name__ != "StackerModel":
+    inner = load_model(stacker_uri)  # its document: nothing unpickled
+    if not isinstance(inner, StackerModel):
         raise RaimError(f"{stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
     with track.start_run(cfg, "panel", tags={"stacker_uri": stacker_uri}) as run:
         info = log_panel(
@@ -393,8 +401,8 @@ def _promote(a) -> int:
         print(f"error: {e}", file=sys.stderr)  # one line, like every other refusal
         return REFUSED
     print(
-        f"promoted: {mv.name} version {mv.version} from run {mv.tags.get('run_id', a.run_id)}; "
-        f"load it with mlflow.pyfunc.load_model('models:/{mv.name}@{a.alias}')"
+        f"promoted: {mv.name} version {mv.version} from run {mv.tags.get('run_id', a.run_id)}; serve it with "
+        f"python -m src.serve model --model-uri 'models:/{mv.name}@{a.alias}' (its document, digest-checked)"
     )
     return 0
 

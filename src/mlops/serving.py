@@ -7,6 +7,8 @@
 * :class:`PanelModel` takes raw items (question, evidence, candidate), runs the configured roster's judges
   through the verdict cache (a hit never loads a model) and stacks their verdicts with a fitted stacker.
 
+Each is logged with its document (:mod:`src.mlops.artifact`, :func:`document_of`): RAIM's own commands rebuild
+a model from that JSON alone (:func:`load_model`), never from the pickle MLflow keeps for ``mlflow models serve``.
 ``python -m src.serve model`` serves either behind MLflow's scoring server with strict inputs
 (:class:`StrictInputs`). Logging and registering them is :mod:`src.mlops.tracking`'s and :mod:`src.mlops.registry`'s: both
 import this module, which imports neither.
@@ -15,6 +17,7 @@ import this module, which imports neither.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
@@ -45,6 +48,7 @@ from src.io.votestore import DEFAULT_ON_FAILURE, FAILURE_ENV, ON_FAILURE, on_fai
 from src.judges.cache import item_content_hash
 from src.judges.config import resolve_roster
 from src.judges.runner import verdict_table
+from src.mlops import artifact
 from src.mlops.limits import MIB, Disconnected, Limits, RequestRefused, read_body, reply, timed_protocol
 from src.mlops.redact import persistable, resolved
 
@@ -626,19 +630,109 @@ def code_tree(modules: Iterable[str] | None) -> Iterator[str]:
 
 
 def _log_pyfunc(name: str, model, signature, example: pd.DataFrame, code: Iterable[str] | None = None, **kwargs):
-    """``pyfunc.log_model`` with RAIM's pins; pickled objects refer to ``src.*``, so the model ships the package's
-    code: the modules ``code`` needs (:func:`code_tree`), or the whole package (``None``: the panel, whose
-    judges read the package's files)."""
-    with _pins_from_this_environment(), code_tree(code) as code_path:
-        return mlflow.pyfunc.log_model(
+    """``pyfunc.log_model`` with RAIM's pins, and the model's document (:mod:`src.mlops.artifact`: what RAIM's own
+    commands read, never the pickle) as its artifact ``raim_model.json``, its sha256 a tag of the logged model.
+    Pickled objects refer to ``src.*``, so for ``mlflow models serve`` the model ships the package's code: the
+    modules ``code`` needs (:func:`code_tree`), or the whole package (``None``: the panel, whose judges read the
+    package's files)."""
+    from mlflow.tracking import MlflowClient  # imported here, not at start-up: mlflow ~1.8 s
+
+    with _pins_from_this_environment(), code_tree(code) as code_path, tempfile.TemporaryDirectory() as tmp:
+        doc = artifact.write(document_of(model), tmp)
+        info = mlflow.pyfunc.log_model(
             name=name,
             python_model=model,
             code_paths=[code_path],
+            artifacts={"raim_model": str(doc)},
             signature=signature,
             input_example=example,
             pip_requirements=pip_requirements(),
             **kwargs,
         )
+        MlflowClient().set_logged_model_tags(info.model_id, {artifact.DIGEST_TAG: artifact.sha256(doc.read_bytes())})
+    return info
+
+
+def document_of(model: StackerModel | PanelModel) -> artifact.ModelDocument:
+    """A RAIM model's document (:mod:`src.mlops.artifact`): what :func:`model_from` rebuilds it from."""
+    common = {
+        "format": artifact.FORMAT,
+        "version": 1,
+        "columns": list(model.columns),
+        "stacker": artifact.stacker_state(model.stacker),
+        "decision": getattr(model, "decision", None),
+    }
+    if isinstance(model, StackerModel):
+        return artifact.ModelDocument(kind="stacker", **common)
+    config = artifact.PanelConfig(
+        cache_dir=str(model.config.get("cache_dir", SCORED_CACHE)),
+        compute=bool(model.config.get("compute", True)),
+        monitor_store=str(model.config.get("monitor_store") or ""),
+    )
+    return artifact.ModelDocument(
+        kind="panel",
+        roster=model.roster,
+        frames=model.frames,
+        default_frame=model.default_frame,
+        config=config,
+        **common,
+    )
+
+
+def model_from(doc: artifact.ModelDocument, stacker) -> StackerModel | PanelModel:
+    """The model a checked document describes, built from the installed RAIM (:func:`src.mlops.artifact.parse`)."""
+    if doc.kind == "stacker":
+        return StackerModel(stacker, doc.columns, doc.decision)
+    model = PanelModel(doc.roster, doc.frames, doc.default_frame, stacker, doc.columns, doc.decision)
+    model.config = dataclasses.asdict(doc.config)
+    return model
+
+
+def load_model(uri: str) -> StackerModel | PanelModel:
+    """A RAIM model from its document alone (:func:`src.mlops.artifact.read`: checked, and compared with the digest
+    recorded for ``uri``): nothing in the model folder is unpickled or imported."""
+    doc, stacker, _ = artifact.read(uri)
+    return model_from(doc, stacker)
+
+
+def pyfunc_model(inner: StackerModel | PanelModel):
+    """MLflow's ``PyFuncModel`` around a model RAIM rebuilt (what MLflow's scoring server serves), with the signature
+    RAIM derives from the document, not the one the folder's MLmodel file states."""
+    from mlflow.models import Model  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.pyfunc.model import (  # imported here, not at start-up: mlflow ~1.8 s
+        PythonModelContext,
+        _PythonModelPyfuncWrapper,
+    )
+
+    signature = model_signature(inner)
+    context = PythonModelContext(artifacts={}, model_config=getattr(inner, "config", {}))
+    if isinstance(inner, PanelModel):
+        inner.load_context(context)
+    meta = Model(signature=signature)
+    return mlflow.pyfunc.PyFuncModel(meta, _PythonModelPyfuncWrapper(inner, context, signature))
+
+
+def model_signature(inner: StackerModel | PanelModel):
+    """The signature RAIM derives for a stacker or a panel model (its columns and votes)."""
+    if isinstance(inner, StackerModel):
+        return stacker_signature(inner.columns, inner.stacker.n_votes)
+    return panel_signature(inner.columns, inner.stacker.n_votes or len(inner.columns))
+
+
+def save_model(inner: StackerModel | PanelModel, folder: str | Path) -> Path:
+    """``inner`` as a local MLflow model folder with its document (:mod:`src.mlops.artifact`): a folder
+    ``python -m src.serve model`` and ``src.predict`` read by its ``--model-uri`` (a panel's ``config`` goes into the
+    document)."""
+    with _pins_from_this_environment(), tempfile.TemporaryDirectory() as tmp:
+        doc = artifact.write(document_of(inner), tmp)
+        mlflow.pyfunc.save_model(
+            folder,
+            python_model=inner,
+            artifacts={"raim_model": str(doc)},
+            signature=model_signature(inner),
+            pip_requirements=pip_requirements(),
+        )
+    return Path(folder)
 
 
 def stacker_signature(columns: list[str], n_votes: int | None = None):
@@ -718,25 +812,20 @@ def log_stacker(
 
 
 def self_check(model_uri: str) -> str | None:
-    """Why a logged model cannot serve (None: it loads, its signature names its input example's columns, and it
-    predicts that example: one answer per row)."""
-    from mlflow.models import Model  # imported here, not at start-up: mlflow ~1.8 s
-
+    """Why a logged stacker cannot serve (None: its document reads and checks — :func:`load_model`, nothing
+    unpickled — and, served as MLflow's server would, it answers one row per row of votes: all hallucinated, all
+    supported, all abstained)."""
     try:
-        path = mlflow.artifacts.download_artifacts(model_uri)
-        meta = Model.load(path)
-        example = meta.load_input_example(path)
-        if example is None:
-            return "it has no input example"
-        example = pd.DataFrame(example)
-        names = meta.signature.inputs.input_names() if meta.signature and meta.signature.inputs else None
-        if names is not None and set(names) != set(example.columns):
-            return f"its signature takes {names} but its input example has {list(example.columns)}"
-        out = mlflow.pyfunc.load_model(path).predict(example)
+        inner = load_model(model_uri)
+        if not isinstance(inner, StackerModel):
+            return f"it is a {type(inner).__name__}, not a stacker model"
+        n, k = len(inner.columns), inner.stacker.n_votes or len(inner.columns)
+        example = pd.DataFrame([[v] * k + [0.0] * (n - k) for v in (1.0, 0.0, ABSTAIN)], columns=inner.columns)
+        out = pyfunc_model(inner).predict(example)
         if len(out) != len(example):
-            return f"it answered {len(out)} rows for an example of {len(example)}"
+            return f"it answered {len(out)} rows for {len(example)}"
     except Exception as e:  # any failure to load or predict is the reason to refuse
-        return f"it cannot predict its own input example ({type(e).__name__}: {' '.join(str(e).split())[:300]})"
+        return f"it cannot be read or cannot predict ({type(e).__name__}: {' '.join(str(e).split())[:300]})"
     return None
 
 
@@ -1014,9 +1103,8 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001, limit
     import uvicorn  # imported here, not at start-up: the server stack
 
     limits = limits or Limits()
-    model = mlflow.pyfunc.load_model(model_uri)
-    inner = model.unwrap_python_model()
-    app = strict_app(model, limits)
+    inner = load_model(model_uri)  # its document, checked: nothing in the model folder is unpickled or imported
+    app = strict_app(pyfunc_model(inner), limits)
     warning = decision_warning(getattr(inner, "decision", None))
     if warning:
         print(f"warning: {warning}", file=sys.stderr, flush=True)

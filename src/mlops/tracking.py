@@ -53,6 +53,7 @@ from src.mlops.store import (
     store_failure,
     tracking_uri,
 )
+from src.studies.checked import check_config
 
 PARENT_ENV = "RAIM_MLFLOW_PARENT_RUN_ID"
 
@@ -366,14 +367,15 @@ def log_json(obj: Any, name: str) -> None:
 def run_study(
     cfg: DictConfig, kind: str, compute, output: str | Path, figure: str | Path, draw, metrics, tags=None, series=None
 ) -> tuple[dict, Path, Path]:
-    """A study entry (``python -m src.<kind>``), in the order that loses nothing: both output paths checked before
-    any work, then ``compute(cfg)`` → document, ``draw(doc, figure)`` → figure, the MLflow run of kind ``kind``
+    """A study entry (``python -m src.<kind>``), in the order that loses nothing: both output paths and the whole
+    config (:func:`src.studies.checked.check_config`) checked before any work, then ``compute(cfg)`` → document, ``draw(doc, figure)`` → figure, the MLflow run of kind ``kind``
     (``metrics(doc)``, ``series(doc)`` per step, ``tags(doc)``, the document and the figure) when tracking is on,
     and the JSON last, so that a failed tracking leaves the previous JSON in place (its store's failure one line:
     :func:`tracking_errors`). Returns (doc, JSON, figure)."""
 
     for path in (output, figure):
         files.check_output(path)
+    check_config(cfg)  # every group, before any work
     doc = compute(cfg)
     fig = draw(doc, figure)
     if cfg.tracking.enabled:

@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from sklearn.base import clone
 
@@ -53,6 +52,7 @@ from src.io.datasets import read_items
 from src.judges.frames import Frame
 from src.judges.runner import cluster_subsample, local_scores, roster_judges, score_judge
 from src.judges.tables import frame_for
+from src.studies.checked import configured
 
 log = logging.getLogger("raim.injection")
 
@@ -519,8 +519,7 @@ def study(cfg: DictConfig, grid: dict[str, dict] | None = None) -> dict:
     s = settings(cfg)
     grid = grid or cells(cfg)
     members = [n for n, _, _ in roster_judges(cfg.roster, include_frontier=False)]
-    stacker = instantiate(cfg.stacker, _convert_="all")
-    analysis = instantiate(cfg.analysis, _convert_="all")
+    analysis, stacker = configured(cfg)
     tables, missing = read_votes(cfg, grid)
     doc: dict[str, Any] = {
         "settings": {k: s[k] for k in STUDY_KEYS},

@@ -58,7 +58,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from src.core.admissibility import test
@@ -71,6 +70,7 @@ from src.io.flagstore import read_flags
 from src.io.votestore import CONFIG_KEY, STORE_ENV, read_store, store_path
 from src.judges import tables
 from src.studies import rate, simulate
+from src.studies.checked import stacker_from
 
 log = logging.getLogger("raim.monitor")
 
@@ -355,7 +355,7 @@ def compute(cfg) -> dict:
     """The monitor's document for the configured source (a replay, or a served model's store)."""
 
     node = cfg.monitor
-    stacker = instantiate(cfg.stacker, _convert_="all")
+    stacker = stacker_from(cfg.stacker)
     if node.source == "replay":
         rs = replay_settings(cfg)
         r = replay(rs, rs["scenario"], int(rs["seed"]), stacker)

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
@@ -71,10 +70,11 @@ from src.core.ladder import (
 )
 from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN, VerdictTable
-from src.io.config import composed_option
+from src.io.config import composed_option, conf_file
 from src.io.datasets import read_items
 from src.judges import tables
 from src.studies import simulate
+from src.studies.checked import analysis_from, stacker_from
 from src.studies.suite.reference import rng_for
 
 log = logging.getLogger("raim.noise")
@@ -557,8 +557,8 @@ def compute(cfg: DictConfig) -> dict:
     """noise.json for the configured verdict table (``python -m src.run``'s table, :func:`src.judges.tables.load_table`)."""
 
     s = settings_from(OmegaConf.to_container(cfg.noise, resolve=True))
-    ladder = instantiate(cfg.analysis, _convert_="all")
-    stackers = {n: instantiate(stacker_option(n), _convert_="all") for n in s["stackers"]}
+    ladder = analysis_from(cfg.analysis)
+    stackers = {n: stacker_from(stacker_option(n), conf_file("stacker", n)) for n in s["stackers"]}
     table = tables.load_table(cfg)
     native = {}
     if s["native"]:

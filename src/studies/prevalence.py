@@ -31,7 +31,6 @@ import logging
 from collections.abc import Mapping
 
 import numpy as np
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from src.core.aggregate import crossfit
@@ -41,6 +40,7 @@ from src.core.names import metric_name
 from src.core.priorshift import PrevalenceError, _ml_rows, _shift, check_prevalence, train_prevalence
 from src.judges import tables
 from src.studies import simulate
+from src.studies.checked import configured
 
 log = logging.getLogger("raim.prevalence")
 
@@ -354,8 +354,7 @@ def compute(cfg) -> dict:
     """Config in, study document out: the configured verdict table (:func:`src.judges.tables.load_table`), the
     stacker and analysis settings of the ladder, the ``prevalence`` settings."""
 
-    settings = instantiate(cfg.analysis, _convert_="all")
-    stacker = instantiate(cfg.stacker, _convert_="all")
+    settings, stacker = configured(cfg)
     s = OmegaConf.to_container(cfg.prevalence, resolve=True)
     check_study(s)  # before reading the table
     table = tables.load_table(cfg)

@@ -6,27 +6,9 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from src.core import ladder
-from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
-from src.core.ladder import LadderSettings
 from src.core.verdicts import VerdictTable
-from src.io.config import Targets, node_source
 from src.judges.tables import load_table
-
-STACKERS = Targets("stacker", StackedLogit, NoiseRobustStackedLogit)
-"""The stackers a config may name (conf/stacker): RAIM's estimators of src.core.aggregate that the ladder fits."""
-ANALYSIS = Targets("analysis settings", LadderSettings)
-"""The analysis settings (conf/analysis)."""
-
-
-def stacker_from(node, where: str | None = None) -> StackedLogit:
-    """A stacker node instantiated through :data:`STACKERS` (target and keys checked before anything is called)."""
-    return STACKERS.instantiate(node, where or node_source("stacker", node))
-
-
-def configured(cfg: DictConfig) -> tuple[LadderSettings, StackedLogit]:
-    """The composed config's analysis settings and stacker, each through its allow-list; an unknown key or a
-    value of the wrong type is one line naming its file (conf/analysis/<option>.yaml, conf/stacker/<option>.yaml)."""
-    return ANALYSIS.instantiate(cfg.analysis, node_source("analysis", cfg.analysis)), stacker_from(cfg.stacker)
+from src.studies.checked import configured
 
 
 def analyse(cfg: DictConfig) -> tuple[VerdictTable, dict, dict]:

@@ -1,7 +1,7 @@
 """One interface for every judge backend.
 
-A backend is built from its config node with ``hydra.utils.instantiate`` and must NOT load its model in
-``__init__``: ``identity()`` is computed from the config alone (model sha256 or hub revision, scoring
+A backend is built from its config node through the allow-list ``src.judges.config.BACKENDS`` and must NOT load
+its model in ``__init__``: ``identity()`` is computed from the config alone (model sha256 or hub revision, scoring
 mode, decoding settings), so reading the verdict cache never touches weights.  ``score(frame, items)``
 loads lazily and returns one verdict record per item, in order.
 

@@ -1,0 +1,153 @@
+"""The one checked path from a composed config to RAIM's objects, and the check of the whole composed config that
+every Hydra command runs before it does anything (docs/security.md).
+
+A config node becomes an object only here (a stacker, the analysis settings) or through the other allow-lists of
+:class:`src.io.config.Targets` (a roster's backends, :data:`src.judges.config.BACKENDS`; a dataset's builder,
+:data:`src.io.datasets.BUILDERS_ALLOWED`): the ``_target_`` is compared with RAIM's own classes as a string and
+every key with the class's signature before anything is imported, resolved or called. No module calls Hydra's
+``instantiate`` (a test holds every module of ``src/`` to it).
+
+:func:`check_config` reads every group of the composed config — whichever of them the command uses — so that an
+unknown key, a missing node or a class outside an allow-list is one line naming its file on every path (a roster
+given with ``verdicts=…``, whose backends are never built, is checked all the same). Every Hydra command calls it
+once its outputs are checked, before any work (src.run, src.analyses, src.report; the studies through
+:func:`src.mlops.tracking.run_study`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
+from src.core.ladder import LadderSettings
+from src.io.config import ConfigError, Targets, build, check_keys, conf_file, node_source, plain
+from src.io.datasets import BUILDERS_ALLOWED, check_spec
+from src.judges.config import check_roster
+from src.judges.frames import check_frame, is_frame_cfg
+from src.studies.settings import STUDIES, JudgeSettings, PathsSettings, TrackingSettings
+from src.studies.suite.settings import suite_settings
+
+STACKERS = Targets("stacker", StackedLogit, NoiseRobustStackedLogit)
+"""The stackers a config may name (conf/stacker): RAIM's estimators of src.core.aggregate that the ladder fits."""
+ANALYSIS = Targets("analysis settings", LadderSettings)
+"""The analysis settings (conf/analysis)."""
+
+
+def stacker_from(node: Any, where: str | None = None) -> StackedLogit:
+    """A stacker node instantiated through :data:`STACKERS` (target and keys checked before anything is called)."""
+    return STACKERS.instantiate(node, where or node_source("stacker", node))
+
+
+def analysis_from(node: Any, where: str | None = None) -> LadderSettings:
+    """An analysis node instantiated through :data:`ANALYSIS` (target and keys checked before anything is called)."""
+    return ANALYSIS.instantiate(node, where or node_source("analysis", node))
+
+
+def configured(cfg: DictConfig) -> tuple[LadderSettings, StackedLogit]:
+    """The composed config's analysis settings and stacker, each through its allow-list; an unknown key or a
+    value of the wrong type is one line naming its file (conf/analysis/<option>.yaml, conf/stacker/<option>.yaml)."""
+    return analysis_from(cfg.analysis), stacker_from(cfg.stacker)
+
+
+@dataclass(frozen=True)
+class FrameSelector:
+    """A frame option that is not a prompt but a rule: ``auto``, each dataset under its own frame."""
+
+    name: Literal["auto"]
+
+
+@dataclass(frozen=True)
+class TopLevel:
+    """The composed config's own keys (conf/config.yaml) and the ones a DVC stage adds (``+metrics=``,
+    ``+betas=``, ``+redraw=``). The groups are checked by their own readers (:data:`GROUPS`)."""
+
+    verdicts: str | None
+    frontier: str | None
+    output: str
+    metrics: str | None = None
+    betas: str | None = None
+    redraw: bool | None = None
+
+
+def _stacker(node: Any, where: str) -> None:
+    STACKERS.check(node, where)
+
+
+def _analysis(node: Any, where: str) -> None:
+    ANALYSIS.check(node, where)
+
+
+def _roster(node: Any, where: str) -> None:
+    check_roster(node, where)
+
+
+def _dataset(node: Any, where: str) -> None:
+    spec = check_spec(plain(node, False), where)
+    if spec.get("builder") is not None:
+        BUILDERS_ALLOWED.check(spec["builder"], f"{where}: builder")
+
+
+def _frame(node: Any, where: str) -> None:
+    if is_frame_cfg(node):
+        check_frame(plain(node, True), where)
+    else:
+        build(FrameSelector, node, where)
+
+
+def _suite(node: Any, where: str) -> None:
+    suite_settings(node, where)
+
+
+def _settings(cls: type) -> Callable[[Any, str], None]:
+    def check(node: Any, where: str) -> None:
+        build(cls, node, where)
+
+    return check
+
+
+GROUPS: dict[str, Callable[[Any, str], None]] = {
+    "roster": _roster,
+    "dataset": _dataset,
+    "frame": _frame,
+    "stacker": _stacker,
+    "analysis": _analysis,
+    "suite": _suite,
+    **{name: _settings(cls) for name, cls in STUDIES.items()},
+    "paths": _settings(PathsSettings),
+    "judge": _settings(JudgeSettings),
+    "tracking": _settings(TrackingSettings),
+}
+"""Every node of the composed config with the check of its group (what its readers build it as)."""
+
+
+def check_config(cfg: Mapping[str, Any]) -> None:
+    """The whole composed config checked, group by group (:data:`GROUPS`), and its own keys (:class:`TopLevel`):
+    a missing group, an unknown key or a class outside an allow-list is a :class:`ConfigError` naming the file."""
+    if "hydra" in cfg:
+        raise ConfigError("config: a `hydra` node in a composed config is refused (Hydra's settings are not data)")
+    missing = [g for g in GROUPS if g not in cfg or cfg.get(g) is None]
+    if missing:
+        raise ConfigError(
+            f"config: no {', '.join(map(repr, missing))} node (every RAIM command reads the whole config; "
+            f"choose an option instead of removing one: {missing[0]}=…)"
+        )
+    check_keys(TopLevel, {k: v for k, v in plain(cfg, False).items() if k not in GROUPS}, source(None))
+    for group, check in GROUPS.items():
+        check(cfg[group], source(group))
+
+
+def source(group: str | None) -> str:
+    """Where a group's node came from, for error lines: ``conf/<group>/<option>.yaml`` (the option the Hydra job
+    composed), ``params.yaml: <group>`` (a DVC stage composes params.yaml), else the group's name."""
+    if not HydraConfig.initialized():
+        return group or "config"
+    hc = HydraConfig.get()
+    choice = hc.runtime.choices.get(group) if group else None
+    if choice:
+        return conf_file(group, choice)
+    primary = f"{hc.job.config_name}.yaml"
+    return f"{primary}: {group}" if group else primary

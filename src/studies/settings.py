@@ -1,0 +1,299 @@
+"""The settings of the composed config's plain groups, typed: the paths, the judge engine, tracking, and each
+beyond-the-paper study's own group (conf/prevalence, monitor, noise, rate, injection).
+
+As with the suite's settings (:mod:`src.studies.suite.settings`), the values live in the YAML files only: these
+dataclasses hold no defaults (an optional key defaults to ``None``: absent), so nothing is repeated in code. Built
+through :func:`src.io.config.build`, an unknown key (with the nearest known one), a missing key or a value of the
+wrong type is one line naming the file and the key, whatever the command that reads the group
+(:mod:`src.studies.checked`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class PathsSettings:
+    """Where the raw data, the balanced sets, the verdict cache and the verdict tables are."""
+
+    raw_dir: str
+    own_dir: str
+    datasets_dir: str
+    cache_dir: str
+    tables_dir: str
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """The Ray Data engine's actor pools (``judge.engine=ray``)."""
+
+    address: str | None
+    actors_per_member: int
+    batch_size: int
+    num_cpus_per_actor: float
+    num_gpus_per_actor: float
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """Whether cache misses are judged, the per-dataset subsample, what a missing verdict does, the engine."""
+
+    compute: bool
+    per_dataset: int | None
+    missing: Literal["error", "judged_only", "skip", "auto"]
+    engine: Literal["local", "ray"]
+    ray: RaySettings
+
+
+@dataclass(frozen=True)
+class TrackingSettings:
+    """The MLflow store and experiment runs are logged to."""
+
+    enabled: bool
+    uri: str
+    experiment: str
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """A simulated panel (:func:`src.studies.simulate.panel`): members' accuracies, their error correlation, the
+    abstention rate, the clusters and the seed."""
+
+    name: str
+    n_clusters: int
+    accuracies: list[float]
+    rho: float
+    abstain_rate: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class TrafficSpec(PanelSpec):
+    """A simulated panel and its traffic (the rate study): optionally other accuracies on the traffic than on the
+    calibration set, and conversations of ``cluster_size`` items sharing gold and difficulty."""
+
+    description: str | None = None
+    traffic_accuracies: list[float] | None = None
+    cluster_size: int | None = None
+    icc_gold: float | None = None
+    icc_difficulty: float | None = None
+
+
+@dataclass(frozen=True)
+class PrevalenceSettings:
+    """conf/prevalence: the prior-shift study."""
+
+    output: str
+    figure: str
+    prevalences: list[float]
+    window: int
+    n_boot: int
+    n_draws: int
+    seed: int
+    level: float
+    ece_bins: int
+    tol: float
+    max_iter: int
+    simulations: list[PanelSpec] | None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    dataset: str | None
+
+
+@dataclass(frozen=True)
+class PrevalenceWatch:
+    reference: float | None
+    reference_items: int
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class AccuracyDrop:
+    members: list[int]
+    to: float
+
+
+@dataclass(frozen=True)
+class CorrelationRise:
+    rho: float
+
+
+@dataclass(frozen=True)
+class AbstentionRise:
+    member: int
+    rate: float
+
+
+@dataclass(frozen=True)
+class PrevalenceMove:
+    to: float
+
+
+@dataclass(frozen=True)
+class Degrade:
+    """What changes at the replay's change point, per scenario."""
+
+    accuracy: AccuracyDrop
+    correlated: CorrelationRise
+    abstain: AbstentionRise
+    prevalence: PrevalenceMove
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The simulated stream the monitor replays (``monitor.source=replay``)."""
+
+    scenario: Literal["none", "accuracy", "correlated", "abstain", "prevalence"]
+    seed: int
+    calibration_items: int
+    stable_items: int
+    changed_items: int
+    prevalence: float
+    accuracies: list[float]
+    rho: float
+    degrade: Degrade
+
+
+@dataclass(frozen=True)
+class MonitorEvaluation:
+    scenarios: list[str]
+    seeds: int
+    first_seed: int
+    max_delay: int
+    stable_streams: int
+    stable_first_seed: int
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    """conf/monitor: live admissibility monitoring."""
+
+    source: Literal["replay", "store"]
+    store: str | None
+    model: str | None
+    labels: str | None
+    min_labels: int
+    calibration: Calibration
+    window: int
+    step: int
+    alpha: float | Literal["auto"]
+    false_alarm_target: float | None
+    consecutive: int
+    prevalence: PrevalenceWatch
+    replay: Replay
+    evaluation: MonitorEvaluation
+    output: str
+    figure: str
+
+
+@dataclass(frozen=True)
+class Dissent:
+    floor: float
+    bias: float | None = None
+
+
+@dataclass(frozen=True)
+class NoisePanel:
+    """The noise study's simulated panel in the admissible regime."""
+
+    enabled: bool
+    n_clusters: int
+    per_cluster: int
+    accuracies: list[float]
+    rho: float
+    abstain_rate: float
+    frontier_accuracy: float
+    dataset: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class NoiseSettings:
+    """conf/noise: noisy calibration labels."""
+
+    output: str
+    figure: str
+    types: list[str]
+    rates: list[float]
+    default_rate: float
+    draws: int
+    n_boot: int
+    seed: int
+    stackers: list[str]
+    native: bool
+    dw: Dissent
+    dl: Dissent
+    simulation: NoisePanel
+
+
+@dataclass(frozen=True)
+class EMSettings:
+    tol: float
+    max_iter: int
+
+
+@dataclass(frozen=True)
+class CJECheck:
+    replicates: int
+    labels: list[int]
+    prevalences: list[float]
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    ppi_py: int
+    cje: CJECheck
+
+
+@dataclass(frozen=True)
+class RateSettings:
+    """conf/rate: hallucination rates with valid intervals."""
+
+    output: str
+    figure: str
+    level: float
+    pool: int
+    replicates: int
+    prevalences: list[float]
+    labels: list[int]
+    seed: int
+    tau: float
+    threshold: float
+    em: EMSettings
+    real: bool
+    labeller: str | None
+    crosscheck: CrossCheck
+    simulations: list[TrafficSpec]
+
+
+@dataclass(frozen=True)
+class InjectionSettings:
+    """conf/injection: candidates that instruct the judges."""
+
+    output: str
+    figure: str
+    cache_dir: str
+    datasets: list[str]
+    n_items: int
+    attacks: list[str]
+    guarded: bool
+    seed: int
+    n_boot: int
+    level: float
+    compute: bool
+    budget_s: float | None
+    members: list[str] | None
+    progress: bool
+
+
+STUDIES: dict[str, type] = {
+    "prevalence": PrevalenceSettings,
+    "monitor": MonitorSettings,
+    "noise": NoiseSettings,
+    "rate": RateSettings,
+    "injection": InjectionSettings,
+}
+"""Each beyond-the-paper study's group and the settings it is read as."""
