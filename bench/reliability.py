@@ -106,10 +106,11 @@ def run_table(tmp: Path, path: Path) -> subprocess.CompletedProcess:
 
 
 def cache_copy(tmp: Path, name: str) -> tuple[Path, Path]:
-    """A copy of the committed verdict cache under ``tmp/caches/<name>``, and its qwen05b file."""
+    """A copy of the committed verdict cache under ``tmp/caches/<name>``, and qwen05b's file of WiCE's items (the
+    cache keeps one folder per dataset)."""
     dst = tmp / "caches" / name
     shutil.copytree(ROOT / "verdicts" / "cache", dst)
-    return dst, next((dst / "qwen05b").glob("*.jsonl"))
+    return dst, next((dst / "wice" / "qwen05b").glob("*.jsonl"))
 
 
 def run_cache(tmp: Path, cache: Path, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -41,6 +41,11 @@ def check_regular(path: str | Path, what: str = "a file") -> None:
         raise RaimError(f"{path}: is {kind}, not {what}")
 
 
+class CannotWrite(RaimError, OSError):
+    """A write that failed without naming its file, named (:func:`writing`); an ``OSError`` still, for a caller
+    that catches one."""
+
+
 _NO_ROOM = {
     errno.ENOSPC: "the disk is full",
     errno.EFBIG: "the file would pass the file-size limit (ulimit -f)",
@@ -60,7 +65,7 @@ def writing(path: str | Path, kept: str = "") -> Iterator[None]:
         if e.filename is not None:
             raise
         why = _NO_ROOM.get(e.errno or 0, e.strerror or type(e).__name__)
-        raise RaimError(f"{path}: cannot be written ({why}){kept}") from e
+        raise CannotWrite(f"{path}: cannot be written ({why}){kept}") from e
 
 
 @contextlib.contextmanager
