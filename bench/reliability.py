@@ -106,10 +106,11 @@ def run_table(tmp: Path, path: Path) -> subprocess.CompletedProcess:
 
 
 def cache_copy(tmp: Path, name: str) -> tuple[Path, Path]:
-    """A copy of the committed verdict cache under ``tmp/caches/<name>``, and its qwen05b file."""
+    """A copy of the committed verdict cache under ``tmp/caches/<name>``, and qwen05b's file of WiCE's items (the
+    cache keeps one folder per dataset)."""
     dst = tmp / "caches" / name
     shutil.copytree(ROOT / "verdicts" / "cache", dst)
-    return dst, next((dst / "qwen05b").glob("*.jsonl"))
+    return dst, next((dst / "wice" / "qwen05b").glob("*.jsonl"))
 
 
 def run_cache(tmp: Path, cache: Path, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -728,10 +729,10 @@ def boundary_datasets(tmp: Path) -> list[dict]:
             dict(needle="appears twice"),
         ),
         "a record nested 100,000 deep": (dict(text=deep, **POOLED), dict(needle="nested too deeply")),
-        "NaN in an extra field": (dict(text=nan, **POOLED, extras={"score": "score"}), "nan"),
+        "NaN in an extra field": (dict(text=nan, **POOLED, extras={"score": "score"}), dict(needle="a bare NaN")),
         "Infinity in an extra field": (
             dict(text=nan.replace("NaN", "Infinity"), **POOLED, extras={"score": "score"}),
-            dict(needle="field 'score'"),
+            dict(needle="line 1: unreadable JSON (a bare Infinity"),  # refused by the reader, before any field
         ),
         "one empty id in 3,000 records": (dict(records=many, **POOLED, id="id"), dict(needle="line 1235: field 'id'")),
         "one empty id in 3,000 records, on_bad_record: drop": (
@@ -762,8 +763,6 @@ def boundary_datasets(tmp: Path) -> list[dict]:
             how = dict(needle="b.jsonl: is a named pipe")
         elif how == "ids":
             how = dict(check=_built(out, 4, clusters=3))
-        elif how == "nan":
-            how = dict(check=_built(out, 2, field=("score", [None, 0.5])))
         p = run_case(
             tmp,
             [
@@ -1143,6 +1142,478 @@ def boundary(tmp: Path) -> list[dict]:
     return rows
 
 
+# ------------------------------------------------------------------------------- 6. the third battery (hostile)
+# The server under hostile clients (slow or huge requests, unknown keys, surrogates, a column twice, a numeric
+# prevalence, a monitor store that cannot be written), nothing lost or overwritten in silence (runs a killed process
+# left RUNNING, --out naming its own input, a full disk), every reader reading the same file (BOM, UTF-16, gzip, NFD
+# ids, NaN tokens), a judge server not there, clusters through src.predict into src.rate. Outcomes: OUTCOMES_2.
+SLOW_HEAD = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Ty"
+SLOW_BODY = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"
+HUGE = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 150000000\r\n\r\n"
+CAFE = "caf\u00e9-1"
+
+
+def _raw_http(port: int, data: bytes, wait: float = 20.0) -> bytes | None:
+    """Send ``data`` on a new connection and read until the server closes it (None: still open after ``wait``)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
+            s.sendall(data)
+            got = b""
+            while chunk := s.recv(65536):
+                got += chunk
+            return got
+    except TimeoutError:
+        return None
+    except OSError as e:  # the server closed while the rest was still being sent
+        return f"{type(e).__name__}".encode()
+
+
+def _answered(got: bytes | None, status: int, needle: str) -> str:
+    """The outcome of a raw exchange: one line = HTTP ``status`` with one line of JSON naming ``needle``."""
+    if got is None:
+        return "hang"
+    head, _, body = got.partition(b"\r\n\r\n")
+    if head.startswith(b"HTTP/1.1 500") or b"Traceback" in body:
+        return "traceback"
+    try:
+        msg = str(json.loads(body).get("message", ""))
+    except (ValueError, AttributeError):
+        return "unclear"
+    ok = head.startswith(f"HTTP/1.1 {status} ".encode()) and "\n" not in msg and needle in msg
+    return "one line" if ok else "unclear"
+
+
+def _status_and_body(got: bytes | None) -> str:
+    """A raw answer in one line: its status line and its body."""
+    if got is None:
+        return "(still open)"
+    head, _, body = got.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n")[0].decode("latin-1")
+    return f"{status} {body.decode('utf-8', 'replace')}"
+
+
+def _http_row(kind: str, name: str, outcome: str, line: str) -> dict:
+    return {"kind": kind, "input": name, "outcome": outcome, "line": line[:200]}
+
+
+def _posted(url: str, payload: dict | bytes, status: int, needle: str) -> tuple[str, str]:
+    """(outcome, line) of a JSON POST whose answer must be ``status`` with one line naming ``needle``."""
+    code, body = _send(url, payload if isinstance(payload, bytes) else json.dumps(payload).encode(), "application/json")
+    msg = str(body.get("message", "")) if isinstance(body, dict) else ""
+    if code is None:
+        return "hang", "(timeout)"
+    if code >= 500 and code != status or "Traceback" in msg or "stack_trace" in body:
+        return "traceback", f"{code} {msg}"
+    return ("one line" if code == status and "\n" not in msg and needle in msg else "unclear"), f"{code} {msg}"
+
+
+def third_server(tmp: Path) -> list[dict]:
+    """``python -m src.serve model`` (limits shortened: headers 2 s, body 2 s, 1 MiB) for a stacker and a panel saved
+    by ``tests/test_boundary.py``'s ``saved_models``; the stacker again with a monitor store that cannot be written,
+    answering anyway (the default) and refusing."""
+    from test_boundary import saved_models
+
+    saved_models(tmp / "tserve")  # tserve/stacker, tserve/panel
+    limits = ["--header-timeout", "2", "--body-timeout", "2", "--max-body-mb", "1"]
+    row = {"m0": 1, "m1": 0, "m2": 1}
+    rows, kind = [], "served model (3)"
+
+    def serve(name: str, env: dict | None = None):
+        port = free_port()
+        args = [sys.executable, "-m", "src.serve", "model", "--model-uri", str(tmp / "tserve" / name)]
+        return serving([*args, "--port", str(port), *limits], port, {**ENV, **(env or {})}), port
+
+    ctx, port = serve("stacker")
+    with ctx as url:
+        for name, data, status, needle in [
+            ("headers that never end", SLOW_HEAD, 408, "--header-timeout"),
+            ("a body that never ends (Content-Length: 100, one byte sent)", SLOW_BODY, 408, "--body-timeout"),
+            ("a declared 150 MB body", HUGE, 413, "--max-body-mb"),
+            (
+                "a chunked body past the limit",
+                HUGE.replace(b"Content-Length: 150000000", b"Transfer-Encoding: chunked")
+                + (b"40000\r\n" + b"x" * 0x40000 + b"\r\n") * 5,
+                413,
+                "--max-body-mb",
+            ),
+        ]:
+            got = _raw_http(port, data)
+            rows.append(_http_row(kind, name, _answered(got, status, needle), _status_and_body(got)))
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]
+        for h in held:
+            h.sendall(SLOW_BODY)
+        t0 = time.time()
+        code, body = _send(url, json.dumps({"dataframe_records": [row]}).encode(), "application/json")
+        ok = code == 200 and time.time() - t0 < 5
+        rows.append(
+            _http_row(kind, "a normal request among 100 slow clients", "read as meant" if ok else "silent", f"{code}")
+        )
+        for h in held:
+            h.close()
+        for name, payload, needle in [
+            (
+                "an unknown top-level key beside the rows",
+                {"dataframe_records": [row], "padding": "x" * 1000},
+                "unknown top-level key",
+            ),
+            (
+                "rows given twice (dataframe_records and inputs)",
+                {"dataframe_records": [row], "inputs": [row]},
+                "rows given twice",
+            ),
+            (
+                "dataframe_split naming a column twice",
+                {"dataframe_split": {"columns": ["m0", "m1", "m2", "m2"], "data": [[1, 0, 1, 0]]}},
+                "appears 2 times",
+            ),
+            (
+                "a lone surrogate in a column name",
+                {"dataframe_records": [{"m0": 1, "m1": 0, "m2\ud800": 1}]},
+                "lone surrogate",
+            ),
+            ("prevalence true", {"dataframe_records": [row], "params": {"prevalence": True}}, "parameter 'prevalence'"),
+        ]:
+            rows.append(_http_row(kind, name, *_posted(url, payload, 400, needle)))
+        code, body = _send(
+            url, json.dumps({"dataframe_records": [row], "params": {"prevalence": 0.2}}).encode(), "application/json"
+        )
+        meant = code == 200 and abs(body["predictions"][0]["train_prevalence"] - 0.2) < 1e-9
+        rows.append(
+            _http_row(
+                kind,
+                "prevalence 0.2 as a number",
+                "read as meant" if meant else "unclear",
+                f"{code} {json.dumps(body)[:120]}",
+            )
+        )
+    ctx, _ = serve("panel")
+    with ctx as url:
+        payload = {"dataframe_records": [{"candidate": "a \ud800 b"}]}
+        rows.append(
+            _http_row(
+                kind, "a lone surrogate in a served panel's candidate", *_posted(url, payload, 400, "lone surrogate")
+            )
+        )
+    blocker = tmp / "tserve" / "not-a-dir"
+    blocker.write_text("x")
+    store = {"RAIM_MONITOR_STORE": str(blocker / "votes.sqlite")}
+    ctx, _ = serve("stacker", store)
+    with ctx as url:
+        for _ in range(3):
+            code, body = _send(url, json.dumps({"dataframe_records": [row, row]}).encode(), "application/json")
+        said = code == 200 and all(str(p.get("monitor", "")).startswith("not recorded") for p in body["predictions"])
+        rows.append(
+            _http_row(
+                kind,
+                "monitor store unwritable: the answer",
+                "reported" if said else "silent",
+                f"{code} {json.dumps(body)[:150]}",
+            )
+        )
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=30) as r:
+                code, health = r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            code, health = e.code, json.loads(e.read())
+        said = code == 503 and health["monitor"]["unrecorded_rows"] == 6
+        rows.append(
+            _http_row(
+                kind,
+                "monitor store unwritable: /health",
+                "reported" if said else "silent",
+                f"{code} {json.dumps(health)[:150]}",
+            )
+        )
+    ctx, _ = serve("stacker", {**store, "RAIM_MONITOR_ON_FAILURE": "refuse"})
+    with ctx as url:
+        rows.append(
+            _http_row(
+                kind,
+                "monitor store unwritable, monitor_on_failure refuse",
+                *_posted(url, {"dataframe_records": [row]}, 503, "could not be recorded"),
+            )
+        )
+    return rows
+
+
+KILLED_RUN = """
+import os, signal, sys
+sys.path[:0] = [{root!r}, {tests!r}]
+from test_track import compose_cfg
+from src.mlops import tracking as track
+cfg = compose_cfg()
+with track.start_run(cfg, "stacking"):
+    with track.start_run(cfg, "stacking", tags={{"dataset": "d"}}):
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def run_limited(tmp: Path, args: list[str], limit: int, timeout: int = 180):
+    """A command whose files may hold at most ``limit`` bytes (``RLIMIT_FSIZE``: a full disk's error); None on timeout."""
+    import resource
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    env = {**ENV, "RAIM_HYDRA_DIR": str(tmp / "hydra"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp}/m.db"}
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            preexec_fn=cap,
+        )
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def third_store(tmp: Path) -> list[dict]:
+    """Runs a killed process left RUNNING; ``src.predict --out`` naming its own input; a full disk (``ulimit -f``)."""
+    d = tmp / "tstore"
+    d.mkdir()
+    env = {**ENV, "MLFLOW_TRACKING_URI": f"sqlite:///{d}/m.db"}
+    code = KILLED_RUN.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=180)
+    table = sim_table(d / "v.csv", [f"m{j:02d}" for j in range(6)])
+    p = run_case(
+        tmp,
+        ["src.run", f"verdicts={table}", "analysis=fast", f"output={d}/r.json"],
+        300,
+        env={"MLFLOW_TRACKING_URI": env["MLFLOW_TRACKING_URI"]},
+    )
+    rows = [
+        _row(
+            "runs and outputs (3)",
+            "a tracked run SIGKILLed inside a parent and a child run, then the next run",
+            p,
+            reported="note: closed 2 MLflow run(s)",
+        )
+    ]
+    panel = tmp / "tserve" / "panel"
+    items = d / "items.jsonl"
+    items.write_text('{"item_id": "a", "candidate": "claim a"}\n')
+    (d / "link.jsonl").symlink_to(items)
+    for name, out in [
+        ("the same path", str(items)),
+        ("another spelling (d/../items.jsonl)", f"{d}/x/../items.jsonl"),
+        ("a link to it", str(d / "link.jsonl")),
+    ]:
+        before = items.read_bytes()
+        p = run_case(
+            tmp, ["src.predict", str(items), "--model-uri", str(panel), "--cache-dir", str(d / "c"), "--out", out]
+        )
+        row = _row("runs and outputs (3)", f"predict --out naming its own input: {name}", p, needle="is the items file")
+        if items.read_bytes() != before:
+            row["outcome"] = "silent"
+        rows.append(row)
+    big = d / "big.jsonl"
+    big.write_text(
+        "".join(
+            json.dumps({"item_id": f"i{i}", "candidate": f"c {i}", "conversation_id": "c" * 20000}) + "\n"
+            for i in range(2)
+        )
+    )
+    for name, args, needle in [
+        (
+            "src.run: results.json",
+            ["src.run", "dataset=wice", "analysis=fast", "tracking.enabled=false", f"output={d}/o/results.json"],
+            f"{d}/o/results.json",
+        ),
+        (
+            "src.judges: the verdict cache",
+            [
+                "src.judges",
+                "--roster",
+                "tiny",
+                "--members",
+                "lexical",
+                "--datasets",
+                "wice",
+                "--compute",
+                "--no-progress",
+                "--cache-dir",
+                str(d / "fc"),
+                "--tables-dir",
+                str(d / "ft"),
+            ],
+            f"{d}/fc/wice/lexical/",
+        ),
+        (
+            "src.predict --out",
+            [
+                "src.predict",
+                str(big),
+                "--model-uri",
+                str(panel),
+                "--cache-dir",
+                str(d / "pc"),
+                "--no-progress",
+                "--out",
+                str(d / "o.jsonl"),
+            ],
+            f"{d}/o.jsonl",
+        ),
+        ("src.data: the items", ["src.data", "--datasets", "wice", "--out-dir", str(d / "dd")], f"{d}/dd/wice.jsonl"),
+    ]:
+        p = run_limited(d, args, 16 * 1024)
+        rows.append(_row("runs and outputs (3)", f"a full disk (ulimit -f 16): {name}", p, needle=needle))
+    return rows
+
+
+def _panel_of(folder: Path, roster: dict, members: list[str]) -> Path:
+    """A panel model of ``roster`` (over ``members``, a stacker fitted on simulated votes) saved in ``folder``."""
+    import numpy as np
+
+    from src.core.aggregate import StackedLogit
+    from src.mlops import serving
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(0, 2, 300)
+    X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in members]).astype(float)
+    model = serving.PanelModel(
+        roster, serving.frame_configs(), "claim", StackedLogit(n_votes=len(members)).fit(X, gold), members
+    )
+    return serving.save_model(model, folder)
+
+
+def third_readers(tmp: Path) -> list[dict]:
+    """The issue's encodings through the real commands; a judge server not there; clusters from src.predict to src.rate."""
+    import gzip
+
+    d = tmp / "treaders"
+    d.mkdir()
+    kind = "readers and commands (3)"
+    panel = tmp / "tserve" / "panel"
+    rng = __import__("numpy").random.default_rng(3)
+    ids = [CAFE] + [f"i{i}" for i in range(1, 80)]
+    pool = "item_id,p_hallucinated,cluster_id\n" + "".join(
+        f"{i},{rng.random():.3f},k{n // 2}\n" for n, i in enumerate(ids)
+    )
+    labels = "item_id,gold\n" + "".join(f"{i},{n % 2}\n" for n, i in enumerate(ids[:30]))
+    (d / "pool.csv").write_bytes(b"\xef\xbb\xbf" + pool.encode())
+    (d / "plain.csv").write_text(pool)
+    (d / "labels.csv").write_text(labels)
+    (d / "nfd.csv").write_text(labels.replace(CAFE, __import__("unicodedata").normalize("NFD", CAFE)))
+    (d / "flat.csv").write_text("\n".join(ln.rsplit(",", 1)[0] for ln in pool.splitlines()) + "\n")
+    rate = ["src.rate", "estimate"]
+    cases = [
+        (
+            "rate estimate: a pool CSV with a UTF-8 BOM",
+            [*rate, str(d / "pool.csv"), "--labels", str(d / "labels.csv")],
+            dict(check=lambda p: "ppi" in p.stdout),
+        ),
+        (
+            "rate estimate: labels whose ids are NFD, the pool's NFC",
+            [*rate, str(d / "plain.csv"), "--labels", str(d / "nfd.csv")],
+            dict(check=lambda p: "ppi" in p.stdout),
+        ),
+        (
+            "rate estimate: a pool without cluster_id",
+            [*rate, str(d / "flat.csv"), "--labels", str(d / "labels.csv")],
+            dict(reported="warning: the pool has no cluster_id"),
+        ),
+    ]
+    (d / "items.csv").write_bytes(
+        b"\xef\xbb\xbf" + f"item_id,candidate,cluster_id\n{CAFE},claim one,k1\ni2,claim two,k1\n".encode()
+    )
+    (d / "nan.jsonl").write_text('{"item_id": "a", "candidate": "claim", "evidence": NaN}\n')
+    (d / "clustered.jsonl").write_text(
+        '{"item_id": "a", "candidate": "x", "cluster_id": "k1"}\n{"item_id": "b", "candidate": "y", "cluster_id": "k1"}\n'
+    )
+    predict = ["src.predict", "--model-uri", str(panel), "--cache-dir", str(d / "c"), "--no-progress"]
+    cases += [
+        (
+            "predict: items CSV with a UTF-8 BOM",
+            [*predict, str(d / "items.csv")],
+            dict(check=lambda p: "2 items:" in p.stdout),
+        ),
+        (
+            "predict: a bare NaN as evidence in JSON Lines",
+            [*predict, str(d / "nan.jsonl")],
+            dict(needle="nan.jsonl line 1: unreadable JSON (a bare NaN"),
+        ),
+        (
+            "predict: cluster_id reaches the output",
+            [*predict, str(d / "clustered.jsonl"), "--out", str(d / "scored.csv")],
+            dict(check=lambda p: (d / "scored.csv").read_text().splitlines()[0].count("cluster_id") == 1),
+        ),
+    ]
+    table = sim_table(d / "v.csv", [f"m{j:02d}" for j in range(6)])
+    text = table.read_text()
+    (d / "utf16.csv").write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+    (d / "gz.csv").write_bytes(gzip.compress(text.encode()))
+    (d / "nomark.csv").write_bytes(text.encode("utf-16-le"))
+    run = ["src.run", "tracking.enabled=false", "analysis=fast", "analysis.n_boot=50"]
+    cases += [
+        (f"run: verdicts= {what}", [*run, f"verdicts={d / f}", f"output={d}/{f}.json"], how)
+        for what, f, how in [
+            ("UTF-16 with its mark", "utf16.csv", dict(check=lambda p: p.returncode == 0)),
+            ("gzip under a .csv name", "gz.csv", dict(check=lambda p: p.returncode == 0)),
+            ("UTF-16 without its mark", "nomark.csv", dict(needle="UTF-16 without a byte-order mark")),
+        ]
+    ]
+    raw, specs = malformed.raw_dataset(
+        d / "gzraw", [{"q": "q", "c": f"claim {i}", "g": str(i % 2)} for i in range(4)], **POOLED
+    )
+    f = raw / "bench" / "b.jsonl"
+    f.write_bytes(gzip.compress(f.read_bytes()))
+    cases.append(
+        (
+            "data: a gzip raw file under a .jsonl name",
+            [
+                "src.data",
+                "--raw-dir",
+                str(raw),
+                "--own-dir",
+                str(d / "own"),
+                "--spec-dir",
+                str(specs),
+                "--datasets",
+                "bench",
+                "--out-dir",
+                str(d / "gzout"),
+            ],
+            dict(check=lambda p: len((d / "gzout" / "bench.jsonl").read_text().splitlines()) == 4),
+        )
+    )
+    rows = [_row(kind, name, run_case(tmp, args, 300), **how) for name, args, how in cases]
+    served = {
+        "name": "remote",
+        "members": [
+            {
+                "name": "served",
+                "backend": {
+                    "_target_": "src.judges.backends.openai_compat.OpenAICompatBackend",
+                    "base_url": f"http://127.0.0.1:{free_port()}/v1",
+                    "api_key": "k",
+                    "max_retries": 0,
+                },
+            }
+        ],
+    }
+    remote = _panel_of(d / "remote", served, ["served"])
+    p = run_case(
+        tmp,
+        ["src.predict", "--model-uri", str(remote), "--cache-dir", str(d / "rc"), "--candidate", "x", "--no-progress"],
+    )
+    rows.append(
+        _row(kind, "predict: a judge server not running", p, needle="judge served: its server http://127.0.0.1:")
+    )
+    return rows
+
+
+def third(tmp: Path) -> list[dict]:
+    rows = []
+    for part in (third_server, third_store, third_readers):
+        t0 = time.time()
+        rows += part(tmp)
+        print(f"  {part.__name__}: {time.time() - t0:.0f} s", file=sys.stderr)
+    return rows
+
+
 # ----------------------------------------------------------------------------------------------- report
 
 
@@ -1163,7 +1634,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kills", type=int, default=8)
     ap.add_argument("--items", type=int, default=24, help="items of the killed judge run")
     ap.add_argument("--concurrent", type=int, default=3)
-    ap.add_argument("--skip", nargs="*", default=[], choices=["inputs", "kills", "concurrent", "serve", "boundary"])
+    ap.add_argument(
+        "--skip", nargs="*", default=[], choices=["inputs", "kills", "concurrent", "serve", "boundary", "third"]
+    )
     ap.add_argument("--json", default=None, help="write every outcome here")
     a = ap.parse_args(argv)
     doc: dict = {}
@@ -1188,12 +1661,13 @@ def main(argv: list[str] | None = None) -> int:
             doc["served"] = served(tmp)
             for name, s in doc["served"].items():
                 print(f"served model, {name}:", {k: v for k, v in s.items() if k != "cases"})
-        if "boundary" not in a.skip:
-            doc["boundary"] = boundary(tmp)
-            print(table(doc["boundary"], OUTCOMES_2))
-            for r in doc["boundary"]:
-                if r["outcome"] not in OUTCOMES_2[:3]:
-                    print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")
+        for battery, run in (("boundary", boundary), ("third", third)):
+            if battery not in a.skip:
+                doc[battery] = run(tmp)
+                print(table(doc[battery], OUTCOMES_2))
+                for r in doc[battery]:
+                    if r["outcome"] not in OUTCOMES_2[:3]:
+                        print(f"  NOT CLEAN [{r['outcome']}] {r['kind']}: {r['input']}: {r['line']}")
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1) + "\n")
     return 0

@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from src.core.errors import ArgumentParser, one_line
+from src.core.textfiles import normal_id
 from src.io.files import atomic_write_text
 from src.io.paths import ROOT
 from src.io.raw import RawRecordError, read_csv, read_jsonl, read_parquet
@@ -58,7 +59,7 @@ from src.mlops.store import check_server, tracking_uri
 
 TEXT_FIELDS = ("question", "evidence")
 ITEM_FIELDS = ("candidate", *TEXT_FIELDS, "item_id", "frame")
-PASSED_THROUGH = ("gold",)  # copied to the output beside the verdicts (e.g. the items of src.data)
+PASSED_THROUGH = ("gold", "cluster_id")  # copied to the output beside the verdicts, with every other `<x>_id` field
 SUFFIXES = (".jsonl", ".csv", ".parquet")
 SHOWN_ROWS = 20
 
@@ -92,11 +93,22 @@ def _check_fields(rec) -> None:
             )
 
 
+def passed_through(keys) -> list[str]:
+    """The fields of an item copied to the output beside its verdicts: ``gold``, ``cluster_id`` (the cluster a rate's
+    interval resamples, :mod:`src.studies.rate`) and every other id field (``<x>_id``, e.g. ``conversation_id``)."""
+    return [k for k in keys if k in PASSED_THROUGH or (str(k).endswith("_id") and k != "item_id")]
+
+
+def _id_text(value: Any) -> Any:
+    """A copied id field: a text in Unicode normal form C, anything else as it is."""
+    return normal_id(value) if isinstance(value, str) else value
+
+
 def _row(rec) -> dict[str, Any]:
     _check_fields(rec)
     row = {"candidate": rec.text("candidate"), **{k: _optional_text(rec, k) for k in TEXT_FIELDS}}
     item_id = rec.data.get("item_id")
-    row["item_id"] = None if item_id is None or str(item_id).strip() in ("", "nan") else str(item_id)
+    row["item_id"] = None if item_id is None or str(item_id).strip() in ("", "nan") else normal_id(str(item_id))
     row["frame"] = _optional_text(rec, "frame") or None
     return row
 
@@ -115,8 +127,9 @@ def _records(path: Path) -> list:
 
 def read_items(path: str | Path) -> Items:
     """Items of a JSONL / CSV / Parquet file: ``candidate`` (required), ``question``, ``evidence``, ``item_id``,
-    ``frame`` (optional); ``gold`` is carried to the output. Errors name the file, the line (row) and the
-    field; an empty file and a repeated ``item_id`` are errors."""
+    ``frame`` (optional); ``gold``, ``cluster_id`` and any other id field are carried to the output
+    (:func:`passed_through`). Errors name the file, the line (row) and the field; an empty file and a repeated
+    ``item_id`` are errors."""
 
     recs = _records(Path(path))
     rows = [_row(r) for r in recs]
@@ -126,8 +139,9 @@ def read_items(path: str | Path) -> Items:
             raise RawRecordError(
                 rec.where, "item_id", f"{row['item_id']!r} repeats {seen[row['item_id']]} (item ids must be unique)"
             )
+    keys = passed_through(dict.fromkeys(k for r in recs for k in r.data))
     passed = pd.DataFrame(
-        [{k: r.data.get(k) for k in PASSED_THROUGH if k in r.data} for r in recs], index=range(len(recs))
+        [{k: _id_text(r.data.get(k)) for k in keys} for r in recs], index=range(len(recs)), columns=keys
     )
     return Items(pd.DataFrame(rows, columns=list(ITEM_FIELDS)), [r.where for r in recs], passed)
 
@@ -154,6 +168,15 @@ def write_output(out: pd.DataFrame, path: str | Path) -> Path:
     else:
         raise PredictError(f"--out {path}: write .jsonl or .csv")
     return atomic_write_text(path, text if text.endswith("\n") else text + "\n")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same file through a link or another spelling of its path
+    (``./x``, ``d/../x``), or one path whose file does not exist yet."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): the same path once every link and '..' is resolved
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -264,6 +287,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["RAIM_THREADS"] = str(a.threads)
     if a.out is not None and a.out.suffix not in (".jsonl", ".csv"):
         raise PredictError(f"--out {a.out}: write .jsonl or .csv")
+    if a.out is not None and a.items is not None and same_file(a.out, a.items):
+        raise PredictError(
+            f"--out {a.out}: is the items file {a.items} itself; the predictions would replace the items: "
+            "write them to another file"
+        )
     items = _items(a)
     check_server(a.tracking_uri or tracking_uri())
     mlflow.set_tracking_uri(a.tracking_uri or tracking_uri())

@@ -13,6 +13,7 @@ from test_track import analysis_overrides, children, compose_cfg, tracking_store
 from src.core.errors import RaimError
 from src.mlops import tracking as track
 from src.mlops.background import TrackingWorker
+from src.mlops.store import PROCESS_TAG
 from src.studies import stacking
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the worker forks")
@@ -26,7 +27,8 @@ def _analysed(tmp_path):
 
 
 def _logged(run_id: str) -> dict:
-    """What a parent run and its dataset runs hold, without what differs between two runs (ids, times)."""
+    """What a parent run and its dataset runs hold, without what differs between two runs (ids, times, the process
+    that logged them)."""
     run = mlflow.get_run(run_id)
     out = {"metrics": run.data.metrics, "params": run.data.params, "children": {}}
     for name, child in sorted(children(run_id).items()):
@@ -34,7 +36,9 @@ def _logged(run_id: str) -> dict:
             "metrics": child.data.metrics,
             "params": child.data.params,
             "tags": {
-                k: v for k, v in child.data.tags.items() if not k.startswith("mlflow.") and k != "stacker_model_uri"
+                k: v
+                for k, v in child.data.tags.items()
+                if not k.startswith("mlflow.") and k not in ("stacker_model_uri", PROCESS_TAG)
             },
             "artifacts": sorted(a.path for a in mlflow.MlflowClient().list_artifacts(child.info.run_id)),
         }

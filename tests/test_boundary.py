@@ -69,8 +69,8 @@ def test_feature_values_in_range_are_read_and_a_parquet_column_is_checked_too(tm
 @pytest.mark.parametrize(
     "extra, why",
     [
-        (b'"logodds": NaN', "field 'logodds': not a finite number: nan"),
-        (b'"logodds": -Infinity', "field 'logodds': not a finite number: -inf"),
+        (b'"logodds": NaN', "not JSON (a bare NaN, which is not JSON; an absent value is null)"),
+        (b'"logodds": -Infinity', "not JSON (a bare -Infinity, which is not JSON"),
         (b'"logodds": 1e300', "field 'logodds': 1e+300 is outside [-70, 70]"),
         (b'"logodds": 1' + b"0" * 400, "field 'logodds': not a finite number: inf"),
         (b'"mass": 5', "field 'mass': 5.0 is outside [0, 1]"),
@@ -246,19 +246,20 @@ def test_a_deeply_nested_record_is_one_line(tmp_path):
     )
 
 
-def test_nan_in_an_extra_field_is_written_as_null_and_infinity_refused(tmp_path):
+def test_a_nan_or_infinity_token_is_refused_a_null_written_as_null_and_an_infinity_never_written(tmp_path):
     import pandas as pd
 
     from src.io import datasets as data
     from src.io.datasets import RawRecordError
 
     text = '{"q": "q", "c": "a", "g": "0", "score": NaN}\n{"q": "q", "c": "b", "g": "1", "score": 0.5}\n'
-    built = _bench(tmp_path, None, text=text, **POOLED, extras={"score": "score"})
+    for token in ("NaN", "Infinity", "-Infinity"):  # not JSON: refused as the server refuses them
+        with pytest.raises(RawRecordError, match=f"^bench/b.jsonl line 1: unreadable JSON \\(a bare {token}, which"):
+            _bench(tmp_path, None, text=text.replace("NaN", token), **POOLED, extras={"score": "score"})
+    built = _bench(tmp_path, None, text=text.replace("NaN", "null"), **POOLED, extras={"score": "score"})
     data.write_items(built.items, tmp_path / "out.jsonl")
     out = (tmp_path / "out.jsonl").read_text()
     assert [json.loads(line)["score"] for line in out.splitlines()] == [None, 0.5] and "NaN" not in out
-    with pytest.raises(RawRecordError, match="^bench/b.jsonl line 1: field 'score': inf is not a finite number"):
-        _bench(tmp_path, None, text=text.replace("NaN", "Infinity"), **POOLED, extras={"score": "score"})
     with pytest.raises(data.DatasetError, match="out.jsonl: an item holds a value JSON cannot represent"):
         data.write_items(built.items.assign(score=[0.5, float("inf")]), tmp_path / "out.jsonl")
     assert (tmp_path / "out.jsonl").read_text() == out  # the earlier output kept
@@ -404,17 +405,13 @@ def _asgi(app, body: bytes, ctype: str | None = "application/json", path: str = 
 MEMBERS = ["m0", "m1", "m2"]
 
 
-@pytest.fixture(scope="module")
-def strict_apps(tmp_path_factory):
-    """RAIM's strict server (StrictInputs over MLflow's own scoring app, in process) for a stacker over three
-    members and for a panel of the lexical judge that never computes (a cold cache)."""
-    import mlflow.pyfunc
-    from mlflow.pyfunc import scoring_server
-
+def saved_models(tmp) -> dict:
+    """A stacker over three members and a panel of the lexical judge that never computes (a cold cache), saved
+    as model folders with their documents under ``tmp`` (``stacker``, ``panel``) and read back as ``src.serve`` reads
+    them (:func:`src.mlops.serving.load_model`, then MLflow's ``PyFuncModel`` around it)."""
     from src.core.aggregate import StackedLogit
     from src.mlops import serving as serve
 
-    tmp = tmp_path_factory.mktemp("strict")
     rng = np.random.default_rng(0)
     gold = rng.integers(0, 2, 300)
     X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in MEMBERS]).astype(float)
@@ -430,28 +427,22 @@ def strict_apps(tmp_path_factory):
             }
         ],
     }
-    frames = serve.frame_configs()
-    models = {
-        "stacker": (serve.StackerModel(stacker, MEMBERS), serve.stacker_signature(MEMBERS, 3), {}),
-        "panel": (
-            serve.PanelModel(roster, frames, "claim", lexical, ["lexical"]),
-            serve.panel_signature(["lexical"], 1),
-            {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""},
-        ),
+    panel = serve.PanelModel(roster, serve.frame_configs(), "claim", lexical, ["lexical"])
+    panel.config = {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""}
+    models = {"stacker": serve.StackerModel(stacker, MEMBERS), "panel": panel}
+    return {
+        name: serve.pyfunc_model(serve.load_model(str(serve.save_model(model, tmp / name))))
+        for name, model in models.items()
     }
-    apps = {}
-    for name, (model, signature, config) in models.items():
-        mlflow.pyfunc.save_model(
-            tmp / name,
-            python_model=model,
-            signature=signature,
-            pip_requirements=serve.pip_requirements(),
-            model_config=config or None,
-        )
-        loaded = mlflow.pyfunc.load_model(tmp / name)
-        apps[name] = serve.StrictInputs(scoring_server.init(loaded), serve.input_check(loaded.unwrap_python_model()))
-        apps[name].schema = loaded.metadata.get_input_schema()  # as serve_model passes it
-    return apps
+
+
+@pytest.fixture(scope="module")
+def strict_apps(tmp_path_factory):
+    """RAIM's strict server (StrictInputs over MLflow's own scoring app, in process, as `src.serve` builds it) for
+    :func:`saved_models`."""
+    from src.mlops import serving as serve
+
+    return {name: serve.strict_app(m) for name, m in saved_models(tmp_path_factory.mktemp("strict")).items()}
 
 
 def _one_line_400(status, body, *needles):

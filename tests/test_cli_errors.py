@@ -51,7 +51,7 @@ CASES = {
     ),
     "data: non-UTF-8 raw file": (
         lambda t: ["src.data", "--raw-dir", str(bad_utf8_raw(t)), "--datasets", "wice", "--out-dir", str(t / "o")],
-        "wice/claim/test.jsonl line 2: not UTF-8 text (byte 0xff",
+        "wice/claim/test.jsonl line 2: byte 0xff at offset 23 is not UTF-8 (save it as UTF-8)",
     ),
     "serve: unknown model": (
         lambda t: ["src.serve", "model", "--model-uri", "models:/nope@champion"],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import email.utils
 import json
 import random
+import socket
 import threading
 import time
 import urllib.error
@@ -16,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pandas as pd
 import pytest
 
+from src.core.errors import RaimError
 from src.judges.backends.openai_compat import OpenAICompatBackend
 from src.judges.frames import load_frame
 from src.judges.http import RETRYABLE, RetryPolicy, retry_after
@@ -197,25 +199,16 @@ def test_a_rejected_request_is_an_abstention_and_a_transient_one_is_not():
     assert be.retry.counts["requests"] == 3 and be.retry.counts["retries"] == 1
 
 
+def served_roster(url: str, **backend) -> dict:
+    """A roster of one member, ``served``: an OpenAI-compatible server at ``url`` (``backend``: its settings)."""
+    target = "src.judges.backends.openai_compat.OpenAICompatBackend"
+    member = {"name": "served", "backend": {"_target_": target, "base_url": url, "api_key": "k", **backend}}
+    return {"name": "t", "members": [member]}
+
+
 def test_the_verdict_run_reports_each_http_judge_s_retries(tmp_path):
     with scripted_server([(429, {"retry-after": "0"}), (200, {})]) as url:
-        roster = {
-            "name": "t",
-            "members": [
-                {
-                    "name": "served",
-                    "backend": {
-                        "_target_": "src.judges.backends.openai_compat.OpenAICompatBackend",
-                        "base_url": url,
-                        "model": "m",
-                        "endpoint": "chat",
-                        "api_key": "k",
-                        "backoff_base": 0.01,
-                        "timeout": 10,
-                    },
-                }
-            ],
-        }
+        roster = served_roster(url, model="m", endpoint="chat", backoff_base=0.01, timeout=10)
         t = verdict_table(roster, ITEMS, None, tmp_path, compute=True, progress=False)
     rep = t.attrs["report"]["served"]
     assert rep["computed"] == 1 and rep["http"]["requests"] == 2 and rep["http"]["retries"] == 1
@@ -233,6 +226,19 @@ def test_the_verdict_run_reports_each_http_judge_s_retries(tmp_path):
         "http"
         not in verdict_table(lexical, ITEMS, None, tmp_path, compute=True, progress=False).attrs["report"]["lexical"]
     )  # a local judge's report is as before
+
+
+def test_a_judge_server_that_refuses_the_connection_is_named_with_its_url(tmp_path):
+    with socket.socket() as s:  # a port where nothing listens once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    roster = served_roster(url, max_retries=0)
+    with pytest.raises(RaimError) as e:
+        verdict_table(roster, ITEMS, None, tmp_path, compute=True, progress=False)
+    msg = str(e.value)
+    assert msg.startswith(f"judge served: its server {url} could not be reached (connection refused)")
+    assert "urlopen" not in msg and "\n" not in msg
 
 
 def test_anthropic_backend_uses_the_same_policy():

@@ -83,8 +83,9 @@ def test_served_stacker_records_each_items_votes_and_p_to_the_store(stacker_mode
     con.close()
 
 
-def test_recording_is_off_without_a_store_and_never_fails_a_prediction(stacker_model, tmp_path, monkeypatch, caplog):
+def test_recording_is_off_without_a_store_and_a_failure_to_record_is_said(stacker_model, tmp_path, monkeypatch, caplog):
     monkeypatch.delenv(votestore.STORE_ENV, raising=False)
+    monkeypatch.delenv(votestore.FAILURE_ENV, raising=False)
     assert votestore.store_path({}) is None and votestore.store_path({"monitor_store": " "}) is None
     rows = pd.DataFrame([[1, 0, 1]], columns=MEMBERS, dtype=float)
     before = set(tmp_path.rglob("*"))
@@ -95,7 +96,8 @@ def test_recording_is_off_without_a_store_and_never_fails_a_prediction(stacker_m
     monkeypatch.setenv(votestore.STORE_ENV, str(blocker / "votes.sqlite"))  # cannot be created
     with caplog.at_level(logging.WARNING, logger="raim.serve"):
         out = stacker_model.predict(rows)
-    pd.testing.assert_frame_equal(out, expect)
+    pd.testing.assert_frame_equal(out.drop(columns="monitor"), expect)  # the verdict as without a store ...
+    assert out["monitor"][0].startswith("not recorded: ")  # ... and the row says it was not recorded
     assert "monitor: votes of 1 item(s) not recorded" in caplog.text
 
 

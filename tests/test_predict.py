@@ -284,6 +284,35 @@ def test_without_compute_a_miss_abstains_and_nothing_cached_is_one_line(store, j
     assert code == 2 and err.strip().startswith("error: none of the 1 items has a cached verdict")
 
 
+def test_cluster_and_id_columns_reach_the_output_and_the_rate_keeps_the_clusters(store, judged, capsys, tmp_path):
+    from src.studies import rate
+
+    rows = [{**it, "cluster_id": f"doc-{i // 2}", "conversation_id": f"conv-{i}"} for i, it in enumerate(ITEMS)]
+    items = write_jsonl(tmp_path / "clustered.jsonl", rows)
+    out_file = tmp_path / "scored.jsonl"
+    base = ["--model-uri", store["registered"], "--cache-dir", str(judged["cache"]), "--no-compute"]
+    code, _, err = cli(capsys, str(items), *base, "--out", str(out_file))
+    assert code == 0, err
+    scored = [json.loads(x) for x in out_file.read_text().splitlines()]
+    assert [r["cluster_id"] for r in scored] == ["doc-0", "doc-0", "doc-1"]
+    assert [r["conversation_id"] for r in scored] == ["conv-0", "conv-1", "conv-2"]
+    assert rate.read_pool(out_file).clusters.tolist() == ["doc-0", "doc-0", "doc-1"]
+
+
+def test_out_naming_the_items_file_itself_is_refused(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    items = write_jsonl(tmp_path / "items.jsonl", ITEMS)
+    before = items.read_bytes()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.jsonl").symlink_to(items)
+    for out in ("items.jsonl", "./sub/../items.jsonl", str(items), "link.jsonl"):
+        code, stdout, err = cli(capsys, "items.jsonl", "--model-uri", "models:/x@champion", "--out", out)
+        assert code == 2 and stdout == "", (out, err)
+        assert err.startswith(f"error: --out {Path(out)}: is the items file items.jsonl itself"), (out, err)
+        assert err.count("\n") == 1
+    assert items.read_bytes() == before
+
+
 def test_frames_forced_own_calibrated_or_by_shape():
     items = predict.Items(
         pd.DataFrame(

@@ -350,6 +350,19 @@ def test_estimate_by_segment(pool_files, capsys):
     assert doc["pool"]["clusters"] == 300 and doc["labeller"] == "gold labels"
 
 
+def test_estimate_warns_when_the_pool_has_no_clusters(pool_files, capsys):
+    tmp, ids, y = pool_files
+    pool = pd.read_csv(tmp / "pool.csv")
+    pool.drop(columns="cluster_id").to_csv(tmp / "flat.csv", index=False)
+    for name, warned in (("pool.csv", False), ("flat.csv", True)):
+        args = ("estimate", str(tmp / name), "--labels", str(tmp / "gold.csv"), "--out", str(tmp / "o.json"))
+        assert run_cli(*args) == 0
+        text = capsys.readouterr().out
+        doc = json.loads((tmp / "o.json").read_text())
+        assert ("warning: the pool has no cluster_id" in text) is warned, name
+        assert doc["pool"]["warnings"] == ([study.NO_CLUSTERS] if warned else []), name
+
+
 def test_propose_then_estimate_with_the_proposal(pool_files, capsys):
     tmp, ids, y = pool_files
     prop = tmp / "next.json"

@@ -448,6 +448,75 @@ def test_the_store_is_set_up_once_per_run(tmp_path, monkeypatch):
         assert len(calls) == 2
 
 
+OPEN_RUNS = """
+import os, signal, sys
+sys.path[:0] = [{root!r}, {tests!r}]
+from test_track import compose_cfg
+from src.mlops import tracking as track
+cfg = compose_cfg()
+with track.start_run(cfg, "stacking") as run:
+    with track.start_run(cfg, "stacking", tags={{"dataset": "d"}}):
+        print(run.info.run_id, flush=True)
+        {then}
+"""
+
+
+def test_a_process_is_gone_only_when_this_host_knows_it_is(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    tag = store.process_tag(dead.pid)  # while it runs (or a zombie): its start is readable
+    dead.wait()
+    assert store.process_gone(tag)
+    assert not store.process_gone(store.process_tag())  # this process
+    host, pid, start = store.process_tag().rsplit(":", 2)
+    assert store.process_gone(f"{host}:{pid}:{int(start or 0) + 1}") == bool(start)  # the pid used again
+    assert (
+        not store.process_gone(f"another-host:{dead.pid}:1")
+        and not store.process_gone("")
+        and not store.process_gone("x:y:z")
+    )
+
+
+@pytest.mark.slow
+def test_runs_a_killed_process_left_running_are_closed_by_the_next_run(tmp_path, capsys):
+    """Two processes open a parent and a nested run each: one waits, alive; the other is SIGKILLed inside them.
+    The next run into the store closes the killed one's two runs as KILLED, says how many, and leaves the live
+    one's."""
+    import mlflow
+
+    with tracking_store(tmp_path) as uri:
+        env = {**os.environ, **QUIET, "MLFLOW_TRACKING_URI": uri}
+
+        def opened(then: str) -> subprocess.Popen:
+            code = OPEN_RUNS.format(root=str(ROOT), tests=str(ROOT / "tests"), then=then)
+            return subprocess.Popen(
+                [sys.executable, "-c", code],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+
+        alive, killed = opened("sys.stdin.read()"), opened("os.kill(os.getpid(), signal.SIGKILL)")
+        alive_id = alive.stdout.readline().strip()
+        killed.wait(timeout=120)
+        assert killed.returncode == -9
+        client = mlflow.MlflowClient()
+        running = client.search_runs(["0", *[e.experiment_id for e in client.search_experiments()]], "")
+        assert sum(r.info.status == "RUNNING" for r in running) == 4  # two of each process
+        capsys.readouterr()
+        with track.start_run(compose_cfg(), "stacking") as new:
+            pass
+        note = capsys.readouterr().err
+        assert "note: closed 2 MLflow run(s) left RUNNING by a process that is gone, as KILLED" in note
+        runs = {r.info.run_id: r for r in client.search_runs([new.info.experiment_id], "")}
+        closed = [r for r in runs.values() if r.info.status == "KILLED"]
+        assert len(closed) == 2 and all("was gone" in r.data.tags["raim_closed"] for r in closed)
+        assert runs[alive_id].info.status == "RUNNING"  # its process is alive: left as it is
+        alive.communicate("", timeout=120)
+        assert client.get_run(alive_id).info.status == "FINISHED"
+
+
 def test_one_analysis_reads_its_config_and_git_once_for_all_its_runs(tmp_path, monkeypatch):
     """The parent and every child share one reading of the config (its choices, git's commit, the logged
     config): each reading resolves and scans the whole config and asks git twice."""

@@ -10,7 +10,6 @@ Inside RAIM a vote is coded 0 / 1, and an abstention as ``ABSTAIN = 0.5`` (the p
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
 import re
@@ -23,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from src.core.errors import RaimError
+from src.core.textfiles import UnreadableText, normal_id, read_text
 
 ABSTAIN = 0.5
 REQUIRED = ("item_id", "cluster_id", "gold")
@@ -140,17 +140,11 @@ def read_table(path: str | Path) -> pd.DataFrame:
 def _read_csv(path: Path) -> pd.DataFrame:
     """Parse with the csv module: every cell a string (no missing-value guessing), the header as written."""
     try:
-        data = path.read_bytes()
+        text = read_text(path)
     except OSError as e:
         raise VerdictError(f"{path}: cannot read ({e.strerror})") from None
-    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-    try:
-        text = data[bom:].decode("utf-8")
-    except UnicodeDecodeError as e:
-        at = bom + e.start
-        line = data.count(b"\n", 0, at) + 1
-        hint = "it looks like a Parquet file: name it .parquet" if data[:4] == b"PAR1" else "save the table as UTF-8"
-        raise VerdictError(f"{path}: line {line}: byte 0x{data[at]:02x} at offset {at} is not UTF-8 ({hint})") from None
+    except UnreadableText as e:
+        raise VerdictError(f"{path}: {e}") from None
     reader = csv.reader(io.StringIO(text, newline=""))
     header: list[str] | None = None
     records, rows, end = [], [], 0
@@ -237,7 +231,7 @@ def validate(
         raise VerdictError(f"{source}: no judge columns (any column besides {list(META)})")
     rows = df.attrs.get(ROWS_ATTR)
     where = _Where(source, rows if rows is not None and len(rows) == len(df) else range(2, len(df) + 2))
-    ids = _text_col(df, "item_id", where)
+    ids = _text_col(df, "item_id", where).map(normal_id)  # one id however its accents are composed
     dup = ids.duplicated(keep="first").to_numpy()
     if dup.any():
         r = int(np.flatnonzero(dup)[0])
@@ -247,7 +241,7 @@ def validate(
     items = pd.DataFrame(
         {
             "item_id": ids,
-            "cluster_id": _text_col(df, "cluster_id", where),
+            "cluster_id": _text_col(df, "cluster_id", where).map(normal_id),
             "dataset": _text_col(df, "dataset", where) if "dataset" in df else DEFAULT_DATASET,
             "gold": _binary_col(df, "gold", where, allow_empty=False).astype(int),
         }

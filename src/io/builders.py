@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from src.core.errors import RaimError
+from src.core.textfiles import normal_id
 from src.io.hub import HUB
 from src.io.raw import (
     FORMATS,
@@ -63,7 +64,7 @@ def _ident(key: Any) -> str:
         return f"{int(key):05d}"
     if isinstance(key, str) and key.isascii() and key.isdigit() and str(int(key)) == key:
         return f"{int(key):05d}"
-    return hashlib.sha1(str(key).encode("utf-8")).hexdigest()[:12]
+    return hashlib.sha1(normal_id(str(key)).encode("utf-8")).hexdigest()[:12]  # one id however accents compose
 
 
 def pick(options: Sequence[Any], seed: int, key: Any) -> Any:

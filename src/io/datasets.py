@@ -38,6 +38,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from src.core.errors import ArgumentParser, RaimError, one_line
+from src.core.textfiles import normal_id
 from src.io.benchmarks import Registered
 from src.io.builders import BINARY, ITEM_COLUMNS, Builder, DatasetError, Fields, _native, _to_frame
 from src.io.config import Targets, check_keys, load_yaml, refuse_interpolation
@@ -299,11 +300,11 @@ def read_items(path: str | Path) -> pd.DataFrame:
         for col in ITEM_COLUMNS:
             r.raw(col)
         r.label("gold", BINARY)
-        item_id = r.text("item_id")
+        item_id = normal_id(r.text("item_id"))
         if item_id in first:
             raise RawRecordError(r.where, "item_id", f"duplicate value {item_id!r} (first at {first[item_id]})")
         first[item_id] = r.where
-    return _to_frame([dict(r.data) for r in recs])
+    return _to_frame([{**r.data, **{k: normal_id(str(r.data[k])) for k in ("item_id", "cluster_id")}} for r in recs])
 
 
 def summarize(df: pd.DataFrame) -> dict[str, Any]:

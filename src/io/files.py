@@ -4,6 +4,7 @@ values (NaN → null, never an invalid ``NaN`` token), file hashes, and the one 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -40,18 +41,47 @@ def check_regular(path: str | Path, what: str = "a file") -> None:
         raise RaimError(f"{path}: is {kind}, not {what}")
 
 
+class CannotWrite(RaimError, OSError):
+    """A write that failed without naming its file, named (:func:`writing`); an ``OSError`` still, for a caller
+    that catches one."""
+
+
+_NO_ROOM = {
+    errno.ENOSPC: "the disk is full",
+    errno.EFBIG: "the file would pass the file-size limit (ulimit -f)",
+    errno.EDQUOT: "the disk quota is used up",
+}
+
+
+@contextlib.contextmanager
+def writing(path: str | Path, kept: str = "") -> Iterator[None]:
+    """Name ``path`` in an operating-system error of the block that names no file: a write that finds no room
+    says only ``[Errno 28] No space left on device`` or ``[Errno 27] File too large``. It becomes one line
+    ``<path>: cannot be written (<why>)`` plus ``kept`` (what is left as it was); an error naming its file is
+    raised as it is."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        why = _NO_ROOM.get(e.errno or 0, e.strerror or type(e).__name__)
+        raise CannotWrite(f"{path}: cannot be written ({why}){kept}") from e
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """A temporary path beside ``path`` (same suffix) for a writer that takes a path (``savefig``, a CSV writer);
-    renamed onto ``path`` when the block ends, removed if it fails, so the old file survives any failure."""
+    renamed onto ``path`` when the block ends, removed if it fails, so the old file survives any failure (one
+    that names no file names ``path``: :func:`writing`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=f".tmp{path.suffix}")
     os.close(fd)
     try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are shared data
-        os.replace(tmp, path)
+        with writing(path, "; the file there before, if any, is as it was"):
+            yield Path(tmp)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; outputs are shared data
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -76,34 +106,6 @@ def file_lock(path: str | Path, what: str, timeout_s: float = 600.0) -> Iterator
             yield
     except Timeout:
         raise RaimError(f"{what}: {path} stayed locked for {timeout_s:.0f} s (another process holds it)") from None
-
-
-class StrictJSONError(ValueError):
-    """A JSON text that :func:`loads_strict` refuses although :func:`json.loads` reads it; ``msg`` says why."""
-
-    def __init__(self, msg: str):
-        super().__init__(msg)
-        self.msg = msg
-
-
-def unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """An ``object_pairs_hook`` for :func:`json.loads`: the object, or :class:`StrictJSONError` for a key given twice."""
-    obj: dict = {}
-    for k, v in pairs:
-        if k in obj:
-            raise StrictJSONError(f"key {k!r} appears twice in one object")
-        obj[k] = v
-    return obj
-
-
-def loads_strict(text: str | bytes):
-    """:func:`json.loads`, refusing what it would misread silently: an object naming one key twice (json keeps
-    the last value) and nesting deeper than the interpreter can parse (a RecursionError), as
-    :class:`StrictJSONError`; a text that is not JSON raises :class:`json.JSONDecodeError` as before."""
-    try:
-        return json.loads(text, object_pairs_hook=unique_keys)
-    except RecursionError:
-        raise StrictJSONError("nested too deeply to read") from None
 
 
 def jsonable(x):

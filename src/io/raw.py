@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import csv
+import io
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from src.core.errors import RaimError
-from src.io.files import StrictJSONError, check_regular, loads_strict
+from src.core.textfiles import StrictJSONError, UnreadableText, json_lines, loads_strict, normal_id, read_text
+from src.io.files import check_regular
 
 
 class RawFilesMissing(RaimError, FileNotFoundError):
@@ -87,6 +89,10 @@ class Rec:
         if isinstance(value, (int, float)) and value == value:  # not NaN
             return value
         raise self._fail(key, f"expected a string or a number, got {type(value).__name__}")
+
+    def ident(self, key: str) -> str:
+        """An id (:meth:`scalar`) as its text in Unicode normal form C (:func:`src.core.textfiles.normal_id`)."""
+        return normal_id(str(self.scalar(key)).strip())
 
     def joined(self, key: str, sep: str) -> str:
         """A non-empty string, or a list of strings (or a string holding one, as WiCE
@@ -184,27 +190,15 @@ def _nonempty(records: list[Rec], name: str) -> list[Rec]:
     return records
 
 
-def utf8_error(path: Path, name: str) -> RawRecordError | None:
-    """Where a file stops being UTF-8 text (line and byte), or None when it is valid."""
-    data = path.read_bytes()
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
-        return RawRecordError(
-            f"{name} line {line}", None, f"not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
-        )
-    return None
-
-
 @contextlib.contextmanager
 def _readable(path: Path, name: str):
-    """Turn a read failure (bytes that are not UTF-8, a file that is not Parquet) into one clear line."""
+    """Turn a read failure (bytes that are no text :mod:`src.core.textfiles` reads, a file that is not Parquet)
+    into one clear line."""
     check_regular(path, "a data file")
     try:
         yield
-    except UnicodeDecodeError:
-        raise (utf8_error(path, name) or RawRecordError(name, None, "not UTF-8 text")) from None
+    except UnreadableText as e:
+        raise RawRecordError(name if e.line is None else f"{name} line {e.line}", None, e.problem) from None
     except (ValueError, OSError) as e:
         if isinstance(e, (RawRecordError, FileNotFoundError, IsADirectoryError, PermissionError)):
             raise
@@ -215,27 +209,26 @@ def read_jsonl(path: Path, root: Path | None, bad: Duplicates | None = None) -> 
     """JSON Lines with 1-based line numbers in every error. ``bad`` (a dataset's ``on_bad_record: drop``): a line
     that is not a JSON object is added there and skipped instead (the file must still hold one record)."""
     name, out = _rel(path, root), []
-    with _readable(path, name), open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{name} line {n}"
-            try:
-                obj = loads_strict(line)
-                if not isinstance(obj, dict):
-                    raise RawRecordError(where, None, "expected a JSON object")
-            except json.JSONDecodeError as err:
-                problem = RawRecordError(where, None, f"unreadable JSON ({err.msg}, column {err.colno})")
-            except StrictJSONError as err:
-                problem = RawRecordError(where, None, f"unreadable JSON ({err.msg})")
-            except RawRecordError as err:
-                problem = err
-            else:
-                out.append(Rec(obj, where))
-                continue
-            if bad is None:
-                raise problem from None
-            bad.add(str(problem))
+    with _readable(path, name):
+        text = read_text(path)
+    for n, line in json_lines(text):
+        where = f"{name} line {n}"
+        try:
+            obj = loads_strict(line)
+            if not isinstance(obj, dict):
+                raise RawRecordError(where, None, "expected a JSON object")
+        except json.JSONDecodeError as err:
+            problem = RawRecordError(where, None, f"unreadable JSON ({err.msg}, column {err.colno})")
+        except StrictJSONError as err:
+            problem = RawRecordError(where, None, f"unreadable JSON ({err.msg})")
+        except RawRecordError as err:
+            problem = err
+        else:
+            out.append(Rec(obj, where))
+            continue
+        if bad is None:
+            raise problem from None
+        bad.add(str(problem))
     return _nonempty(out, name) if bad is None or not bad.count else out
 
 
@@ -243,8 +236,8 @@ def read_csv(path: Path, root: Path | None, required: Sequence[str]) -> list[Rec
     """CSV with a header; rows numbered from 1 after the header."""
     name = _rel(path, root)
     csv.field_size_limit(2**31 - 1)
-    with _readable(path, name), open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
+    with _readable(path, name):
+        reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
         header = reader.fieldnames or []
         for col in required:  # a dotted path needs its first part
             if col not in header and col.split(".", 1)[0] not in header:
@@ -288,9 +281,9 @@ def read_json(path: Path, root: Path | None, records: str | None = None) -> list
     """A JSON list of records, or an object holding one (``records``: its dotted key);
     records numbered from 1."""
     name = _rel(path, root)
-    with _readable(path, name), open(path, encoding="utf-8") as fh:
+    with _readable(path, name):
         try:
-            doc = loads_strict(fh.read())
+            doc = loads_strict(read_text(path))
         except json.JSONDecodeError as err:
             raise RawRecordError(
                 f"{name} line {err.lineno}", None, f"unreadable JSON ({err.msg}, column {err.colno})"
@@ -322,10 +315,9 @@ def _sniffed(path: Path, fmt: str | None) -> str | None:
     if fmt != "json" or not path.is_file():
         return fmt
     try:
-        with open(path, encoding="utf-8") as fh:
-            lines = (ln.strip() for ln in fh)
-            first = next((ln for ln in lines if ln), "")
-            more = next((ln for ln in lines if ln), "")
+        lines = (ln.strip() for _, ln in json_lines(read_text(path)))
+        first = next(lines, "")
+        more = next(lines, "")
         if not (first.startswith("{") and more.startswith("{")):
             return fmt
         return "jsonl" if isinstance(json.loads(first), dict) else fmt

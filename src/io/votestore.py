@@ -26,6 +26,9 @@ STORE_ENV = "RAIM_MONITOR_STORE"
 
 
 CONFIG_KEY = "monitor_store"
+FAILURE_ENV, FAILURE_KEY = "RAIM_MONITOR_ON_FAILURE", "monitor_on_failure"
+ON_FAILURE = ("answer", "refuse")
+DEFAULT_ON_FAILURE = "answer"
 
 
 _SCHEMA = (
@@ -45,6 +48,21 @@ def store_path(config: Mapping[str, Any] | None = None) -> Path | None:
     ``$RAIM_MONITOR_STORE``; None (recording off) when neither is set or it is empty."""
     value = (config or {}).get(CONFIG_KEY) or os.environ.get(STORE_ENV) or ""
     return Path(value).expanduser() if str(value).strip() else None
+
+
+def on_failure(config: Mapping[str, Any] | None = None) -> str:
+    """What a served model does with a request whose rows its store could not record: ``answer`` (the default:
+    each row says ``monitor: not recorded …``, ``/health`` degrades and counts them) or ``refuse`` (HTTP 503:
+    fail closed). From a panel model's config ``monitor_on_failure``, else ``$RAIM_MONITOR_ON_FAILURE``.
+
+    Answering is the default because the verdict itself is sound when only its record is lost: a full log volume
+    must not take the scoring service down with it, and the loss is counted where an operator looks. Refuse where
+    an unrecorded verdict must not be given at all (an audit trail that is a requirement)."""
+    value = (config or {}).get(FAILURE_KEY) or os.environ.get(FAILURE_ENV) or DEFAULT_ON_FAILURE
+    value = str(value).strip().lower()
+    if value not in ON_FAILURE:
+        raise MonitorError(f"{FAILURE_KEY} / {FAILURE_ENV}: {value!r} is not one of {list(ON_FAILURE)}")
+    return value
 
 
 def connect(path: str | Path) -> sqlite3.Connection:

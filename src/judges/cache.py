@@ -41,8 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from src.core.errors import RaimError
+from src.core.textfiles import StrictJSONError, loads_strict
 from src.core.verdicts import feature_problem
-from src.io.files import StrictJSONError, atomic_path, atomic_write_text, check_regular, loads_strict
+from src.io.files import atomic_path, atomic_write_text, check_regular, writing
 from src.io.paths import dataset_folder
 from src.judges.frames import canonical_hash
 
@@ -248,6 +249,12 @@ class VerdictCache:
             return False
         self.dir.mkdir(parents=True, exist_ok=True)
         line = (json.dumps(rec, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+        with writing(self.path, "; the verdicts written before are kept (a torn last line is cut at the next run)"):
+            return self._append(rec, key, line)
+
+    def _append(self, rec: dict, key: str, line: bytes) -> bool:
+        """Append ``line`` (``rec``, the record of ``key``) under the file's lock, after reading what other writers
+        added; False when one of them had written ``key``."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

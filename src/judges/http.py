@@ -15,8 +15,11 @@ from __future__ import annotations
 import email.utils
 import random
 import time
+import urllib.error
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+
+from src.core.errors import RaimError
 
 T = TypeVar("T")
 
@@ -113,3 +116,32 @@ class RetryPolicy:
                 self.counts["waited_s"] += wait
                 self.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+CONNECTION_ERRORS = ("APIConnectionError", "APITimeoutError")  # the Anthropic client's, by name (imported lazily)
+
+
+def unreachable(member: str, backend: Any, err: BaseException) -> RaimError | None:
+    """One line naming the judge ``member`` and the URL its ``backend`` sends to when ``err`` says the server could
+    not be reached (a refused or dropped connection, a timeout, a name that does not resolve), after the retries;
+    None for any other error. The standard library's own line (``<urlopen error [Errno 111] Connection
+    refused>``) names neither."""
+    reason: Any = (
+        err.reason if isinstance(err, urllib.error.URLError) and not isinstance(err, urllib.error.HTTPError) else err
+    )
+    if isinstance(err, urllib.error.HTTPError) or not (
+        isinstance(err, (urllib.error.URLError, ConnectionError, TimeoutError))
+        or type(err).__name__ in CONNECTION_ERRORS
+    ):
+        return None
+    url = getattr(backend, "base_url", None) or "(the client's default URL)"
+    if isinstance(reason, TimeoutError) or "Timeout" in type(reason).__name__:
+        why = "did not answer in time"
+    elif isinstance(reason, OSError) and reason.strerror:
+        why = reason.strerror.lower()
+    else:
+        why = " ".join(str(reason).split())[:120] or type(reason).__name__
+    return RaimError(
+        f"judge {member}: its server {url} could not be reached ({why}); is the server running, and does the "
+        f"member's base_url name it? (the verdicts already computed are kept in the cache)"
+    )

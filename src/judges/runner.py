@@ -38,7 +38,7 @@ from src.judges.cache import (
 )
 from src.judges.config import BACKENDS, load_roster, member_where, resolve_roster, roster_options
 from src.judges.frames import Frame, load_frames
-from src.judges.http import RetryPolicy
+from src.judges.http import RetryPolicy, unreachable
 
 log = logging.getLogger("raim.judges")
 
@@ -296,11 +296,17 @@ def score_judge(
             meter = Progress(label or name, len(todo), progress)
             t0 = time.perf_counter()
             run = engine or local_scores
-            for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
-                i = todo[j]
-                if cache_of[i].put(finish_record(raw, keys[i], name, recs[i], fr[i], cache_of[i].identity_hash)):
-                    computed += 1
-                meter.update(1)
+            try:
+                for j, raw in run(name, be, backend_cfg, [fr[i] for i in todo], [recs[i] for i in todo]):
+                    i = todo[j]
+                    if cache_of[i].put(finish_record(raw, keys[i], name, recs[i], fr[i], cache_of[i].identity_hash)):
+                        computed += 1
+                    meter.update(1)
+            except Exception as e:
+                err = unreachable(name, be, e)
+                if err is None:
+                    raise
+                raise err from e
             t_compute = time.perf_counter() - t0
             meter.close()
         if backend is None:  # a backend handed in stays open: its owner closes it

@@ -28,8 +28,8 @@ from typing import Any, Literal
 
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
 from src.core.errors import RaimError
+from src.core.textfiles import StrictJSONError, loads_strict
 from src.io.config import build, check_keys
-from src.io.files import StrictJSONError, unique_keys
 from src.judges.config import check_roster
 from src.judges.frames import check_frame
 
@@ -165,9 +165,7 @@ def parse(data: bytes, where: str) -> tuple[ModelDocument, StackedLogit]:
     if len(data) > MAX_BYTES:
         raise ModelRefused(f"{where}: {len(data):,} bytes, over the {MAX_BYTES:,} a RAIM model document may hold")
     try:
-        raw = json.loads(data.decode("utf-8"), object_pairs_hook=unique_keys, parse_constant=_no_constant)
-    except RecursionError:
-        raise ModelRefused(f"{where}: not a RAIM model document (nested too deeply)") from None
+        raw = loads_strict(data.decode("utf-8"))  # the one strict JSON reader: no key twice, no NaN, bounded depth
     except (UnicodeDecodeError, StrictJSONError, json.JSONDecodeError) as e:
         raise ModelRefused(f"{where}: not a RAIM model document ({' '.join(str(e).split())[:200]})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
@@ -184,10 +182,6 @@ def parse(data: bytes, where: str) -> tuple[ModelDocument, StackedLogit]:
     except RaimError as e:  # a key or a value the document's checks refuse (a ConfigError)
         raise ModelRefused(str(e)) from None
     return doc, stacker
-
-
-def _no_constant(name: str) -> None:
-    raise StrictJSONError(f"a bare {name}, which is not JSON")
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import re
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,16 +39,17 @@ import yaml
 from src.core.errors import ArgumentParser, RaimError, one_line, one_line_message
 from src.core.injection import flag_column
 from src.core.priorshift import PrevalenceError, parse_setting, served
+from src.core.textfiles import StrictJSONError, loads_strict, normal_id
 from src.core.verdicts import ABSTAIN
-from src.io.files import StrictJSONError, unique_keys
 from src.io.flagstore import record_flags_from
 from src.io.modules import closure
 from src.io.paths import CONF_DIR, PACKAGE_DIR, ROOT
-from src.io.votestore import record_from
+from src.io.votestore import DEFAULT_ON_FAILURE, FAILURE_ENV, ON_FAILURE, on_failure, record_from, store_path
 from src.judges.cache import item_content_hash
 from src.judges.config import resolve_roster
 from src.judges.runner import verdict_table
 from src.mlops import artifact
+from src.mlops.limits import MIB, Disconnected, Limits, RequestRefused, read_body, reply, timed_protocol
 from src.mlops.redact import persistable, resolved
 
 SCORED_CACHE = ROOT / "verdicts" / "scored"  # new items' verdicts: not the committed benchmark cache (a DVC dependency)
@@ -159,6 +161,14 @@ def _invalid(e: InputError):
     return MlflowException(str(e), error_code=INVALID_PARAMETER_VALUE)
 
 
+def _unavailable(message: str):
+    """An MLflow error the scoring server answers with HTTP 503 and this one line."""
+    from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
+    from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE  # imported here, not at start-up: mlflow ~1.8 s
+
+    return MlflowException(message, error_code=TEMPORARILY_UNAVAILABLE)
+
+
 def run_decision(decision: Mapping[str, Any] | None) -> dict | None:
     """The deployment decision of the run that fitted a stacker (:mod:`src.core.decide`: ``action`` panel /
     single / none, its ``label`` and ``reason``), as a model carries it; None when unknown."""
@@ -200,14 +210,101 @@ class StackerModel(mlflow.pyfunc.PythonModel):
         self.columns = list(columns)
         self.decision = run_decision(decision)
 
+    def __getstate__(self) -> dict:
+        return persistent_state(self)
+
     def predict(self, context, model_input, params: dict[str, Any] | None = None) -> pd.DataFrame:
         try:
             X = vote_matrix(model_input, self.columns, self.stacker.n_votes)
         except InputError as e:
             raise _invalid(e) from None
         out = stacked_output(self.stacker, X, (params or {}).get("prevalence"))
-        record_votes(params, "stacker", self.columns, X, self.stacker.n_votes, out)
+        why = record_votes(params, "stacker", self.columns, X, self.stacker.n_votes, out)
+        out = monitored(self, params, out, why)
         return mark_decision(out, getattr(self, "decision", None))  # a model pickled before it carried one: None
+
+
+TRANSIENT = ("_live_roster", "_monitor_health")  # a model's per-process state, never pickled
+
+
+def persistent_state(model) -> dict:
+    """A served model's attributes as pickled: without its :data:`TRANSIENT` state (a resolved secret, the
+    monitor's counts of this process)."""
+    return {k: v for k, v in model.__dict__.items() if k not in TRANSIENT}
+
+
+class MonitorHealth:
+    """What a served model's monitor recorded in this process: rows recorded and not recorded, requests whose
+    rows were lost, the last failure and whether the last attempt failed (:meth:`doc`: what ``/health``
+    answers). Thread-safe: MLflow's server predicts in worker threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.store: str | None = None
+        self.recorded = self.unrecorded = self.failed_requests = 0
+        self.last_error: str | None = None
+        self.failing = False
+
+    def note(self, store: Path, rows: int, why: str | None) -> None:
+        with self.lock:
+            self.store, self.failing = str(store), why is not None
+            if why is None:
+                self.recorded += rows
+            else:
+                self.unrecorded += rows
+                self.failed_requests += 1
+                self.last_error = why
+
+    def doc(self, config: Mapping[str, Any] | None = None) -> dict:
+        """``status`` ("ok", "degraded": the last recording failed; "off": no store named) and the counts."""
+        path = store_path(config)
+        with self.lock:
+            status = "off" if path is None else "degraded" if self.failing else "ok"
+            return {
+                "status": status,
+                "store": str(path) if path is not None else None,
+                "on_failure": on_failure(config),
+                "recorded_rows": self.recorded,
+                "unrecorded_rows": self.unrecorded,
+                "failed_requests": self.failed_requests,
+                "last_error": self.last_error,
+            }
+
+
+_HEALTH_LOCK = threading.Lock()
+
+
+def monitor_health(model) -> MonitorHealth:
+    """``model``'s :class:`MonitorHealth` in this process (created at its first use)."""
+    with _HEALTH_LOCK:
+        if not isinstance(model.__dict__.get("_monitor_health"), MonitorHealth):
+            model.__dict__["_monitor_health"] = MonitorHealth()
+        return model.__dict__["_monitor_health"]
+
+
+def monitored(model, config: Mapping[str, Any] | None, out: pd.DataFrame, why: str | None) -> pd.DataFrame:
+    """``out`` after the monitor's attempt to record its rows (``why``: why they were not recorded, None when
+    they were or recording is off), counted in the model's :class:`MonitorHealth`. Rows not recorded: under
+    ``monitor_on_failure: answer`` (the default) each output row says so in a ``monitor`` column; under
+    ``refuse`` the request fails with HTTP 503 (:func:`src.io.votestore.on_failure`)."""
+    path = store_path(config)
+    if path is None:
+        return out
+    monitor_health(model).note(path, len(out), why)
+    if why is None:
+        return out
+    if on_failure(config) == "refuse":
+        raise _unavailable(
+            f"monitor store {path}: the {len(out)} row(s) of this request could not be recorded ({why}); this "
+            "server answers only what it records (monitor_on_failure: refuse)"
+        )
+    out["monitor"] = f"not recorded: {why}"
+    return out
+
+
+def failure_line(e: BaseException) -> str:
+    """Why a recording failed, in one line: the exception's type and message."""
+    return f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
 
 
 def record_votes(
@@ -218,11 +315,11 @@ def record_votes(
     n_votes: int | None,
     out: pd.DataFrame,
     item_ids: list | None = None,
-) -> None:
+) -> str | None:
     """Live monitoring (:mod:`src.studies.monitor`): the scored items' member votes (never the text) and
     the stacker's p(hallucinated) as fitted (before any prevalence correction) go to the store named by the panel
     model's config ``monitor_store`` or ``$RAIM_MONITOR_STORE``; off when neither is set. A failure to record is
-    logged, never raised: it must not fail the prediction."""
+    logged and returned (why, in one line), never raised here: :func:`monitored` decides what the answer says."""
 
     k = len(columns) if n_votes is None else n_votes
     try:
@@ -235,10 +332,12 @@ def record_votes(
             item_ids,
             out.attrs.get("train_prevalence"),
         )
-    except Exception as e:  # noqa: BLE001 - recording is best effort by contract
+    except Exception as e:  # noqa: BLE001 - a failure to record is counted and answered by `monitored`
         logging.getLogger("raim.serve").warning(
             "monitor: votes of %d item(s) not recorded (%s: %s)", len(X), type(e).__name__, e
         )
+        return failure_line(e)
+    return None
 
 
 class PanelModel(mlflow.pyfunc.PythonModel):
@@ -291,7 +390,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         return self._live_roster
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_live_roster"}  # never pickle a resolved key
+        return persistent_state(self)  # never pickle a resolved key
 
     def items(self, frame: pd.DataFrame) -> pd.DataFrame:
 
@@ -312,7 +411,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
                 df[c] = ""
             df[c] = df[c].fillna("").astype(str)
         ids = [f"item-{item_content_hash(r)}" for r in df[["question", "evidence", "candidate"]].to_dict("records")]
-        df["item_id"] = df["item_id"].fillna(pd.Series(ids)).astype(str) if "item_id" in df else ids
+        df["item_id"] = df["item_id"].fillna(pd.Series(ids)).astype(str).map(normal_id) if "item_id" in df else ids
         df["frame"] = df["frame"].fillna(self.default_frame) if "frame" in df else self.default_frame
         df["dataset"] = df["dataset"].fillna("served") if "dataset" in df else "served"
         df["cluster_id"] = df["item_id"]
@@ -348,19 +447,22 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         out = stacked_output(self.stacker, X, cfg.get("prevalence"))
         cached = table.attrs.get("cached", {})
         out["uncached"] = [",".join(m for m in cached if not cached[m][i]) for i in range(len(out))]
-        record_votes(cfg, "panel", self.columns, X, self.stacker.n_votes, out, items["item_id"].tolist())
+        why = record_votes(cfg, "panel", self.columns, X, self.stacker.n_votes, out, items["item_id"].tolist())
         out["injection_flag"], out["injection_reasons"] = flag_column(items.to_dict("records"))
-        record_injection_flags(cfg, items["item_id"].tolist(), out)
-        out = mark_decision(out, getattr(self, "decision", None))
+        why = record_injection_flags(cfg, items["item_id"].tolist(), out) if why is None else why
+        out = mark_decision(monitored(self, cfg, out, why), getattr(self, "decision", None))
         return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
 
 
-def record_injection_flags(config: Mapping[str, Any] | None, item_ids: list, out: pd.DataFrame) -> None:
-    """The items' injection flags to the monitor's store (:mod:`src.io.flagstore`), best effort as the votes."""
+def record_injection_flags(config: Mapping[str, Any] | None, item_ids: list, out: pd.DataFrame) -> str | None:
+    """The items' injection flags to the monitor's store (:mod:`src.io.flagstore`), as the votes
+    (:func:`record_votes`: why not, or None)."""
     try:
         record_flags_from(config, "panel", item_ids, out["injection_flag"].tolist(), out["injection_reasons"].tolist())
-    except Exception as e:  # noqa: BLE001 - recording is best effort by contract
+    except Exception as e:  # noqa: BLE001 - a failure to record is counted and answered by `monitored`
         logging.getLogger("raim.serve").warning("monitor: injection flags not recorded (%s: %s)", type(e).__name__, e)
+        return failure_line(e)
+    return None
 
 
 def check_item_cells(df: pd.DataFrame, frames: Mapping[str, Any]) -> None:
@@ -602,16 +704,35 @@ def pyfunc_model(inner: StackerModel | PanelModel):
         _PythonModelPyfuncWrapper,
     )
 
-    n_votes = inner.stacker.n_votes or len(inner.columns)
-    if isinstance(inner, StackerModel):
-        signature = stacker_signature(inner.columns, inner.stacker.n_votes)
-    else:
-        signature = panel_signature(inner.columns, n_votes)
+    signature = model_signature(inner)
     context = PythonModelContext(artifacts={}, model_config=getattr(inner, "config", {}))
     if isinstance(inner, PanelModel):
         inner.load_context(context)
     meta = Model(signature=signature)
     return mlflow.pyfunc.PyFuncModel(meta, _PythonModelPyfuncWrapper(inner, context, signature))
+
+
+def model_signature(inner: StackerModel | PanelModel):
+    """The signature RAIM derives for a stacker or a panel model (its columns and votes)."""
+    if isinstance(inner, StackerModel):
+        return stacker_signature(inner.columns, inner.stacker.n_votes)
+    return panel_signature(inner.columns, inner.stacker.n_votes or len(inner.columns))
+
+
+def save_model(inner: StackerModel | PanelModel, folder: str | Path) -> Path:
+    """``inner`` as a local MLflow model folder with its document (:mod:`src.mlops.artifact`): a folder
+    ``python -m src.serve model`` and ``src.predict`` read by its ``--model-uri`` (a panel's ``config`` goes into the
+    document)."""
+    with _pins_from_this_environment(), tempfile.TemporaryDirectory() as tmp:
+        doc = artifact.write(document_of(inner), tmp)
+        mlflow.pyfunc.save_model(
+            folder,
+            python_model=inner,
+            artifacts={"raim_model": str(doc)},
+            signature=model_signature(inner),
+            pip_requirements=pip_requirements(),
+        )
+    return Path(folder)
 
 
 def stacker_signature(columns: list[str], n_votes: int | None = None):
@@ -715,23 +836,40 @@ REQUEST_KEYS = ("dataframe_records", "dataframe_split", "inputs", "instances")
 JSON_TYPE, CSV_TYPE, PARQUET_TYPE = "application/json", "text/csv", "application/vnd.apache.parquet"
 
 
-def _no_constant(name: str):
-    raise InputError(f"the request holds a bare {name}, which is not JSON (an abstention is null)")
-
-
 def request_rows(body: bytes) -> list:
     """The rows of an MLflow JSON scoring request (``dataframe_records``, ``dataframe_split``, ``inputs`` /
     ``instances`` as records or columns). Anything else is an :class:`InputError`: a body that is not JSON (a bare
     ``NaN`` or ``Infinity`` included: it is no abstention), a key given twice, rows of unnamed values (a list of
     lists, a scalar), or none of those keys."""
-    return _rows(_payload(body))
+    return checked_text(_rows(_payload(body)))
+
+
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def checked_text(rows: list) -> list:
+    """``rows`` when no column name or text cell holds a lone surrogate (a JSON ``\\ud800`` escape of half a
+    UTF-16 pair, which is no character: no judge, cache or store can encode it), else an :class:`InputError`
+    naming the row and the column."""
+    for r, row in enumerate(rows, 1):
+        if not isinstance(row, Mapping):
+            continue
+        for key, value in row.items():
+            for what, text in (("its name", key), ("its value", value)):
+                found = SURROGATE.search(text) if isinstance(text, str) else None
+                if found:
+                    raise InputError(
+                        f"row {r}: column {str(key)[:40]!r}: {what} holds a lone surrogate "
+                        f"U+{ord(found.group()):04X} (half of a UTF-16 pair, not a character)"
+                    )
+    return rows
 
 
 def _payload(body: bytes) -> dict:
     try:
-        payload = json.loads(body, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except RecursionError:
-        raise InputError("the request body is nested too deeply to read") from None
+        payload = loads_strict(body)
+    except StrictJSONError as e:  # a key given twice, a bare NaN / Infinity, nesting too deep
+        raise InputError(f"the request body: {e.msg}") from None
     except UnicodeDecodeError:
         raise InputError("the request body is not UTF-8 text") from None
     except json.JSONDecodeError as e:
@@ -741,7 +879,21 @@ def _payload(body: bytes) -> dict:
             f"a request is a JSON object with one of {list(REQUEST_KEYS)}, got "
             f"{'keys ' + str(sorted(payload))[:80] if isinstance(payload, dict) else type(payload).__name__}"
         )
+    given = [k for k in payload if k in REQUEST_KEYS]
+    unknown = [k for k in payload if k not in (*REQUEST_KEYS, "params")]
+    if unknown or len(given) > 1:
+        raise InputError(
+            f"the request: {'unknown top-level key(s) ' + _shown(unknown) if unknown else 'rows given twice'} "
+            f"({_shown(given + unknown)}); a request holds exactly one of {list(REQUEST_KEYS)} and optionally "
+            "'params'"
+        )
     return payload
+
+
+def _shown(keys: list, most: int = 5) -> str:
+    """Key names for a one-line message: each clipped, at most ``most`` of them."""
+    names = [repr(str(k)[:40]) for k in keys[:most]]
+    return "[" + ", ".join(names) + (f", … {len(keys) - most} more" if len(keys) > most else "") + "]"
 
 
 def _rows(payload: dict) -> list:
@@ -753,6 +905,13 @@ def _rows(payload: dict) -> list:
         if not isinstance(split, dict) or not isinstance(split.get("data"), list):
             raise InputError("dataframe_split needs 'columns' and 'data' (a list of rows)")
         cols = list(split.get("columns") or [])
+        twice = next((c for i, c in enumerate(cols) if c in cols[:i]), None)
+        if twice is not None:
+            at = [i + 1 for i, c in enumerate(cols) if c == twice]
+            raise InputError(
+                f"dataframe_split: column {str(twice)[:40]!r} appears {len(at)} times (columns "
+                f"{', '.join(map(str, at))}): each column is named once"
+            )
         for r, row in enumerate(split["data"], 1):
             if not isinstance(row, list) or len(row) != len(cols):
                 raise InputError(
@@ -779,13 +938,6 @@ def _rows(payload: dict) -> list:
     )
 
 
-def _unique_keys(pairs: list) -> dict:
-    try:
-        return unique_keys(pairs)
-    except StrictJSONError as e:
-        raise InputError(f"the request body: {e.msg}") from None
-
-
 def request_input(body: bytes, content_type: str | None, schema=None) -> tuple[list | None, dict]:
     """(rows, params) of a scoring request as MLflow's server would read it: JSON (:func:`request_rows`, and its
     ``params``), CSV or Parquet (parsed by MLflow's own readers, with the model's input ``schema``). Rows None: a
@@ -798,7 +950,7 @@ def request_input(body: bytes, content_type: str | None, schema=None) -> tuple[l
     if mime == JSON_TYPE:
         payload = _payload(body)
         params = payload.get("params") or {}
-        return _rows(payload), params if isinstance(params, dict) else {"": params}
+        return checked_text(_rows(payload)), params if isinstance(params, dict) else {"": params}
     if mime not in (CSV_TYPE, PARQUET_TYPE):
         return None, {}
     try:
@@ -831,28 +983,42 @@ def check_params(params: Mapping[str, Any]) -> None:
 class StrictInputs:
     """ASGI wrapper of MLflow's scoring app: a request to ``/invocations`` whose rows (JSON, CSV or Parquet) or
     parameters break the model's input contract gets HTTP 400 with one line, before MLflow reads it (MLflow would
-    drop an unknown column and answer 200). Every valid request goes to MLflow's app unchanged; an error it
-    answers is cut to one line (:class:`_OneLineErrors`: no input dump, no stack trace in the answer)."""
+    drop an unknown column and answer 200). Every valid request goes to MLflow's app as sent (a numeric
+    ``prevalence`` as its text: :func:`text_params`); an error it answers is cut to one line
+    (:class:`_OneLineErrors`: no input dump, no stack trace in the answer).
 
-    def __init__(self, app, check, schema=None):
+    Every request's body is read within ``limits`` (:func:`src.mlops.limits.read_body`: 408 / 413, one line, the
+    connection closed). ``GET /ping`` and ``/health`` answer the model's monitor (``health``: a function returning
+    :meth:`MonitorHealth.doc`): ``/ping`` always 200 (the process answers), ``/health`` 503 while the last
+    recording failed."""
+
+    def __init__(self, app, check, schema=None, limits: Limits | None = None, health=None):
         self.app, self.check, self.schema = app, check, schema
+        self.limits, self.health = limits or Limits(), health
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] != "/invocations" or scope["method"] != "POST":
+        if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        body, more = b"", True
-        while more:
-            msg = await receive()
-            body += msg.get("body", b"")
-            more = msg.get("more_body", False)
-        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").decode("latin-1")
         try:
-            rows, params = request_input(body, ctype, self.schema)
-            if rows is not None:
-                self.check(rows)
-                check_params(params)
-        except RaimError as e:  # InputError, PrevalenceError
-            return await _reply(send, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": one_line_message(e)})
+            body = await read_body(receive, scope.get("headers"), self.limits)
+        except RequestRefused as e:
+            return await reply(send, e.status, {"error_code": e.code, "message": e.message}, close=True)
+        except Disconnected:
+            return None
+        if scope["method"] == "GET" and scope["path"] in ("/ping", "/health") and self.health is not None:
+            doc = {"model": "loaded", "monitor": self.health()}
+            degraded = doc["monitor"]["status"] == "degraded"
+            return await reply(send, 503 if degraded and scope["path"] == "/health" else 200, doc)
+        if scope["path"] == "/invocations" and scope["method"] == "POST":
+            ctype = dict(scope.get("headers") or []).get(b"content-type", b"").decode("latin-1")
+            try:
+                rows, params = request_input(body, ctype, self.schema)
+                if rows is not None:
+                    self.check(rows)
+                    check_params(params)
+                    body = text_params(body, params)
+            except RaimError as e:  # InputError, PrevalenceError
+                return await reply(send, 400, {"error_code": "INVALID_PARAMETER_VALUE", "message": one_line_message(e)})
         replayed = False
 
         async def replay():
@@ -863,6 +1029,19 @@ class StrictInputs:
             return await receive()
 
         await self.app(scope, replay, _OneLineErrors(send))
+
+
+def text_params(body: bytes, params: Mapping[str, Any]) -> bytes:
+    """The JSON request ``body`` with a numeric ``prevalence`` written as its text: MLflow types the parameter as a
+    string (:func:`inference_params`) and would refuse ``0.1`` with its own type error, where RAIM reads
+    ``0.1`` and ``"0.1"`` alike (:func:`src.core.priorshift.parse_setting`, already checked). Any other body as
+    sent."""
+    value = params.get("prevalence")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return body
+    payload = json.loads(body)
+    payload["params"]["prevalence"] = repr(float(value))
+    return json.dumps(payload).encode()
 
 
 class _OneLineErrors:
@@ -890,7 +1069,7 @@ class _OneLineErrors:
         if not isinstance(doc, dict):
             text = " ".join(self.body.decode("utf-8", "replace").split())[:400]
             doc = {"error_code": "BAD_REQUEST", "message": text}
-        return await _reply(self.send, self.start["status"], one_line_error(doc))
+        return await reply(self.send, self.start["status"], one_line_error(doc))
 
 
 def one_line_error(doc: dict) -> dict:
@@ -908,19 +1087,6 @@ def one_line_error(doc: dict) -> dict:
     return {"error_code": str(doc.get("error_code", "BAD_REQUEST")), "message": msg[:500] or "scoring failed"}
 
 
-async def _reply(send, status: int, doc: dict) -> None:
-
-    data = json.dumps(doc).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": data})
-
-
 def input_check(inner):
     """The row check of a loaded RAIM model (a stacker's votes, or a panel's item columns)."""
     kind = type(inner).__name__  # by name: under `python -m src.serve` this module is __main__, not src.serve
@@ -931,15 +1097,14 @@ def input_check(inner):
     raise RaimError(f"not a RAIM model ({type(inner).__name__}); serve it with `mlflow models serve`")
 
 
-def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> None:
-    """MLflow's scoring server (same routes and JSON) for a RAIM model, with :class:`StrictInputs` in front."""
+def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001, limits: Limits | None = None) -> None:
+    """MLflow's scoring server (same routes and JSON) for a RAIM model, with :class:`StrictInputs` in front and
+    uvicorn's protocol timing each request's headers (:mod:`src.mlops.limits`)."""
     import uvicorn  # imported here, not at start-up: the server stack
-    from mlflow.pyfunc import scoring_server  # imported here, not at start-up: mlflow ~1.8 s
 
+    limits = limits or Limits()
     inner = load_model(model_uri)  # its document, checked: nothing in the model folder is unpickled or imported
-    model = pyfunc_model(inner)
-    schema = model.metadata.get_input_schema()
-    app = StrictInputs(scoring_server.init(model), input_check(inner), schema)
+    app = strict_app(pyfunc_model(inner), limits)
     warning = decision_warning(getattr(inner, "decision", None))
     if warning:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
@@ -950,7 +1115,28 @@ def serve_model(model_uri: str, host: str = "127.0.0.1", port: int = 5001) -> No
             if self.started:  # bound and listening: the one line a user (or a script) waits for
                 print(ready_line(model_uri, host, port, inner), flush=True)
 
-    _Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+    _Server(server_config(app, host, port, limits)).run()
+
+
+def strict_app(model, limits: Limits | None = None) -> StrictInputs:
+    """A loaded pyfunc ``model`` behind MLflow's scoring app and :class:`StrictInputs` (its input check, schema,
+    ``limits`` and its monitor's health). The monitor's setting is checked here: a bad one stops the start."""
+    from mlflow.pyfunc import scoring_server  # imported here, not at start-up: mlflow ~1.8 s
+
+    inner = model.unwrap_python_model()
+    config = getattr(inner, "config", None)
+    on_failure(config)
+    schema = model.metadata.get_input_schema() if model.metadata else None
+    health = lambda: monitor_health(inner).doc(config)  # noqa: E731 - read at each request
+    return StrictInputs(scoring_server.init(model), input_check(inner), schema, limits or Limits(), health)
+
+
+def server_config(app, host: str, port: int, limits: Limits):
+    """uvicorn's configuration for ``app``: the header-timed HTTP/1.1 protocol (:func:`src.mlops.limits.timed_protocol`)
+    and no access log."""
+    import uvicorn  # imported here, not at start-up: the server stack
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", http=timed_protocol(limits.header_timeout_s))
 
 
 def ready_line(model_uri: str, host: str, port: int, inner) -> str:
@@ -976,9 +1162,26 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--model-uri", required=True)
     m.add_argument("--host", default="127.0.0.1")
     m.add_argument("--port", type=int, default=5001)
+    d = Limits()
+    m.add_argument("--header-timeout", type=float, default=d.header_timeout_s, help="seconds to send the headers")
+    m.add_argument("--body-timeout", type=float, default=d.body_timeout_s, help="seconds to send the body")
+    m.add_argument("--max-body-mb", type=float, default=d.max_body_bytes / MIB, help="the largest body (MiB)")
+    m.add_argument(
+        "--monitor-on-failure",
+        choices=ON_FAILURE,
+        default=None,
+        help=f"rows the monitor store could not record: answer (and say so) or refuse (503); default "
+        f"${FAILURE_ENV}, else {DEFAULT_ON_FAILURE}",
+    )
     a = ap.parse_args(argv)
+    if a.monitor_on_failure:
+        os.environ[FAILURE_ENV] = a.monitor_on_failure
     try:
-        serve_model(a.model_uri, a.host, a.port)
+        limits = Limits(a.header_timeout, a.body_timeout, int(a.max_body_mb * MIB))
+    except ValueError as e:
+        ap.error(str(e))
+    try:
+        serve_model(a.model_uri, a.host, a.port, limits)
         return 0
     except MlflowException as e:
         raise RaimError(f"{a.cmd}: {e.message}") from e

@@ -44,7 +44,16 @@ from src.io.files import sha256_file, sha256_tree, to_json
 from src.io.paths import ROOT
 from src.judges.cache import dataset_folder
 from src.mlops.redact import scrub, scrub_text
-from src.mlops.store import quiet_mlflow, setup, store_errors, store_failure, tracking_uri
+from src.mlops.store import (
+    PROCESS_TAG,
+    close_orphans,
+    process_tag,
+    quiet_mlflow,
+    setup,
+    store_errors,
+    store_failure,
+    tracking_uri,
+)
 from src.studies.checked import check_config
 
 PARENT_ENV = "RAIM_MLFLOW_PARENT_RUN_ID"
@@ -235,8 +244,12 @@ def start_run(
     base = context.tags(kind) if context is not None else base_tags(cfg, kind)
     all_tags = {**base, **{k: str(v) for k, v in (tags or {}).items()}}
     all_tags = scrub(all_tags)  # key-aware: git_commit and *_sha256 keep their hashes
+    all_tags[PROCESS_TAG] = process_tag()  # a run this process leaves RUNNING is closed by the next one
     active = mlflow.active_run()
     swept = sweep_job_overrides() if kind != "sweep" else ""
+    if active is None:
+        with store_errors(tracking_uri(cfg)):
+            close_orphans(tracking_uri(cfg))
     kwargs: dict[str, Any] = {
         "experiment_id": exp_id,
         "tags": all_tags,

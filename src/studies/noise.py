@@ -46,7 +46,6 @@ kind ``noise``.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -232,12 +231,9 @@ def _jsonl_native(path: Path, item_ids: np.ndarray) -> dict[str, np.ndarray]:
     """TRIVIA+'s noisy columns of a dataset's jsonl (:func:`src.io.datasets.read_items`), aligned on ``item_ids``."""
     if not path.is_file():
         return {}
-    with path.open(encoding="utf-8") as f:
-        first = json.loads(f.readline() or "{}")
-    if not any(k.startswith(NATIVE_PREFIX) for k in first):
+    items = read_items(path).set_index("item_id")  # the one reader of a dataset's items
+    if not any(str(k).startswith(NATIVE_PREFIX) for k in items.columns):
         return {}
-
-    items = read_items(path).set_index("item_id")
     out = {}
     for col in [c for c in items.columns if c.startswith(NATIVE_PREFIX) and c[len(NATIVE_PREFIX) :] in TYPES]:
         missing = [i for i in item_ids if i not in items.index]

@@ -56,6 +56,7 @@ from src.core import drift, priorshift, rates
 from src.core.evaluate import kappa
 from src.core.ladder import dataset_folds
 from src.core.rates import RateError
+from src.core.textfiles import normal_id
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
 from src.io.files import atomic_write_text, to_json
@@ -74,6 +75,11 @@ FEW_POSITIVES = 5  # fewer labelled items of a class than this: the normal inter
 ESTIMAND = (
     "θ = the share of hallucinated items in the traffic the pool was drawn from (the pool's own share "
     "lies inside the interval at least as often)"
+)
+NO_CLUSTERS = (
+    "the pool has no cluster_id: every item is taken as its own cluster; items that share a conversation or a "
+    "document make the intervals too narrow then (carry cluster_id in the pool: src.predict copies an items "
+    "file's cluster_id to its output)"
 )
 STATUS = ("not drawn", "proposed", "labelled")  # a pool item's place in a proposal; "labelled" = π 1
 
@@ -138,7 +144,7 @@ def _prob(rec: Rec, key: str) -> float | None:
 
 
 def _item_id(rec: Rec) -> str:
-    return str(rec.scalar("item_id")).strip()
+    return rec.ident("item_id")
 
 
 def read_pool(
@@ -212,7 +218,7 @@ def _table_columns(path: Path, segment: str | None, need_ts: bool):
         p.append(np.nan if v is None else v)
         if has_cluster:
             c = rec.raw("cluster_id")
-            clusters.append(f"item:{i}" if _blank(c) else str(c))
+            clusters.append(f"item:{i}" if _blank(c) else normal_id(str(c)))
         if segment is not None:
             s = rec.raw(segment)
             seg.append("(none)" if _blank(s) else str(s))
@@ -270,7 +276,7 @@ def _store_columns(path: Path, model: str | None):
     except (ValueError, TypeError):
         raise RateError(f"{path}: first row: field 'votes': not a JSON object") from None
     stream = votestore.read_store(path, members, model)
-    ids = [f"#{k}" if i is None else str(i) for k, i in enumerate(stream.item_ids)]
+    ids = [f"#{k}" if i is None else normal_id(str(i)) for k, i in enumerate(stream.item_ids)]
     seen: set[str] = set()
     for i in ids:
         if i in seen:
@@ -544,6 +550,7 @@ def estimate(
             "imputed_p": pool.imputed,
             "clusters": None if pool.clusters is None else int(len(set(pool.clusters))),
             "train_prevalence": pool.train_prevalence,
+            "warnings": [] if pool.clusters is not None else [NO_CLUSTERS],
         },
         "estimand": ESTIMAND
         if labeller is None
@@ -581,6 +588,7 @@ def text_table(doc: dict) -> str:
             f"note: {doc['pool']['imputed_p']} item(s) without a p (every member abstained) take p = "
             f"{IMPUTED_P} (a fixed predictor value: the estimates stay valid)"
         )
+    extra += [f"warning: {w}" for w in doc["pool"].get("warnings", [])]
     st = labeller_statement(doc)
     return "\n".join(lines + extra + ([f"note: {st}"] if st else []) + [f"estimand: {doc['estimand']}"])
 
