@@ -447,10 +447,22 @@ def test_aggregation_against_an_attack_that_flips_one_member(synthetic):
 
 
 def test_study_settings_are_checked():
-    base = {"attacks": ["instruction"], "n_items": 40, "n_boot": 100, "level": 0.95, "datasets": ["medhallu"]}
+    base = {
+        "attacks": ["instruction"],
+        "n_items": 40,
+        "n_boot": 100,
+        "level": 0.95,
+        "datasets": ["medhallu"],
+        "heldout_draws": 1,
+        "defence": "escalate",
+        "max_weight_share": 0.34,
+    }
     study.check_settings(base)
     for bad, msg in (
         ({"attacks": ["nope"]}, r"injection.attacks=\['nope'\]"),
+        ({"heldout_draws": -1}, r"injection.heldout_draws=-1: must be an integer ≥ 0"),
+        ({"defence": "pray"}, r"injection.defence='pray': must be one of \['escalate', 'immune', 'off'\]"),
+        ({"max_weight_share": 0}, r"injection.max_weight_share=0: must be in \(0, 1\]"),
         ({"n_items": 4}, r"injection.n_items=4: must be an integer ≥ 10"),
         ({"level": 1.5}, r"injection.level=1.5"),
         ({"datasets": []}, "injection.datasets: empty"),

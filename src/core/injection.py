@@ -35,6 +35,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from src.core.verdicts import ABSTAIN
+
 # ------------------------------------------------------------------------------------------------ the attacks
 
 ATTACKS = (
@@ -252,6 +256,96 @@ def attacked(items: Iterable[Mapping[str, Any]], kinds: Sequence[str] = ATTACKS,
     return [attack(it, k, seed) for it in items for k in kinds]
 
 
+# ------------------------------------------------------------------------------------------------ written attacks
+
+PLACEMENTS = ("end", "split")
+PLANTED_FIELDS = ("candidate", "evidence", "question")
+
+
+@dataclass(frozen=True)
+class WrittenAttack:
+    """One attack of a set written apart from :data:`ATTACKS` (data/injection/*.jsonl): its text goes into
+    ``field`` — appended (``at="end"``), or ``head`` before the field's text and ``text`` after it (``"split"``)."""
+
+    id: str
+    kind: str
+    field: str
+    at: str
+    text: str
+    head: str | None
+    source: str
+
+
+def written_attack(rec: Mapping[str, Any], where: str) -> WrittenAttack:
+    """An attack-set entry (``id``, ``class``, ``field``, ``at``, ``text``, ``head`` for a split, ``source``),
+    checked: an unknown key, a missing or empty text, a field or placement RAIM does not plant is an
+    :class:`InjectionError` naming ``where`` and the key."""
+    known = {"id", "class", "field", "at", "text", "head", "source"}
+    unknown = sorted(set(rec) - known)
+    if unknown:
+        raise InjectionError(f"{where}: unknown key(s) {unknown} (an attack has {sorted(known)})")
+    for key in ("id", "class", "field", "at", "text", "source"):
+        if not isinstance(rec.get(key), str) or not rec[key].strip():
+            raise InjectionError(f"{where}: field {key!r}: a non-empty string is required")
+    if rec["field"] not in PLANTED_FIELDS:
+        raise InjectionError(f"{where}: field 'field': {rec['field']!r} is not one of {list(PLANTED_FIELDS)}")
+    if rec["at"] not in PLACEMENTS:
+        raise InjectionError(f"{where}: field 'at': {rec['at']!r} is not one of {list(PLACEMENTS)}")
+    head = rec.get("head")
+    if (rec["at"] == "split") != isinstance(head, str) or (head is not None and not head.strip()):
+        raise InjectionError(f"{where}: field 'head': a split attack has a non-empty head, no other attack has one")
+    return WrittenAttack(rec["id"], rec["class"], rec["field"], rec["at"], rec["text"], head, rec["source"])
+
+
+def plant(item: Mapping[str, Any], atk: WrittenAttack) -> dict:
+    """A copy of ``item`` with ``atk`` planted in its field; ``item_id`` becomes ``<item_id>~<attack id>``,
+    ``source_item_id``, ``attack`` (its class) and ``attack_id`` say where it came from (cluster and gold kept)."""
+    base = item.get(atk.field)
+    base = base.strip() if isinstance(base, str) else ""
+    sep = "" if atk.text[:1].isspace() else " "
+    text = base + sep + atk.text if base else atk.text.strip()
+    out = dict(item)
+    out[atk.field] = f"{atk.head} {text}" if atk.head else text
+    out["source_item_id"] = str(item.get("item_id"))
+    out["item_id"] = f"{item.get('item_id')}~{atk.id}"
+    out["attack"] = atk.kind
+    out["attack_id"] = atk.id
+    return out
+
+
+def assign(
+    items: Sequence[Mapping[str, Any]], attacks: Sequence[WrittenAttack], draw: int, seed: int = 0
+) -> list[dict]:
+    """Every item with one attack of ``attacks`` planted (:func:`plant`). Within each gold class the attacks are
+    dealt class by class in turn, so each attack class reaches about as many hallucinated (and supported) items as
+    the others; which attack of a class, and where the turn starts, is a function of sha256(seed, draw, the
+    attacks' ids) alone, so draw ``d`` always plants the same attack in the same item."""
+    if not attacks:
+        raise InjectionError("an attack set with no attack")
+    picks = _Picks("raim-written", seed, draw, *sorted(a.id for a in attacks))
+    by_kind: dict[str, list[WrittenAttack]] = {}
+    for a in sorted(attacks, key=lambda a: a.id):
+        by_kind.setdefault(a.kind, []).append(a)
+    for pool in by_kind.values():  # a seeded shuffle of each class
+        for i in range(len(pool) - 1, 0, -1):
+            j = picks.below(i + 1)
+            pool[i], pool[j] = pool[j], pool[i]
+    kinds = sorted(by_kind)
+    turn = picks.below(len(kinds))
+    used = dict.fromkeys(kinds, 0)
+    dealt: dict[int, WrittenAttack] = {}
+    strata: dict[str, list[int]] = {}
+    for i, it in enumerate(items):
+        strata.setdefault(str(it.get("gold")), []).append(i)
+    for key in sorted(strata):
+        for i in strata[key]:
+            kind = kinds[turn % len(kinds)]
+            dealt[i] = by_kind[kind][used[kind] % len(by_kind[kind])]
+            used[kind] += 1
+            turn += 1
+    return [plant(it, dealt[i]) for i, it in enumerate(items)]
+
+
 # ------------------------------------------------------------------------------------------------ defences
 
 # Strings that some tokenizer reads as a control token when it parses special tokens in text: ChatML / Qwen /
@@ -352,9 +446,7 @@ _ASSESSOR_INTL = (
     r"penilai|pemeriksa|người\s+chấm|ผู้ประเมิน|评审|评估|审核|评分|評価|採点|審査|оценщик\w*|проверяющ\w*|"
     r"рецензент\w*|مقي\w*|المقيم|ارزیاب|평가자|채점자|मूल्यांकनकर्ता|परीक्षक|মূল্যায়নকারী|ممتحن"
 )
-_YES_INTL = (
-    r"oui|ja|sí|sì|sim|tak|evet|ya|có|ใช่|是|对|はい|да|نعم|بله|예|네|हाँ|हां|জি|হ্যাঁ|ano|igen|kyllä|ναι"
-)
+_YES_INTL = r"oui|ja|sí|sì|sim|tak|evet|ya|có|ใช่|是|对|はい|да|نعم|بله|예|네|हाँ|हां|জি|হ্যাঁ|ano|igen|kyllä|ναι"
 RULES: dict[str, re.Pattern] = {
     # a chat-template or special-token marker, a role turn, a fake closing tag of the frame's data blocks
     "special_token": SPECIAL_TOKEN,
@@ -468,9 +560,7 @@ RULES: dict[str, re.Pattern] = {
         r"\b(?:expected|correct|right|honest|fair|true|favourable|favorable|positive|only\s+fair)\s+"
         r"(?:verdict|grade|label|rating|judg(?:e)?ment|reply|score)\b"
         r"|\b(?:verdict|grade|label|rating|judg(?:e)?ment|reply)s?\b[^.!?\n]{0,30}?\b(?:should|must|has\s+to|"
-        r"ought\s+to|needs?\s+to|is|deserves?)\b\s+(?:be\s+)?(?:a\s+|an\s+|the\s+)?"
-        + _FAVOURABLE
-        + r"\b"
+        r"ought\s+to|needs?\s+to|is|deserves?)\b\s+(?:be\s+)?(?:a\s+|an\s+|the\s+)?" + _FAVOURABLE + r"\b"
         r"|\byour\s+(?:answer|reply|response|verdict|output)\s+(?:should|must|has\s+to|will)\s+be\b"
         r"|\b(?:word|verdict|reply|answer|grade|label)\s+you(?:'re|\s+are)?\s+(?:looking\s+for|need|want|should\s+give)\b"
         r"|\bdeserves?\s+(?:a\s+)?(?:pass|full\s+(?:score|marks)|top\s+(?:score|marks)|approval)\b"
@@ -579,7 +669,9 @@ _MORSE = re.compile(r"(?<![\w.\-])(?:[.\-]{1,6}[ /]+){2,}[.\-]{1,6}(?![\w.\-])")
 _SPACED = re.compile(r"\b(?:[A-Za-z][ \u00a0]){3,}[A-Za-z]\b")
 _LEET = str.maketrans({"0": "o", "1": "i", "3": "e", "4": "a", "5": "s", "7": "t", "8": "b", "@": "a", "$": "s"})
 _LEET_WORD = re.compile(r"\b(?=\w*[A-Za-z])(?=\w*[013457])\w{2,}\b")
-_JUDGING_WORD = re.compile(r"\b(?:yes|supported|faithful|grounded|correct|accurate|verdict|evaluat\w*|grader|judge)\b", re.I)
+_JUDGING_WORD = re.compile(
+    r"\b(?:yes|supported|faithful|grounded|correct|accurate|verdict|evaluat\w*|grader|judge)\b", re.I
+)
 
 
 def _readable(data: bytes) -> str | None:
@@ -589,7 +681,11 @@ def _readable(data: bytes) -> str | None:
     except UnicodeDecodeError:
         return None
     body = s.replace(" ", "")
-    return s if s.isprintable() and " " in s.strip() and body and sum(c.isalpha() for c in body) >= 0.6 * len(body) else None
+    return (
+        s
+        if s.isprintable() and " " in s.strip() and body and sum(c.isalpha() for c in body) >= 0.6 * len(body)
+        else None
+    )
 
 
 def _unescape(seq: str) -> str:
@@ -792,6 +888,51 @@ def flag_column(items: Iterable[Mapping[str, Any]], fields: Sequence[str] = SCAN
     ``injection_reasons`` output columns of ``src.predict`` and the served panel."""
     found = [scan(it, fields) for it in items]
     return [d.flagged for d in found], [",".join(d.reasons) for d in found]
+
+
+# ------------------------------------------------------------------------------------------------ the decision path
+
+DEFENCES = ("escalate", "immune", "off")
+"""What the decision path does with a flagged item (:func:`scan`): ``escalate`` — no verdict from the panel, the
+item is labelled ``escalated`` (for a person, or a judge its text cannot address); ``immune`` — decided by the
+members an instruction cannot address (the non-LLM judges: the LLM members' votes are read as abstentions), and
+escalated when none of them answered; ``off`` — decided as any item, the flag only reported."""
+DEFAULT_DEFENCE = "escalate"
+ESCALATED = "escalated"
+
+
+def check_defence(value: Any, where: str) -> str:
+    """``value`` when it is one of :data:`DEFENCES`; an :class:`InjectionError` naming ``where`` otherwise."""
+    if value not in DEFENCES:
+        raise InjectionError(f"{where}: {value!r} is not one of {list(DEFENCES)}")
+    return str(value)
+
+
+def immune_design(X: np.ndarray, immune: Sequence[bool], n_votes: int) -> np.ndarray:
+    """The stacker's design ``X`` (votes, then each member's continuous features, member-major per feature) as
+    the members an instruction cannot address see it: every other member's vote an abstention, its features 0."""
+    X = np.array(X, dtype=float, copy=True)
+    reads = ~np.asarray(immune, dtype=bool)
+    X[:, :n_votes][:, reads] = ABSTAIN
+    for start in range(n_votes, X.shape[1], n_votes):
+        X[:, start : start + n_votes][:, reads] = 0.0
+    return X
+
+
+def defended(
+    verdict: np.ndarray, flagged: np.ndarray, policy: str, immune_verdict: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The decision path's verdicts (NaN: no verdict) and which items it escalates: ``verdict`` where an item is not
+    flagged; for a flagged one, by ``policy`` (:data:`DEFENCES`) — none and escalated, the immune members'
+    ``immune_verdict`` (escalated where that is NaN), or ``verdict`` unchanged (``off``)."""
+    verdict = np.asarray(verdict, dtype=float)
+    flagged = np.asarray(flagged, dtype=bool)
+    check_defence(policy, "injection defence")
+    if policy == "off":
+        return verdict.copy(), np.zeros(len(verdict), bool)
+    alt = np.full(len(verdict), np.nan) if policy == "escalate" or immune_verdict is None else immune_verdict
+    out = np.where(flagged, alt, verdict)
+    return out, flagged & np.isnan(out)
 
 
 def window_shares(flags: Sequence[bool | None], bounds: Iterable[tuple[int, int]]) -> list[float | None]:

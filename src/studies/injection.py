@@ -49,6 +49,8 @@ from src.core.names import metric_name
 from src.core.verdicts import validate
 from src.io.config import group_option
 from src.io.datasets import read_items
+from src.io.paths import ROOT
+from src.io.raw import read_jsonl
 from src.judges.frames import Frame
 from src.judges.runner import cluster_subsample, local_scores, roster_judges, score_judge
 from src.judges.tables import frame_for
@@ -59,7 +61,8 @@ log = logging.getLogger("raim.injection")
 CLEAN = "clean"
 FRAMES = ("paper", "guarded")
 AGGREGATES = ("stacked", "majority")
-STUDY_KEYS = ("datasets", "n_items", "attacks", "guarded", "seed", "n_boot", "level")
+STUDY_KEYS = ("datasets", "n_items", "attacks", "heldout_draws", "defence", "guarded", "seed", "n_boot", "level")
+HELDOUT = "heldout"
 
 
 class InjectionStudyError(RaimError):
@@ -72,6 +75,12 @@ class InjectionStudyError(RaimError):
 def check_settings(s: Mapping[str, Any]) -> None:
     """Refuse settings the study cannot run with, in one line naming the key."""
     unknown = [a for a in s["attacks"] if a not in inj.ATTACKS]
+    if not isinstance(s["heldout_draws"], int) or isinstance(s["heldout_draws"], bool) or s["heldout_draws"] < 0:
+        raise InjectionStudyError(f"injection.heldout_draws={s['heldout_draws']!r}: must be an integer ≥ 0")
+    if s["defence"] not in inj.DEFENCES:
+        raise InjectionStudyError(f"injection.defence={s['defence']!r}: must be one of {list(inj.DEFENCES)}")
+    if not 0 < float(s["max_weight_share"]) <= 1:
+        raise InjectionStudyError(f"injection.max_weight_share={s['max_weight_share']!r}: must be in (0, 1]")
     if unknown or not s["attacks"]:
         raise InjectionStudyError(
             f"injection.attacks={list(s['attacks'])}: each must be one of {list(inj.ATTACKS)} (and at least one)"
@@ -113,24 +122,52 @@ def frames_of(cfg: DictConfig, dataset: str, guarded: bool) -> dict[str, Frame]:
     return out
 
 
-def conditions(base: pd.DataFrame, attacks: Sequence[str], seed: int) -> dict[str, pd.DataFrame]:
-    """{"clean": the items, <attack>: the items under that attack}, rows aligned with ``base``."""
+def heldout_conditions(draws: int) -> list[str]:
+    """The names of the judged conditions of held-out attacks: ``heldout-1`` … ``heldout-<draws>``."""
+    return [f"{HELDOUT}-{d + 1}" for d in range(draws)]
+
+
+def written_set(path: str | Path) -> list[inj.WrittenAttack]:
+    """An attack set written apart from the generator (data/injection/*.jsonl), every entry checked; a bad entry
+    is one line naming the file, the line and the key."""
+    p = Path(path)
+    p = p if p.is_absolute() else ROOT / p
+    try:
+        recs = read_jsonl(p, ROOT)
+        out = [inj.written_attack(r.data, r.where) for r in recs]
+    except inj.InjectionError as e:
+        raise InjectionStudyError(str(e)) from None
+    dup = sorted({a.id for a in out if [b.id for b in out].count(a.id) > 1})
+    if dup:
+        raise InjectionStudyError(f"{path}: attack id(s) {dup} repeat (ids must be unique)")
+    return out
+
+
+def conditions(
+    base: pd.DataFrame, attacks: Sequence[str], seed: int, written: Sequence[inj.WrittenAttack] = (), draws: int = 0
+) -> dict[str, pd.DataFrame]:
+    """{"clean": the items, <attack>: the items under that generator attack, ``heldout-<d>``: each item with one
+    written attack planted (:func:`src.core.injection.assign`, draw d)}, rows aligned with ``base``."""
     recs = base.to_dict("records")
     out = {CLEAN: base}
     for a in attacks:
         out[a] = pd.DataFrame(inj.attacked(recs, [a], seed))
+    for d, name in enumerate(heldout_conditions(draws)):
+        out[name] = pd.DataFrame(inj.assign(recs, written, d, seed))
     return out
 
 
 def cells(cfg: DictConfig) -> dict[str, dict]:
     """Per dataset: its frames, its conditions' items, and the cache directory of each (frame, condition)."""
     s = settings(cfg)
+    draws = int(s["heldout_draws"])
+    written = written_set(s["heldout"]) if draws else []
     out = {}
     for ds in s["datasets"]:
         base = base_items(cfg, ds)
         out[ds] = {
             "frames": frames_of(cfg, ds, bool(s["guarded"])),
-            "items": conditions(base, s["attacks"], int(s["seed"])),
+            "items": conditions(base, s["attacks"], int(s["seed"]), written, draws),
         }
     return out
 
