@@ -45,8 +45,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from src.core.decide import ACTIONS
-from src.core.injection import DEFENCES
 from src.core.errors import ArgumentParser, RaimError, one_line
+from src.core.injection import DEFENCES
 from src.io.datasets import DatasetError, dataset_spec
 from src.io.files import atomic_write_text
 from src.io.paths import ROOT
