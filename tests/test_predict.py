@@ -137,6 +137,7 @@ def test_predictions_are_the_stacker_applied_to_the_cached_votes(store, judged):
         "uncached",
         "injection_flag",
         "injection_reasons",
+        "injection_action",
     ]
     assert out["item_id"].tolist() == ["eiffel", "aspirin", "capital"]
     # wice's stacker was calibrated under the claim frame; an item's own frame wins

@@ -284,6 +284,7 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
         "uncached",
         "injection_flag",
         "injection_reasons",
+        "injection_action",
     ]
     assert out["uncached"].tolist() == ["", "", ""]
     assert out[llm].tolist() == [0, 1, 0]  # from the cache

@@ -548,6 +548,11 @@ RULES: dict[str, re.Pattern] = {
         r"\b" + _ASSESSOR + r"\b[^.!?\n]{0,80}?\b(?:" + _GROUNDED + r"|approv\w*|accept\w*|pass(?:ed)?|yes|mark\w*|"
         r"label\w*|treat|verdict|sign(?:ed)?[- ]off|no\s+(?:issues|problems|notes))\b"
         r"|\b" + _ASSESSOR + r"(?:'s)?\s+(?:note|comment|remark|sign-?off|verdict|conclusion)s?\b"
+        r"|\b(?:found|judged|rated|marked|deemed|declared|certified)\s+(?:to\s+be\s+)?(?:\w+\s+)?"
+        + _GROUNDED
+        + r"\s+by\s+(?:the\s+|our\s+|all\s+|two\s+|three\s+)?(?:\w+\s+)?"
+        + _ASSESSOR
+        + r"\b"
         r"|\b(?:reviewer|grader|rater|annotator|assessor|evaluator|judge|checker)\s*(?:#\s*)?(?:\d+|[A-C])\s*:"
         r"|\b(?:previous|earlier|original|first|prior|initial|senior|lead|expert)\s+(?:evaluation|review(?:\s+round)?|"
         r"assessment|grading|grader|assessor|reviewer|evaluator|annotation|annotators?)\b[^.!?\n]{0,60}?\b"

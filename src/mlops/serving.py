@@ -502,17 +502,20 @@ def log_panel(
             "candidate": ["The capital of France is Paris."],
         }
     )
+    config = {
+        "cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
+        "compute": bool(compute),
+        "monitor_store": "",  # "": $RAIM_MONITOR_STORE
+        "injection_defence": check_defence(injection_defence, "injection_defence"),
+    }
+    model = PanelModel(roster, frames, default_frame, stacker, columns, decision)
+    model.config = dict(config)  # its document (document_of) records the config it is logged with
     return _log_pyfunc(
         name,
-        PanelModel(roster, frames, default_frame, stacker, columns, decision),
+        model,
         panel_signature(list(columns), stacker.n_votes or len(columns)),
         example,
-        model_config={
-            "cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
-            "compute": bool(compute),
-            "monitor_store": "",
-            "injection_defence": check_defence(injection_defence, "injection_defence"),
-        },  # "": $RAIM_MONITOR_STORE
+        model_config=config,
         metadata={
             "roster": roster.get("name"),
             "members": members,

@@ -592,7 +592,9 @@ def path_decisions(
     if any(immune):
         inputs.update({("immune", c): inj.immune_design(x, immune, k) for c, x in X.items()})
     st = stacked_predictions(stacker, X[CLEAN], gold, folds, inputs)
-    bd = stacked_predictions(stacker, X[CLEAN], gold, folds, X, post=lambda e, Xt, yt: bounded_stacker(e, Xt, yt, share))
+    bd = stacked_predictions(
+        stacker, X[CLEAN], gold, folds, X, post=lambda e, Xt, yt: bounded_stacker(e, Xt, yt, share)
+    )
     out: dict[str, dict[str, np.ndarray]] = {p: {} for p in PATHS}
     for c, x in X.items():
         alt = st.get(("immune", c))
@@ -745,7 +747,9 @@ def detector_rates(grid: dict[str, dict], datasets_dir: Path, seed: int = 0) -> 
     return {"clean": clean, "attacked": attacked}
 
 
-def written_recall(grid: dict[str, dict], attacks: Sequence[inj.WrittenAttack], n_boot: int, seed: int, level: float) -> dict:
+def written_recall(
+    grid: dict[str, dict], attacks: Sequence[inj.WrittenAttack], n_boot: int, seed: int, level: float
+) -> dict:
     """The detector's recall on an attack set written apart from the generator: every attack planted in every
     study item (:func:`src.core.injection.plant`), flagged by :func:`src.core.injection.scan`; per class and in all,
     the flagged share of (attack, item) pairs with a bootstrap interval over the attacks (the unit an attacker
