@@ -417,7 +417,7 @@ def dataset_study(
 ) -> dict:
     """One dataset's study from its verdict tables {frame: {condition: table}} and, per frame and condition, the
     members with a record for every item (``covered``)."""
-    attacks, level = list(s["attacks"]), float(s["level"])
+    attacks, level = [*s["attacks"], *heldout_conditions(int(s["heldout_draws"]))], float(s["level"])
     ref = tables["paper"][CLEAN]
     gold, clusters = ref["gold"].to_numpy().astype(int), ref["cluster_id"].astype(str).to_numpy()
     pr = Predictions(gold, clusters, int(s["n_boot"]), int(s["seed"]), level)
@@ -724,7 +724,7 @@ def detector_rates(grid: dict[str, dict], datasets_dir: Path, seed: int = 0) -> 
         per: dict[str, dict] = {}
         for f in inj.SCANNED:
             texts = [r.get(f) for r in recs if isinstance(r.get(f), str) and r.get(f)]
-            found = [inj.detect(t) for t in texts]
+            found = [inj.detect(t, f) for t in texts]
             reasons: dict[str, int] = {}
             for d in found:
                 for r in d.reasons:
@@ -864,7 +864,19 @@ def statements(doc: dict) -> list[str]:
             lines.append(f"{ds}, {a}: attack success (paper frame → guarded frame): " + "; ".join(parts))
         if d.get("missing"):
             lines.append(f"{ds}: verdicts still missing ({doc.get('command')})")
+    for ds, d in doc["datasets"].items():
+        for fk, block in d.get("decision", {}).items():
+            for g in ("generator (all)", f"{HELDOUT} (all)"):
+                parts = [
+                    f"{p} {_pct((block['asr'][p].get(g) or {}).get('estimate'))}"
+                    for p in PATHS
+                    if block["asr"].get(p, {}).get(g)
+                ]
+                if parts:
+                    lines.append(f"{ds}, {fk} frame, decision path under {g} attacks: " + "; ".join(parts))
     det = doc["detector"]
+    for name, per in det.get("written", {}).items():
+        lines.append(f"detector recall on the {name} set: {_pct(per['all']['rate'])} of (attack, item) pairs")
     att = ", ".join(f"{a} {_pct(v['rate'])}" for a, v in det["attacked"].items())
     clean = ", ".join(f"{ds} {_pct(v['item']['rate'])}" for ds, v in det["clean"].items())
     lines.append(f"detector: attacked items flagged: {att}; clean items flagged: {clean}")
@@ -894,6 +906,18 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     for a, v in doc["detector"]["attacked"].items():
         if v["rate"] is not None:
             out[metric_name("detector", a, "flagged")] = v["rate"]
+    for name, per in doc["detector"].get("written", {}).items():
+        out[metric_name("detector", name, "recall")] = per["all"]["rate"]
+    for ds, d in doc["datasets"].items():
+        for fk, block in d.get("decision", {}).items():
+            for path, groups in block["asr"].items():
+                for g in ("generator (all)", f"{HELDOUT} (all)"):
+                    v = (groups.get(g) or {}).get("estimate")
+                    if v is not None:
+                        out[metric_name(ds, fk, "decision", path, g.split()[0], "asr")] = v
+            for path, v in block["clean"].items():
+                out[metric_name(ds, fk, "decision", path, "kappa")] = v["kappa"]["estimate"]
+                out[metric_name(ds, fk, "decision", path, "escalated")] = v["escalated"]
     for ds, v in doc["detector"]["clean"].items():
         if v["item"]["rate"] is not None:
             out[metric_name("detector", "clean", ds, "flagged")] = v["item"]["rate"]
