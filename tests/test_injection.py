@@ -502,6 +502,18 @@ def test_flags_round_trip_and_the_monitor_reports_the_flagged_share(compose_cfg,
     assert shares[0] == 0.0 and shares[-1] == 0.5
 
 
+def ok_and_attacked(kind: str) -> pd.DataFrame:
+    """Two served items: a clean one ("ok") and one attacked by the generator's class ``kind`` ("attacked")."""
+    attacked = inj.attack({"item_id": "a", "evidence": "Paris is in France.", "candidate": "Paris is in Spain."}, kind)
+    return pd.DataFrame(
+        {
+            "evidence": ["Paris is in France.", attacked["evidence"]],
+            "candidate": ["Paris is in France.", attacked["candidate"]],
+            "item_id": ["ok", "attacked"],
+        }
+    )
+
+
 def test_the_served_panel_flags_injection_looking_items(tmp_path, compose_cfg):
     import mlflow
     from omegaconf import OmegaConf
@@ -521,16 +533,7 @@ def test_the_served_panel_flags_injection_looking_items(tmp_path, compose_cfg):
         model = mlflow.pyfunc.load_model(
             uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": False, "monitor_store": str(store)}
         )
-    attacked = inj.attack(
-        {"item_id": "a", "evidence": "Paris is in France.", "candidate": "Paris is in Spain."}, "role_chatml"
-    )
-    items = pd.DataFrame(
-        {
-            "evidence": ["Paris is in France.", attacked["evidence"]],
-            "candidate": ["Paris is in France.", attacked["candidate"]],
-            "item_id": ["ok", "attacked"],
-        }
-    )
+    items = ok_and_attacked("role_chatml")
     _prefill(roster, model.unwrap_python_model(), items, tmp_path / "cache", [0, 0])
     out = model.predict(items)
     assert out["injection_flag"].tolist() == [False, True]
@@ -791,16 +794,7 @@ def _served(tmp_path, compose_cfg, defence: str | None):
             uri = serve.log_panel(roster, stacker, names, default_frame="claim", **kw).model_uri
         model = mlflow.pyfunc.load_model(uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": True})
         doc = serve.document_of(serve.load_model(uri))
-    attacked = inj.attack(
-        {"item_id": "a", "evidence": "Paris is in France.", "candidate": "Paris is in Spain."}, "instruction"
-    )
-    items = pd.DataFrame(
-        {
-            "evidence": ["Paris is in France.", attacked["evidence"]],
-            "candidate": ["Paris is in France.", attacked["candidate"]],
-            "item_id": ["ok", "attacked"],
-        }
-    )
+    items = ok_and_attacked("instruction")
     _prefill(roster, model.unwrap_python_model(), items, tmp_path / "cache", [0, 0])
     return model.predict(items), stacker, doc
 
