@@ -604,6 +604,11 @@ def test_the_study_runs_on_the_tiny_roster_and_resumes_from_its_cache(tmp_path):
         assert set(d["judges"]) == {"smollm135m", "lexical", "stacked", "majority"}
         assert set(d["judges"]["smollm135m"]) == {"paper", "guarded"}
         assert d["frames"] == {"paper": "def_on", "guarded": "def_on_guarded"}
+        assert {"heldout-1", "heldout-2"} <= set(d["judges"]["smollm135m"]["paper"])  # the held-out draws judged
+        block = d["decision"]["paper"]
+        assert set(block["asr"]) == set(study.PATHS) and "heldout (all)" in block["asr"]["escalate"]
+        assert block["flagged"]["instruction"] == 10 and block["asr"]["escalate"]["instruction"]["events"] == 0
+        assert set(doc["detector"]["written"]) == {"dev", "heldout"}
         second = subprocess.run(
             [sys.executable, "-m", "src.injection", *args],
             cwd=ROOT,
@@ -619,6 +624,7 @@ def test_the_study_runs_on_the_tiny_roster_and_resumes_from_its_cache(tmp_path):
         assert len(runs) == 2
     text = "\n".join(injection_section(doc))
     assert "## Candidates that instruct the judges" in text and "| smollm135m | role_chatml |" in text
+    assert "Decision path, paper frame" in text and "the heldout set" in text
 
 
 # ------------------------------------------------------------------------------------------------ written attack sets
