@@ -18,8 +18,16 @@ injected sequences).
   item's own content, so the author of the text cannot know it in advance and verdicts stay cacheable), and
   chat-template / special-token strings inside it are defanged so that no tokenizer reads them as control tokens
   (Chen et al. 2024, "StruQ": reserved delimiters, special tokens filtered from the data).
-* :func:`detect` / :func:`scan` — flags text that looks like an injection (the rules in :data:`RULES`), after
-  undoing the obfuscations (format characters removed, homoglyphs mapped to Latin, NFKC).
+* :func:`written_attack` / :func:`plant` / :func:`assign` — attacks written apart from the generator
+  (data/injection/: a held-out set never used to tune a rule, a development set the rules were tuned on), planted
+  in an item's candidate or evidence, dealt to items class by class within each gold class.
+* :func:`detect` / :func:`scan` — flags text that looks like an injection (the rules in :data:`RULES`: the
+  generator's markers, and what a text says about its own assessment, its verdict, requests, verdicts written as
+  data, hidden markup, notes addressed to machines, other languages), after undoing the obfuscations (format
+  characters removed, homoglyphs mapped to Latin, NFKC); payloads in an encoding a model reads (:func:`encoded`),
+  and on the candidate side a switch of language (:func:`language_switch`) and odd tokens (:func:`odd_tokens`).
+* :func:`defended` / :func:`immune_design` — the decision path's defence (:data:`DEFENCES`): a flagged item
+  escalated (the default), decided by the members an instruction cannot address, or decided as any item.
 """
 
 from __future__ import annotations
