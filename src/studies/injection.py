@@ -24,7 +24,16 @@ Per dataset, frame and attack class, for every member, for the stacked panel and
   only one member's verdicts attacked (the others clean): does aggregation resist an attack that flips one judge?
 * the **defence**: every metric under the guarded frame minus the paper frame, on the same attacked items, paired;
 * the **detector** (:func:`src.core.injection.scan`): the share of attacked items it flags per class, and of the
-  clean items of every shipped set (``datasets_dir``), per field.
+  clean items of every shipped set (``datasets_dir``), per field; its recall on the attack sets written apart
+  from the generator (``injection.heldout``, never used to tune a rule, and ``injection.dev``), every attack
+  planted in every study item (:func:`written_recall`);
+* ``injection.heldout_draws`` conditions of **held-out attacks** judged like the generator's classes (each item one
+  written attack, :func:`src.core.injection.assign`);
+* the **decision path** (:func:`decision_study`): per path (:data:`PATHS`: the panel alone, the defaults of
+  ``src.predict`` and the served panel, the immune members, an aggregation-level disagreement rule, a stacker
+  whose members' weights are bounded) and per attack class, generator and held-out, the attack success with
+  cluster-bootstrap intervals; each path's clean κ and share escalated; the inherited flips with one LLM member
+  attacked.
 """
 
 from __future__ import annotations
