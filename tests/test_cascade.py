@@ -435,3 +435,14 @@ def test_a_flagged_item_escalates_at_every_share_and_is_counted(informative):
     assert on["points"][0]["kappa"] != off["points"][0]["kappa"]
     with pytest.raises(cascade.CascadeError, match="suite.cascade.injection_defence: 'pray' is not one of"):
         cascade.settings({**CFG, "injection_defence": "pray"})
+
+
+def test_the_suite_reads_the_flags_of_the_shipped_items_text(compose_cfg):
+    from src.analyses.__main__ import shipped_flags
+
+    ids = ["expertqa-00609-neg", "expertqa-00975-pos", "expertqa-00000-pos", "not-shipped-1"]
+    df = pd.DataFrame(
+        {"item_id": ids, "cluster_id": ids, "dataset": ["expertqa"] * 4, "gold": [1, 0, 0, 1], "m1": [1, 0, 0, 1]}
+    )
+    flags = shipped_flags(compose_cfg(), verdicts.validate(df))
+    assert flags == {"expertqa-00609-neg": True, "expertqa-00975-pos": True, "expertqa-00000-pos": False}
