@@ -409,7 +409,7 @@ def synthetic():
     }
     members = list(clean)
     covered = {fk: {c: members for c in conds} for fk, conds in tables.items()}
-    s = {"attacks": ["x"], "level": 0.95, "n_boot": 500, "seed": 0}
+    s = {"attacks": ["x"], "heldout_draws": 0, "level": 0.95, "n_boot": 500, "seed": 0}
     doc = study.dataset_study(tables, covered, members, StackedLogit(), LadderSettings(), s)
     right = sum(v == gold for v in noisy)  # robust members right, per item
     hal = gold == 1
