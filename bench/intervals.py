@@ -560,6 +560,7 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
         "grid_step": 1.0,
         "margin": 0.05,
         "random_draws": 0,
+        "injection_defence": "escalate",  # simulated panels have no text: nothing is flagged
     }
     with threadpool_limits(1):
         ref = reference(regime, t, StackedLogit(), s)

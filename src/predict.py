@@ -18,7 +18,11 @@ the panel reads every vote from the cache — an item seen before is never judge
 judges nothing (a miss is an abstention, named in the ``uncached`` column).
 
 Each output row also says whether the item's text looks like a prompt injection aimed at the judges
-(``injection_flag``, ``injection_reasons``: :func:`src.core.injection.scan`; the panel model adds them).
+(``injection_flag``, ``injection_reasons``: :func:`src.core.injection.scan`; the panel model adds them), and what
+the decision path did with a flagged item (``injection_action``). By default a flagged item is not decided by the
+LLM members: it is **escalated** (label ``escalated``, no p and no verdict: for a person to decide);
+``--injection-defence immune`` decides it by the members no instruction can address (the non-LLM judges), ``off``
+as any other item (docs/security-injection.md). A panel model's own setting is the default.
 
 Frames: ``--frame NAME`` judges every item under that prompt frame; otherwise an item's own ``frame`` field,
 else the frame the stacker was calibrated under (its run's ``frame`` tag, or its dataset's frame when that is
@@ -38,6 +42,7 @@ from typing import Any
 import pandas as pd
 
 from src.core.errors import ArgumentParser, one_line
+from src.core.injection import DEFENCES
 from src.core.textfiles import normal_id
 from src.io.files import atomic_write_text
 from src.io.paths import ROOT
@@ -207,7 +212,7 @@ def summary(out: pd.DataFrame, report: dict, members: list[str]) -> str:
     """One line: how many items got each label, and how many verdicts were judged now vs read from the cache."""
     report = {m: report.get(m, {}) for m in members}
     counts = out["label"].value_counts()
-    labels = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("hallucinated", "supported", "abstained"))
+    labels = ", ".join(f"{counts.get(k, 0)} {k}" for k in ("hallucinated", "supported", "abstained", "escalated"))
     computed = sum(r.get("computed", 0) for r in report.values())
     cached = sum(r.get("cached", 0) for r in report.values()) - computed
     missing = sum(r.get("uncached", 0) for r in report.values())
@@ -256,6 +261,13 @@ def parser() -> argparse.ArgumentParser:
         "benchmark cache, which the DVC stages depend on)",
     )
     ap.add_argument("--no-compute", action="store_true", help="judge nothing: a cache miss is an abstention")
+    ap.add_argument(
+        "--injection-defence",
+        choices=DEFENCES,
+        default=None,
+        help="an item flagged as a prompt injection: escalate (no verdict; the default), immune (decided by the "
+        "non-LLM members), off (decided as any item); default: the panel model's own setting",
+    )
     ap.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI or the repo's mlflow.db")
     ap.add_argument(
         "--threads",
@@ -297,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
     mlflow.set_tracking_uri(a.tracking_uri or tracking_uri())
     uri = a.model_uri or stacker_uri(a.run_id, a.dataset)
     panel = load_panel(uri, a.roster)
+    if a.injection_defence:
+        panel.model.config["injection_defence"] = a.injection_defence
     warning = decision_warning(getattr(panel.model, "decision", None))
     if warning:
         print(f"warning: {warning}", file=sys.stderr)

@@ -27,6 +27,7 @@ CFG = {
     "grid_step": 0.05,
     "margin": 0.05,
     "random_draws": 20,
+    "injection_defence": "escalate",
 }
 COST_CFG = {
     "price_per_gpu_hour": 2.0,
@@ -392,3 +393,56 @@ def test_cpu_cascade_on_the_committed_verdicts(compose_cfg):
         "calls saved (mean):",
         doc["summary"]["calls_saved_mean"],
     )
+
+
+def test_a_flagged_item_escalates_at_every_share_and_is_counted(informative):
+    """An item flagged as a prompt injection is never decided by the cheap panel: it escalates at every share (0
+    included), in the cross-fitted rule, the refitted one and the suite block; ``off`` leaves the curve as it was."""
+    t = informative.table
+    flagged = np.zeros(len(t.gold), bool)
+    flagged[::10] = True
+    X = t.votes
+    cf = cascade.crossfit_cascade(
+        X,
+        t.gold,
+        t.frontier,
+        informative.design.folds,
+        cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 0.1, 1.0)),
+        np.random.default_rng(0),
+        flagged,
+    )
+    assert cf["escalated"][:, flagged].all() and not cf["escalated"][0, ~flagged].any()
+    answered = flagged & (t.frontier != verdicts.ABSTAIN)
+    np.testing.assert_array_equal(cf["verdicts"][0][answered], t.frontier[answered])
+    flags = dict(zip(t.items["item_id"].astype(str), flagged))
+    costs = cost.compute(COST_CFG, t.members, None, None, t.frontier_name)
+    run = {
+        d: cascade.run(
+            {"sim": informative},
+            t,
+            StackedLogit(),
+            LadderSettings(n_boot=100),
+            {**CFG, "injection_defence": d},
+            costs,
+            0,
+            flags,
+        )
+        for d in ("escalate", "off")
+    }
+    on, off = run["escalate"]["datasets"]["sim"], run["off"]["datasets"]["sim"]
+    assert run["escalate"]["injection_defence"] == "escalate" and on["flagged"] == flagged.sum() and off["flagged"] == 0
+    assert on["points"][0]["share"] == pytest.approx(flagged.mean()) and off["points"][0]["share"] == 0
+    assert on["points"][0]["kappa"] != off["points"][0]["kappa"]
+    with pytest.raises(cascade.CascadeError, match="suite.cascade.injection_defence: 'pray' is not one of"):
+        cascade.settings({**CFG, "injection_defence": "pray"})
+
+
+def test_the_suite_reads_the_flags_of_the_shipped_items_text(compose_cfg):
+    from src.analyses.__main__ import shipped_flags
+
+    ids = ["expertqa-00609-neg", "expertqa-00975-pos", "expertqa-00000-pos", "not-shipped-1"]
+    df = pd.DataFrame(
+        {"item_id": ids, "cluster_id": ids, "dataset": ["expertqa"] * 4, "gold": [1, 0, 0, 1], "m1": [1, 0, 0, 1]}
+    )
+    flags = shipped_flags(compose_cfg(), verdicts.validate(df))
+    assert flags == {"expertqa-00609-neg": True, "expertqa-00975-pos": True, "expertqa-00000-pos": False}

@@ -121,7 +121,19 @@ def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
             uri = serve.log_stacker(stacker, names).model_uri
     env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"], "PATH": "/usr/bin:/bin"}
     p = subprocess.run(
-        [sys.executable, "-m", "src.registry", "log-panel", "--roster", "tiny", "--stacker-uri", uri, "--no-compute"],
+        [
+            sys.executable,
+            "-m",
+            "src.registry",
+            "log-panel",
+            "--roster",
+            "tiny",
+            "--stacker-uri",
+            uri,
+            "--no-compute",
+            "--injection-defence",
+            "immune",
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -138,6 +150,8 @@ def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
         assert type(inner).__name__ == "PanelModel" and inner.columns == names
         # new items' verdicts go to their own cache, never to the committed benchmark cache (a DVC dependency)
         assert inner.config["cache_dir"] == str(serve.SCORED_CACHE.resolve())
+        assert inner.config["injection_defence"] == "immune"  # what it does with a flagged item, chosen when logged
+        assert serve.load_model(run.data.tags["panel_model_uri"]).config["injection_defence"] == "immune"
         assert serve.SCORED_CACHE != ROOT / "verdicts" / "cache"
 
 
@@ -284,6 +298,7 @@ def test_panel_model_runs_the_tiny_roster_through_the_cache(panel, tmp_path, mon
         "uncached",
         "injection_flag",
         "injection_reasons",
+        "injection_action",
     ]
     assert out["uncached"].tolist() == ["", "", ""]
     assert out[llm].tolist() == [0, 1, 0]  # from the cache

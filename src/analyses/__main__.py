@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from src.core.errors import one_line
 from src.core.names import metric_name
 from src.io import files
+from src.io.datasets import read_items
 from src.io.paths import CONF_DIR
 from src.io.trust import checked_command
 from src.judges import tables
@@ -39,11 +40,23 @@ def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
     if not cfg.verdicts and suite.cost.use_measured:
         names = list(table.members) + ([table.frontier_name] if table.frontier_name else [])
         measured = cost.measured_from_cache(cfg.paths.cache_dir, names)
-    doc = run_suite(table, stacker, settings, suite, measured)
+    doc = run_suite(table, stacker, settings, suite, measured, flags=shipped_flags(cfg, table))
     doc["meta"] = {"verdicts": table.source, "members": table.members, "frontier": table.frontier_name}
     res_path = Path(cfg.output)
     results = json.loads(res_path.read_text()) if res_path.exists() else None
     return doc, results
+
+
+def shipped_flags(cfg: DictConfig, table) -> dict[str, bool]:
+    """{item_id: flagged as a prompt injection} for the table's items whose text a shipped balanced set
+    (``paths.datasets_dir``) holds (the cascade escalates them: :func:`src.studies.suite.cascade.item_flags`)."""
+    ids = set(table.items["item_id"].astype(str))
+    out: dict[str, bool] = {}
+    for name in table.datasets:
+        path = Path(cfg.paths.datasets_dir) / f"{name}.jsonl"
+        if path.exists():
+            out.update(cascade.item_flags(r for r in read_items(path).to_dict("records") if str(r["item_id"]) in ids))
+    return out
 
 
 def flat_metrics(doc: dict) -> dict[str, float]:

@@ -120,6 +120,15 @@ def resolve_roster(roster: Any, source: str | None = None, *, resolve: bool = Tr
     return _drop(plain(roster, True), source or roster_file(checked))
 
 
+def instruction_immune(roster: Mapping) -> list[bool]:
+    """Per member of a (checked) roster, in order: whether no instruction in an item's text can address it — its
+    backend is not a language model (``reads_instructions`` false: the lexical and MiniLM judges). The members the
+    injection defence ``immune`` decides a flagged item by (:data:`src.core.injection.DEFENCES`)."""
+    return [
+        not BACKENDS.resolve(m["backend"]["_target_"], str(m.get("name"))).reads_instructions for m in roster["members"]
+    ]
+
+
 def member_where(roster: Mapping, name: str) -> str:
     """``conf/roster/<file>: members[i] (<name>)`` (or ``frontier (<name>)``) for an error line."""
     for i, m in enumerate(roster.get("members") or []):

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
 from src.core.errors import RaimError
+from src.core.injection import DEFAULT_DEFENCE, InjectionError, check_defence
 from src.core.textfiles import StrictJSONError, loads_strict
 from src.io.config import build, check_keys
 from src.judges.config import check_roster
@@ -68,11 +69,14 @@ class StackerState:
 
 @dataclass(frozen=True)
 class PanelConfig:
-    """A panel model's config (overridable at load time): the verdict cache, whether a miss is judged, the store."""
+    """A panel model's config (overridable at load time): the verdict cache, whether a miss is judged, the store,
+    and what the panel does with an item flagged as a prompt injection (:data:`src.core.injection.DEFENCES`; a
+    document written before it carried one reads as the default, ``escalate``)."""
 
     cache_dir: str
     compute: bool
     monitor_store: str
+    injection_defence: str = DEFAULT_DEFENCE
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,10 @@ def check_panel(doc: ModelDocument, where: str) -> None:
         check_frame(frame, f"{where}: frames.{name}")
     if doc.default_frame not in doc.frames:
         raise ModelRefused(f"{where}: default_frame {doc.default_frame!r} is not one of its frames")
+    try:
+        check_defence(doc.config.injection_defence, f"{where}: config.injection_defence")
+    except InjectionError as e:
+        raise ModelRefused(str(e)) from None
 
 
 def parse(data: bytes, where: str) -> tuple[ModelDocument, StackedLogit]:

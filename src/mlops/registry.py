@@ -6,6 +6,7 @@ A run's calibrated stacker goes to the MLflow model registry only when RAIM's de
     python -m src.registry promote --run-id RUN [--dataset NAME] [--name NAME] [--alias champion]
     python -m src.registry show --name NAME
     python -m src.registry log-panel --roster NAME --stacker-uri URI [--default-frame claim] [--no-compute]
+        [--injection-defence escalate|immune|off]
 
 ``RUN`` is a stacking run logged by :func:`src.mlops.tracking.log_analysis`: either one dataset's child run, or the
 analysis' parent run with ``--dataset`` (not needed when it has a single dataset). The stacker is registered
@@ -61,6 +62,7 @@ from src.core.decide import WINS, decide
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
 from src.core.evidence import comparison
+from src.core.injection import DEFAULT_DEFENCE, DEFENCES
 from src.io.paths import CONF_DIR
 from src.io.trust import check_sources
 from src.mlops import artifact, store
@@ -335,10 +337,16 @@ def promote(run_id: str, dataset: str | None = None, name: str | None = None, al
 
 
 def log_panel_run(
-    roster: str, stacker_uri: str, default_frame: str = "claim", cache_dir: str | None = None, compute: bool = True
+    roster: str,
+    stacker_uri: str,
+    default_frame: str = "claim",
+    cache_dir: str | None = None,
+    compute: bool = True,
+    injection_defence: str = DEFAULT_DEFENCE,
 ) -> tuple[str, str]:
     """A panel model (roster ``roster`` + the stacker at ``stacker_uri``) logged in a new ``kind=panel`` run;
-    returns (its model URI, the run id)."""
+    returns (its model URI, the run id). ``injection_defence``: what the panel does with an item flagged as a
+    prompt injection (:data:`src.core.injection.DEFENCES`)."""
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
 
     check_sources([f"roster={roster}"])  # every file composed below, checked as data first
@@ -358,6 +366,7 @@ def log_panel_run(
             cache_dir,
             compute,
             decision=getattr(inner, "decision", None),
+            injection_defence=injection_defence,
         )
         mlflow.set_tag("panel_model_uri", info.model_uri)
     return info.model_uri, run.info.run_id
@@ -384,6 +393,13 @@ def main(argv: list[str] | None = None) -> int:
     lp.add_argument("--default-frame", default="claim")
     lp.add_argument("--cache-dir", default=None)
     lp.add_argument("--no-compute", action="store_true", help="never score a cache miss (it abstains)")
+    lp.add_argument(
+        "--injection-defence",
+        choices=DEFENCES,
+        default=DEFAULT_DEFENCE,
+        help="an item flagged as a prompt injection: escalate (no verdict; the default), immune (decided by the "
+        "non-LLM members), off (decided as any item)",
+    )
     a = ap.parse_args(argv)
 
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
@@ -423,7 +439,9 @@ def _promote(a) -> int:
 
 
 def _log_panel(a) -> int:
-    uri, run_id = log_panel_run(a.roster, a.stacker_uri, a.default_frame, a.cache_dir, not a.no_compute)
+    uri, run_id = log_panel_run(
+        a.roster, a.stacker_uri, a.default_frame, a.cache_dir, not a.no_compute, a.injection_defence
+    )
     print(f"panel model {uri} (run {run_id})")
     return 0
 

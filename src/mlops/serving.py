@@ -37,7 +37,7 @@ import pandas as pd
 import yaml
 
 from src.core.errors import ArgumentParser, RaimError, one_line, one_line_message
-from src.core.injection import flag_column
+from src.core.injection import DEFAULT_DEFENCE, ESCALATED, check_defence, defended, flag_column, immune_design
 from src.core.priorshift import PrevalenceError, parse_setting, served
 from src.core.textfiles import StrictJSONError, loads_strict, normal_id
 from src.core.verdicts import ABSTAIN
@@ -46,7 +46,7 @@ from src.io.modules import closure
 from src.io.paths import CONF_DIR, PACKAGE_DIR, ROOT
 from src.io.votestore import DEFAULT_ON_FAILURE, FAILURE_ENV, ON_FAILURE, on_failure, record_from, store_path
 from src.judges.cache import item_content_hash
-from src.judges.config import resolve_roster
+from src.judges.config import instruction_immune, resolve_roster
 from src.judges.runner import verdict_table
 from src.mlops import artifact
 from src.mlops.limits import MIB, Disconnected, Limits, RequestRefused, read_body, reply, timed_protocol
@@ -450,8 +450,44 @@ class PanelModel(mlflow.pyfunc.PythonModel):
         why = record_votes(cfg, "panel", self.columns, X, self.stacker.n_votes, out, items["item_id"].tolist())
         out["injection_flag"], out["injection_reasons"] = flag_column(items.to_dict("records"))
         why = record_injection_flags(cfg, items["item_id"].tolist(), out) if why is None else why
+        policy = check_defence(cfg.get("injection_defence", DEFAULT_DEFENCE), "panel model config injection_defence")
+        out = defend(out, X, self.stacker, instruction_immune(self.roster), policy)
         out = mark_decision(monitored(self, cfg, out, why), getattr(self, "decision", None))
         return pd.concat([items[["item_id"]].reset_index(drop=True), votes, out], axis=1)
+
+
+def defend(out: pd.DataFrame, X: np.ndarray, stacker, immune: list[bool], policy: str) -> pd.DataFrame:
+    """The decision path's defence (:func:`src.core.injection.defended`) on a panel's output: a flagged item
+    (``injection_flag``) is escalated — no p, no verdict, label ``escalated`` —, or decided by the members no
+    instruction can address (``immune``: the stacker on :func:`src.core.injection.immune_design`), or decided as
+    any item (``off``). ``injection_action`` says which: ``escalated``, ``immune``, ``flagged`` (off), '' (not
+    flagged)."""
+    flagged = out["injection_flag"].to_numpy(dtype=bool)
+    out["injection_action"] = ""
+    if not flagged.any():
+        return out
+    if policy == "off":
+        out.loc[flagged, "injection_action"] = "flagged"
+        return out
+    k = stacker.n_votes or X.shape[1]
+    alt = None
+    if policy == "immune" and any(immune):
+        alt_out = stacked_output(stacker, immune_design(X, immune, k))
+        alt = alt_out["verdict"].astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+    verdict, escalated = defended(
+        out["verdict"].astype("Float64").to_numpy(dtype=float, na_value=np.nan), flagged, policy, alt
+    )
+    by_immune = flagged & ~escalated
+    if by_immune.any():
+        out.loc[by_immune, "p_hallucinated"] = alt_out["p_hallucinated"][by_immune].to_numpy()
+        out.loc[by_immune, "verdict"] = [int(v) for v in verdict[by_immune]]
+        out.loc[by_immune, "label"] = np.where(verdict[by_immune] == 1, "hallucinated", "supported")
+        out.loc[by_immune, "injection_action"] = "immune"
+    out.loc[escalated, "p_hallucinated"] = pd.NA
+    out.loc[escalated, "verdict"] = pd.NA
+    out.loc[escalated, "label"] = ESCALATED
+    out.loc[escalated, "injection_action"] = ESCALATED
+    return out
 
 
 def record_injection_flags(config: Mapping[str, Any] | None, item_ids: list, out: pd.DataFrame) -> str | None:
@@ -503,6 +539,7 @@ def panel_signature(columns: list[str], n_votes: int):
         + list(stacker_signature(columns, n_votes).outputs.inputs)
         + [ColSpec("string", "uncached")]
         + [ColSpec("boolean", "injection_flag"), ColSpec("string", "injection_reasons")]
+        + [ColSpec("string", "injection_action")]
     )
     return ModelSignature(inputs=inputs, outputs=outputs, params=inference_params())
 
@@ -546,8 +583,11 @@ def log_panel(
     compute: bool = True,
     name: str = "panel",
     decision: Mapping[str, Any] | None = None,
+    injection_defence: str = DEFAULT_DEFENCE,
 ):
     """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``.
+    ``injection_defence``: what it does with an item flagged as a prompt injection (:data:`src.core.injection.
+    DEFENCES`; its model config, which the scoring requests cannot change).
     The roster is logged unresolved where it holds a secret (:func:`src.mlops.redact.persistable`); one that
     holds a secret as a value is refused (:class:`src.mlops.redact.SecretInConfig`)."""
 
@@ -564,16 +604,20 @@ def log_panel(
             "candidate": ["The capital of France is Paris."],
         }
     )
+    config = {
+        "cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
+        "compute": bool(compute),
+        "monitor_store": "",  # "": $RAIM_MONITOR_STORE
+        "injection_defence": check_defence(injection_defence, "injection_defence"),
+    }
+    model = PanelModel(roster, frames, default_frame, stacker, columns, decision)
+    model.config = dict(config)  # its document (document_of) records the config it is logged with
     return _log_pyfunc(
         name,
-        PanelModel(roster, frames, default_frame, stacker, columns, decision),
+        model,
         panel_signature(list(columns), stacker.n_votes or len(columns)),
         example,
-        model_config={
-            "cache_dir": str(Path(cache_dir or SCORED_CACHE).resolve()),
-            "compute": bool(compute),
-            "monitor_store": "",
-        },  # "": $RAIM_MONITOR_STORE
+        model_config=config,
         metadata={
             "roster": roster.get("name"),
             "members": members,
@@ -668,6 +712,7 @@ def document_of(model: StackerModel | PanelModel) -> artifact.ModelDocument:
         cache_dir=str(model.config.get("cache_dir", SCORED_CACHE)),
         compute=bool(model.config.get("compute", True)),
         monitor_store=str(model.config.get("monitor_store") or ""),
+        injection_defence=str(model.config.get("injection_defence", DEFAULT_DEFENCE)),
     )
     return artifact.ModelDocument(
         kind="panel",

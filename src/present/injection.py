@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 
 from src.present.figures import _plt, _save
-from src.studies.injection import AGGREGATES, CLEAN, statements
+from src.studies.injection import AGGREGATES, CLEAN, PATHS, heldout_conditions, statements
 
 FRAME_STYLE = {"paper": ("tab:red", "paper frame"), "guarded": ("tab:blue", "guarded frame")}
 
 
 def _attacks(doc: dict) -> list[str]:
-    return list(doc["settings"]["attacks"])
+    return [*doc["settings"]["attacks"], *heldout_conditions(int(doc["settings"].get("heldout_draws", 0)))]
 
 
 def injection_figure(doc: dict, path: str | Path) -> Path:
@@ -220,6 +220,7 @@ def injection_section(doc: dict) -> list[str]:
                 ]
         if d.get("missing"):
             out += [f"Verdicts still missing: `{doc.get('command')}`.", ""]
+        out += _decision_tables(d)
     det = doc["detector"]
     rows = [[a, v["n"], v["flagged"], _f(v["rate"])] for a, v in det["attacked"].items()]
     out += ["### Detector (src.core.injection.detect)", "", *_table(["attack", "items", "flagged", "rate"], rows), ""]
@@ -231,10 +232,69 @@ def injection_section(doc: dict) -> list[str]:
         ]
         for ds, v in det["clean"].items()
     ]
+    for name, per in det.get("written", {}).items():
+        wrows = [
+            [k, v["attacks"], v["attacks_flagged"], f"{v['flagged']}/{v['pairs']}", _f(v["rate"]), _ci(v["ci"])]
+            for k, v in per.items()
+        ]
+        out += [
+            f"Attacks written apart from the generator, the {name} set (data/injection/{name}.jsonl; every attack "
+            "planted in every study item):",
+            "",
+            *_table(
+                ["class", "attacks", "flagged in most items", "(attack, item) pairs flagged", "recall", "interval"],
+                wrows,
+            ),
+            "",
+        ]
     out += [
         "Clean items of the shipped sets flagged (false positives):",
         "",
         *_table(["set", "candidate", "question", "evidence", "any field"], rows),
         "",
     ]
+    return out
+
+
+def _ci(ci) -> str:
+    return "—" if not ci or ci[0] is None else f"[{_f(ci[0])}, {_f(ci[1])}]"
+
+
+def _decision_tables(d: dict) -> list[str]:
+    """The decision path under attack, per frame: each path's attack success per attack class, its clean κ and
+    share escalated, and the inherited flips when only one LLM member is attacked."""
+    out: list[str] = []
+    for fk, block in (d.get("decision") or {}).items():
+        groups = list(dict.fromkeys(g for per in block["asr"].values() for g in per))
+        rows = [[g, *[_rate(block["asr"].get(p, {}).get(g)) for p in PATHS]] for g in groups]
+        out += [
+            f"Decision path, {fk} frame (attack success: of the hallucinated items the path's clean decision calls "
+            "hallucinated, the share its attacked decision calls supported; escalated is not a success):",
+            "",
+            *_table(["attacks", *PATHS], rows),
+            "",
+        ]
+        rows = [
+            [p, _f(v["kappa"]["estimate"]), _delta(v["delta_kappa"]), _f(v["escalated"])]
+            for p, v in block["clean"].items()
+        ]
+        out += [
+            "Clean items on each path (κ on the items it decides; Δκ against the panel alone; share escalated):",
+            "",
+            *_table(["path", "κ", "Δκ vs panel", "escalated"], rows),
+            "",
+        ]
+        rows = [
+            [m, g, *[_rate((per.get(p) or {}).get(g)) for p in per]]
+            for m, per in block.get("one_attacked", {}).items()
+            for g in ("generator (all)", "heldout (all)")
+        ]
+        if rows:
+            paths = list(next(iter(block["one_attacked"].values())))
+            out += [
+                "Inherited flips: only that member's verdicts attacked (the aggregation-level checks):",
+                "",
+                *_table(["member", "attacks", *paths], rows),
+                "",
+            ]
     return out

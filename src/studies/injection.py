@@ -24,7 +24,16 @@ Per dataset, frame and attack class, for every member, for the stacked panel and
   only one member's verdicts attacked (the others clean): does aggregation resist an attack that flips one judge?
 * the **defence**: every metric under the guarded frame minus the paper frame, on the same attacked items, paired;
 * the **detector** (:func:`src.core.injection.scan`): the share of attacked items it flags per class, and of the
-  clean items of every shipped set (``datasets_dir``), per field.
+  clean items of every shipped set (``datasets_dir``), per field; its recall on the attack sets written apart
+  from the generator (``injection.heldout``, never used to tune a rule, and ``injection.dev``), every attack
+  planted in every study item (:func:`written_recall`);
+* ``injection.heldout_draws`` conditions of **held-out attacks** judged like the generator's classes (each item one
+  written attack, :func:`src.core.injection.assign`);
+* the **decision path** (:func:`decision_study`): per path (:data:`PATHS`: the panel alone, the defaults of
+  ``src.predict`` and the served panel, the immune members, an aggregation-level disagreement rule, a stacker
+  whose members' weights are bounded) and per attack class, generator and held-out, the attack success with
+  cluster-bootstrap intervals; each path's clean κ and share escalated; the inherited flips with one LLM member
+  attacked.
 """
 
 from __future__ import annotations
@@ -46,9 +55,12 @@ from src.core.errors import RaimError
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators, interval, paired_delta
 from src.core.ladder import checked_folds, design_matrix
 from src.core.names import metric_name
-from src.core.verdicts import validate
+from src.core.verdicts import ABSTAIN, validate
 from src.io.config import group_option
 from src.io.datasets import read_items
+from src.io.paths import ROOT
+from src.io.raw import read_jsonl
+from src.judges.config import instruction_immune, resolve_roster
 from src.judges.frames import Frame
 from src.judges.runner import cluster_subsample, local_scores, roster_judges, score_judge
 from src.judges.tables import frame_for
@@ -59,7 +71,8 @@ log = logging.getLogger("raim.injection")
 CLEAN = "clean"
 FRAMES = ("paper", "guarded")
 AGGREGATES = ("stacked", "majority")
-STUDY_KEYS = ("datasets", "n_items", "attacks", "guarded", "seed", "n_boot", "level")
+STUDY_KEYS = ("datasets", "n_items", "attacks", "heldout_draws", "defence", "guarded", "seed", "n_boot", "level")
+HELDOUT = "heldout"
 
 
 class InjectionStudyError(RaimError):
@@ -72,6 +85,12 @@ class InjectionStudyError(RaimError):
 def check_settings(s: Mapping[str, Any]) -> None:
     """Refuse settings the study cannot run with, in one line naming the key."""
     unknown = [a for a in s["attacks"] if a not in inj.ATTACKS]
+    if not isinstance(s["heldout_draws"], int) or isinstance(s["heldout_draws"], bool) or s["heldout_draws"] < 0:
+        raise InjectionStudyError(f"injection.heldout_draws={s['heldout_draws']!r}: must be an integer ≥ 0")
+    if s["defence"] not in inj.DEFENCES:
+        raise InjectionStudyError(f"injection.defence={s['defence']!r}: must be one of {list(inj.DEFENCES)}")
+    if not 0 < float(s["max_weight_share"]) <= 1:
+        raise InjectionStudyError(f"injection.max_weight_share={s['max_weight_share']!r}: must be in (0, 1]")
     if unknown or not s["attacks"]:
         raise InjectionStudyError(
             f"injection.attacks={list(s['attacks'])}: each must be one of {list(inj.ATTACKS)} (and at least one)"
@@ -113,24 +132,52 @@ def frames_of(cfg: DictConfig, dataset: str, guarded: bool) -> dict[str, Frame]:
     return out
 
 
-def conditions(base: pd.DataFrame, attacks: Sequence[str], seed: int) -> dict[str, pd.DataFrame]:
-    """{"clean": the items, <attack>: the items under that attack}, rows aligned with ``base``."""
+def heldout_conditions(draws: int) -> list[str]:
+    """The names of the judged conditions of held-out attacks: ``heldout-1`` … ``heldout-<draws>``."""
+    return [f"{HELDOUT}-{d + 1}" for d in range(draws)]
+
+
+def written_set(path: str | Path) -> list[inj.WrittenAttack]:
+    """An attack set written apart from the generator (data/injection/*.jsonl), every entry checked; a bad entry
+    is one line naming the file, the line and the key."""
+    p = Path(path)
+    p = p if p.is_absolute() else ROOT / p
+    try:
+        recs = read_jsonl(p, ROOT)
+        out = [inj.written_attack(r.data, r.where) for r in recs]
+    except inj.InjectionError as e:
+        raise InjectionStudyError(str(e)) from None
+    dup = sorted({a.id for a in out if [b.id for b in out].count(a.id) > 1})
+    if dup:
+        raise InjectionStudyError(f"{path}: attack id(s) {dup} repeat (ids must be unique)")
+    return out
+
+
+def conditions(
+    base: pd.DataFrame, attacks: Sequence[str], seed: int, written: Sequence[inj.WrittenAttack] = (), draws: int = 0
+) -> dict[str, pd.DataFrame]:
+    """{"clean": the items, <attack>: the items under that generator attack, ``heldout-<d>``: each item with one
+    written attack planted (:func:`src.core.injection.assign`, draw d)}, rows aligned with ``base``."""
     recs = base.to_dict("records")
     out = {CLEAN: base}
     for a in attacks:
         out[a] = pd.DataFrame(inj.attacked(recs, [a], seed))
+    for d, name in enumerate(heldout_conditions(draws)):
+        out[name] = pd.DataFrame(inj.assign(recs, written, d, seed))
     return out
 
 
 def cells(cfg: DictConfig) -> dict[str, dict]:
     """Per dataset: its frames, its conditions' items, and the cache directory of each (frame, condition)."""
     s = settings(cfg)
+    draws = int(s["heldout_draws"])
+    written = written_set(s["heldout"]) if draws else []
     out = {}
     for ds in s["datasets"]:
         base = base_items(cfg, ds)
         out[ds] = {
             "frames": frames_of(cfg, ds, bool(s["guarded"])),
-            "items": conditions(base, s["attacks"], int(s["seed"])),
+            "items": conditions(base, s["attacks"], int(s["seed"]), written, draws),
         }
     return out
 
@@ -354,13 +401,16 @@ class Predictions:
 
 
 def stacked_predictions(
-    stacker, Xc: np.ndarray, y: np.ndarray, folds: list[tuple], inputs: Mapping[Any, np.ndarray]
+    stacker, Xc: np.ndarray, y: np.ndarray, folds: list[tuple], inputs: Mapping[Any, np.ndarray], post=None
 ) -> dict[Any, np.ndarray]:
-    """The stacker fitted on each fold's training clusters of the *clean* design ``Xc`` and applied to the
-    fold's held-out rows of every design in ``inputs`` (rows aligned with ``Xc``): out-of-fold predictions."""
+    """The stacker fitted on each fold's training clusters of the *clean* design ``Xc`` (then ``post(est, X, y)``
+    on them, when given) and applied to the fold's held-out rows of every design in ``inputs`` (rows aligned with
+    ``Xc``): out-of-fold predictions."""
     out = {k: np.empty(len(y)) for k in inputs}
     for tr, te in folds:
         est = clone(stacker).fit(Xc[tr], y[tr])
+        if post is not None:
+            est = post(est, Xc[tr], y[tr])
         for k, X in inputs.items():
             out[k][te] = est.predict(X[te])
     return out
@@ -376,7 +426,7 @@ def dataset_study(
 ) -> dict:
     """One dataset's study from its verdict tables {frame: {condition: table}} and, per frame and condition, the
     members with a record for every item (``covered``)."""
-    attacks, level = list(s["attacks"]), float(s["level"])
+    attacks, level = [*s["attacks"], *heldout_conditions(int(s["heldout_draws"]))], float(s["level"])
     ref = tables["paper"][CLEAN]
     gold, clusters = ref["gold"].to_numpy().astype(int), ref["cluster_id"].astype(str).to_numpy()
     pr = Predictions(gold, clusters, int(s["n_boot"]), int(s["seed"]), level)
@@ -474,6 +524,203 @@ def dataset_study(
     return out
 
 
+# ------------------------------------------------------------------------------------------------ the decision path
+
+PATHS = ("panel", "escalate", "immune", "disagreement", "escalate+disagreement", "bounded")
+"""The decision paths measured under attack: the stacked panel alone (no defence), the panel with a flagged item
+escalated (the default of src.predict and the served panel) or decided by the immune members, the panel with a
+"supported" verdict escalated where every immune member that answered says hallucinated (an aggregation-level
+rule that reads no text), both, and a stacker whose members' weights are bounded."""
+ONE_ATTACKED_PATHS = ("panel", "disagreement", "bounded")  # the aggregation-level checks, one LLM member attacked
+
+
+def bounded_stacker(est, X: np.ndarray, y: np.ndarray, share: float):
+    """``est`` (a fitted :class:`src.core.aggregate.StackedLogit`) with each member's weight — the sum of |β| over
+    its columns — cut to at most ``share`` of the total (water-filling: the members above the cap scaled down to
+    it, the cap recomputed on the new total), then the intercept refitted by maximum likelihood on (X, y): a
+    stacker that cannot lean on one member beyond a bound."""
+    k = est.n_votes or X.shape[1]
+    F = est.features(X)
+    per_vote = 2 if est.abstention == "category" else 1
+    owner = np.r_[np.tile(np.arange(k), per_vote), np.tile(np.arange(k), (F.shape[1] - per_vote * k) // k)]
+    beta = est.coef_.copy()
+    w = np.bincount(owner, weights=np.abs(beta), minlength=k)
+    capped = np.zeros(k, bool)
+    for _ in range(k):
+        free = w[~capped].sum()
+        if share * capped.sum() >= 1:
+            break
+        cap = share * free / (1 - share * capped.sum())
+        over = (w > cap) & ~capped
+        if not over.any():
+            break
+        capped |= over
+    if capped.any() and share * capped.sum() < 1:
+        cap = share * w[~capped].sum() / (1 - share * capped.sum())
+        scale = np.where(capped & (w > 0), cap / np.where(w > 0, w, 1), 1.0)
+        beta = beta * scale[owner]
+    out = clone(est)
+    out.__dict__.update({k_: v for k_, v in est.__dict__.items() if k_.endswith("_")})
+    offset = F @ beta
+    b = float(est.intercept_)
+    for _ in range(50):  # Newton on the intercept alone
+        p = 1 / (1 + np.exp(-(b + offset)))
+        step = (y - p).sum() / max((p * (1 - p)).sum(), 1e-12)
+        b += step
+        if abs(step) < 1e-10:
+            break
+    out.coef_, out.intercept_ = beta, b
+    out.lr_ = est.logistic_regression()
+    out.lr_.classes_ = np.array([0, 1])
+    out.lr_.coef_, out.lr_.intercept_, out.lr_.n_features_in_ = beta[None, :], np.array([b]), beta.size
+    return out
+
+
+def disagreement(verdict: np.ndarray, X: np.ndarray, immune: Sequence[bool]) -> np.ndarray:
+    """``verdict`` with NaN (escalated) where it says supported (0) while every immune member that answered votes
+    hallucinated and at least one answered."""
+    iv = X[:, : len(immune)][:, np.asarray(immune, bool)]
+    answered = iv != ABSTAIN
+    against = answered.any(axis=1) & np.all(np.where(answered, iv == 1, True), axis=1)
+    return np.where((verdict == 0) & against, np.nan, verdict)
+
+
+def path_decisions(
+    X: dict[str, np.ndarray],
+    gold: np.ndarray,
+    folds: list,
+    stacker,
+    immune: Sequence[bool],
+    flags: dict[str, np.ndarray],
+    share: float,
+) -> dict[str, dict[str, np.ndarray]]:
+    """{path: {condition: the decision path's verdicts, NaN = escalated}} for every condition of ``X`` (the clean
+    design under "clean"), the stackers cross-fitted on the clean design's training clusters."""
+    k = len(immune)
+    inputs: dict[Any, np.ndarray] = dict(X)
+    if any(immune):
+        inputs.update({("immune", c): inj.immune_design(x, immune, k) for c, x in X.items()})
+    st = stacked_predictions(stacker, X[CLEAN], gold, folds, inputs)
+    bd = stacked_predictions(
+        stacker, X[CLEAN], gold, folds, X, post=lambda e, Xt, yt: bounded_stacker(e, Xt, yt, share)
+    )
+    out: dict[str, dict[str, np.ndarray]] = {p: {} for p in PATHS}
+    for c, x in X.items():
+        alt = st.get(("immune", c))
+        out["panel"][c] = st[c].astype(float)
+        out["escalate"][c] = inj.defended(st[c], flags[c], "escalate")[0]
+        out["immune"][c] = inj.defended(st[c], flags[c], "immune", alt)[0]
+        out["disagreement"][c] = disagreement(st[c].astype(float), x, immune)
+        out["escalate+disagreement"][c] = disagreement(out["escalate"][c], x, immune)
+        out["bounded"][c] = bd[c].astype(float)
+    return out
+
+
+def _class_rows(cond_items: dict[str, pd.DataFrame]) -> dict[str, np.ndarray]:
+    """Each condition's attack class per row: the generator's class, or each planted attack's class."""
+    return {
+        c: (np.asarray(t["attack"], dtype=object) if "attack" in t else np.full(len(t), c, dtype=object))
+        for c, t in cond_items.items()
+        if c != CLEAN
+    }
+
+
+def decision_asr(
+    decisions: dict[str, dict[str, np.ndarray]],
+    gold: np.ndarray,
+    clusters: np.ndarray,
+    kinds: dict[str, np.ndarray],
+    s: Mapping[str, Any],
+) -> dict:
+    """Per decision path and attack class (the generator's classes, each held-out class pooled over its draws, and
+    the two sets pooled): the attack success on the decision path — of the hallucinated items its clean decision
+    calls hallucinated, the share its attacked decision calls supported (escalated is not a success) — with a
+    cluster-bootstrap interval (every row of a class drawn with its item's cluster)."""
+    level = float(s["level"])
+    generator = [c for c in kinds if not c.startswith(HELDOUT)]
+    held = [c for c in kinds if c.startswith(HELDOUT)]
+    groups: dict[str, list[tuple[str, np.ndarray]]] = {}
+    for c in generator:
+        groups.setdefault(c, []).append((c, np.ones(len(gold), bool)))
+        groups.setdefault("generator (all)", []).append((c, np.ones(len(gold), bool)))
+    for c in held:
+        for kind in sorted(set(kinds[c])):
+            groups.setdefault(f"{HELDOUT}:{kind}", []).append((c, kinds[c] == kind))
+        groups.setdefault(f"{HELDOUT} (all)", []).append((c, np.ones(len(gold), bool)))
+    out: dict[str, dict] = {}
+    for path, per in decisions.items():
+        clean = np.nan_to_num(per[CLEAN], nan=ABSTAIN)
+        block = {}
+        for name, parts in groups.items():
+            rows = [(np.flatnonzero(m), np.nan_to_num(per[c], nan=ABSTAIN)) for c, m in parts if c in per]
+            if not rows:
+                continue
+            idx = np.concatenate([r for r, _ in rows])
+            att = np.concatenate([a[r] for r, a in rows])
+            boot = ClusterBootstrap(clusters[idx], n_boot=int(s["n_boot"]), seed=int(s["seed"]))
+            f = flip_stats(boot, gold[idx], clean[idx], att, level)
+            block[name] = f["asr"][0]
+        out[path] = block
+    return out
+
+
+def decision_clean(decisions: dict[str, dict[str, np.ndarray]], pr: Predictions) -> dict:
+    """Per decision path on the clean items: κ on the items it decides (escalated ones left out), the paired Δκ
+    against the panel alone, and the share of clean items it escalates."""
+    for path, per in decisions.items():
+        pr.add((path, CLEAN), np.nan_to_num(per[CLEAN], nan=ABSTAIN))
+    pr.kappas()
+    out = {}
+    for path, per in decisions.items():
+        out[path] = {
+            "kappa": pr.kappa((path, CLEAN)),
+            "delta_kappa": pr.delta_kappa((path, CLEAN), ("panel", CLEAN)),
+            "escalated": float(np.mean(np.isnan(per[CLEAN]))),
+        }
+    return out
+
+
+def decision_study(
+    tables: dict[str, pd.DataFrame],
+    cond_items: dict[str, pd.DataFrame],
+    members: list[str],
+    immune: list[bool],
+    stacker,
+    analysis,
+    s: Mapping[str, Any],
+) -> dict:
+    """One dataset and frame's decision-path block: the attack success of every path (:data:`PATHS`) per attack
+    class, generator and held-out, and each path's clean κ and share escalated; from the cells where every member
+    voted on every item (``tables``: {condition: verdict table})."""
+    ref = tables[CLEAN]
+    gold, clusters = ref["gold"].to_numpy().astype(int), ref["cluster_id"].astype(str).to_numpy()
+    X = {c: _votes(t, members, list(analysis.features)) for c, t in tables.items()}
+    flags = {c: np.array([inj.scan(r).flagged for r in cond_items[c].to_dict("records")]) for c in tables}
+    folds = checked_folds(gold, clusters, analysis)
+    dec = path_decisions(X, gold, folds, stacker, immune, flags, float(s["max_weight_share"]))
+    kinds = _class_rows({c: cond_items[c] for c in tables})
+    pr = Predictions(gold, clusters, int(s["n_boot"]), int(s["seed"]), float(s["level"]))
+    one: dict[str, dict] = {}
+    k = len(members)
+    for j, m in enumerate(members):  # only member m attacked (its vote and extras from the attack): inherited flips
+        if immune[j]:
+            continue
+        cols = [j] + [k * (1 + f) + j for f in range(len(analysis.features))]
+        mix = {c: X[CLEAN].copy() for c in X}
+        for c in X:
+            mix[c][:, cols] = X[c][:, cols]
+        part = path_decisions(mix, gold, folds, stacker, immune, flags, float(s["max_weight_share"]))
+        asr = decision_asr({p: part[p] for p in ONE_ATTACKED_PATHS}, gold, clusters, kinds, s)
+        one[m] = {p: {g: v for g, v in blk.items() if g.endswith("(all)")} for p, blk in asr.items()}
+    return {
+        "conditions": [c for c in tables if c != CLEAN],
+        "flagged": {c: int(f.sum()) for c, f in flags.items()},
+        "asr": decision_asr(dec, gold, clusters, kinds, s),
+        "one_attacked": one,
+        "clean": decision_clean(dec, pr),
+    }
+
+
 # ------------------------------------------------------------------------------------------------ detector
 
 
@@ -486,7 +733,7 @@ def detector_rates(grid: dict[str, dict], datasets_dir: Path, seed: int = 0) -> 
         per: dict[str, dict] = {}
         for f in inj.SCANNED:
             texts = [r.get(f) for r in recs if isinstance(r.get(f), str) and r.get(f)]
-            found = [inj.detect(t) for t in texts]
+            found = [inj.detect(t, f) for t in texts]
             reasons: dict[str, int] = {}
             for d in found:
                 for r in d.reasons:
@@ -507,6 +754,33 @@ def detector_rates(grid: dict[str, dict], datasets_dir: Path, seed: int = 0) -> 
     for a in attacked.values():
         a["rate"] = a["flagged"] / a["n"] if a["n"] else None
     return {"clean": clean, "attacked": attacked}
+
+
+def written_recall(
+    grid: dict[str, dict], attacks: Sequence[inj.WrittenAttack], n_boot: int, seed: int, level: float
+) -> dict:
+    """The detector's recall on an attack set written apart from the generator: every attack planted in every
+    study item (:func:`src.core.injection.plant`), flagged by :func:`src.core.injection.scan`; per class and in all,
+    the flagged share of (attack, item) pairs with a bootstrap interval over the attacks (the unit an attacker
+    varies), and the number of attacks flagged in most items."""
+    recs = [r for cell in grid.values() for r in cell["items"][CLEAN].to_dict("records")]
+    hits = np.array([[inj.scan(inj.plant(r, a)).flagged for r in recs] for a in attacks], dtype=float)
+    kinds = np.array([a.kind for a in attacks], dtype=object)
+    out: dict[str, Any] = {}
+    for name in [*sorted(set(kinds)), "all"]:
+        rows = hits if name == "all" else hits[kinds == name]
+        per = rows.mean(axis=1)
+        rng = np.random.default_rng(seed)
+        draws = per[rng.integers(0, len(per), size=(n_boot, len(per)))].mean(axis=1)
+        out[name] = {
+            "attacks": int(len(rows)),
+            "pairs": int(rows.size),
+            "flagged": int(rows.sum()),
+            "rate": float(rows.mean()),
+            "ci": interval(draws, level),
+            "attacks_flagged": int((per > 0.5).sum()),
+        }
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the study
@@ -541,6 +815,18 @@ def study(cfg: DictConfig, grid: dict[str, dict] | None = None) -> dict:
             d["missing"] = missing[ds]
         doc["datasets"][ds] = d
     doc["detector"] = detector_rates(grid, Path(cfg.paths.datasets_dir), int(s["seed"]))
+    doc["detector"]["written"] = {
+        name: written_recall(grid, written_set(s[name]), int(s["n_boot"]), int(s["seed"]), float(s["level"]))
+        for name in ("dev", "heldout")
+    }
+    immune = instruction_immune(resolve_roster(cfg.roster, resolve=False))
+    for ds, per in tables.items():
+        block = {}
+        for fk, conds in per.items():
+            full = {c: t for c, t in conds.items() if not missing.get(ds, {}).get(fk, {}).get(c)}
+            if CLEAN in full and len(full) > 1:
+                block[fk] = decision_study(full, grid[ds]["items"], members, immune, stacker, analysis, s)
+        doc["datasets"][ds]["decision"] = block
     doc["complete"] = not missing
     if missing:
         doc["command"] = compute_command(cfg, missing)
@@ -587,7 +873,19 @@ def statements(doc: dict) -> list[str]:
             lines.append(f"{ds}, {a}: attack success (paper frame → guarded frame): " + "; ".join(parts))
         if d.get("missing"):
             lines.append(f"{ds}: verdicts still missing ({doc.get('command')})")
+    for ds, d in doc["datasets"].items():
+        for fk, block in d.get("decision", {}).items():
+            for g in ("generator (all)", f"{HELDOUT} (all)"):
+                parts = [
+                    f"{p} {_pct((block['asr'][p].get(g) or {}).get('estimate'))}"
+                    for p in PATHS
+                    if block["asr"].get(p, {}).get(g)
+                ]
+                if parts:
+                    lines.append(f"{ds}, {fk} frame, decision path under {g} attacks: " + "; ".join(parts))
     det = doc["detector"]
+    for name, per in det.get("written", {}).items():
+        lines.append(f"detector recall on the {name} set: {_pct(per['all']['rate'])} of (attack, item) pairs")
     att = ", ".join(f"{a} {_pct(v['rate'])}" for a, v in det["attacked"].items())
     clean = ", ".join(f"{ds} {_pct(v['item']['rate'])}" for ds, v in det["clean"].items())
     lines.append(f"detector: attacked items flagged: {att}; clean items flagged: {clean}")
@@ -617,6 +915,18 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     for a, v in doc["detector"]["attacked"].items():
         if v["rate"] is not None:
             out[metric_name("detector", a, "flagged")] = v["rate"]
+    for name, per in doc["detector"].get("written", {}).items():
+        out[metric_name("detector", name, "recall")] = per["all"]["rate"]
+    for ds, d in doc["datasets"].items():
+        for fk, block in d.get("decision", {}).items():
+            for path, groups in block["asr"].items():
+                for g in ("generator (all)", f"{HELDOUT} (all)"):
+                    v = (groups.get(g) or {}).get("estimate")
+                    if v is not None:
+                        out[metric_name(ds, fk, "decision", path, g.split()[0], "asr")] = v
+            for path, v in block["clean"].items():
+                out[metric_name(ds, fk, "decision", path, "kappa")] = v["kappa"]["estimate"]
+                out[metric_name(ds, fk, "decision", path, "escalated")] = v["escalated"]
     for ds, v in doc["detector"]["clean"].items():
         if v["item"]["rate"] is not None:
             out[metric_name("detector", "clean", ds, "flagged")] = v["item"]["rate"]

@@ -281,6 +281,11 @@ class InjectionSettings:
     datasets: list[str]
     n_items: int
     attacks: list[str]
+    heldout: str
+    dev: str
+    heldout_draws: int
+    defence: str
+    max_weight_share: float
     guarded: bool
     seed: int
     n_boot: int

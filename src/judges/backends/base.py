@@ -48,6 +48,7 @@ class Backend:
 
     kind = "base"
     mode = "constrained"  # or "generate"
+    reads_instructions = True  # a language model: text in the item can address it (src.core.injection)
 
     def __init__(self, mass_floor: float = 0.1, mode: str = "constrained"):
         self.mass_floor = float(mass_floor)

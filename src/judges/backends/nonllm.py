@@ -63,6 +63,7 @@ def _logit(p: float, eps: float = 1e-4) -> float:
 
 class LexicalSupportBackend(Backend):
     kind = "lexical"
+    reads_instructions = False  # word overlap: no instruction in the text can address it
 
     def __init__(self, threshold: float = 0.6):
         super().__init__(mass_floor=0.0, mode="score")
@@ -168,6 +169,7 @@ def windows(text: str, size: int = 3) -> list[str]:
 
 class MiniLMSimilarityBackend(Backend):
     kind = "minilm_similarity"
+    reads_instructions = False  # sentence-embedding similarity: no instruction in the text can address it
 
     def __init__(
         self,

@@ -50,15 +50,17 @@ def run_suite(
     cfg: SuiteSettings | Mapping,
     measured: Mapping | None = None,
     folds: Mapping[str, list] | None = None,
+    flags: Mapping[str, bool] | None = None,
 ) -> dict:
     """Every analysis of the suite; ``cfg``: the suite's settings (:class:`SuiteSettings`, or the ``suite``
     config node / a mapping, checked into one); ``folds``: each dataset's cluster folds when the caller has them
-    (:func:`src.core.ladder.dataset_folds`). BLAS runs on one thread (small products; threads contending for
+    (:func:`src.core.ladder.dataset_folds`); ``flags``: {item_id: flagged as a prompt injection}, which the
+    cascade escalates (:func:`src.studies.suite.cascade.item_flags`). BLAS runs on one thread (small products; threads contending for
     shared cores multiply the time)."""
 
     cfg = suite_settings(cfg)
     with threadpool_limits(1):
-        return _run_suite(table, stacker, s, cfg, measured, folds)
+        return _run_suite(table, stacker, s, cfg, measured, folds, flags)
 
 
 def bootstrap_lengths(cfg: SuiteSettings | Mapping, s: LadderSettings) -> dict[int, int]:
@@ -71,7 +73,7 @@ def bootstrap_lengths(cfg: SuiteSettings | Mapping, s: LadderSettings) -> dict[i
     return out
 
 
-def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds) -> dict:
+def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds, flags=None) -> dict:
     seed = cfg.seed
     tm: dict[str, float] = {}
     with _timed(tm, "references"):
@@ -139,7 +141,7 @@ def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds) -> dict:
         "timings": tm,
     }
     with _timed(tm, "cascade"):
-        doc["cascade"] = cascade.run(refs, table, stacker, s, cfg.cascade, costs["panel"], seed)
+        doc["cascade"] = cascade.run(refs, table, stacker, s, cfg.cascade, costs["panel"], seed, flags)
     return jsonable(doc)
 
 

@@ -38,7 +38,7 @@ calibrated on held-out labelled data, else escalate). Here:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 from scipy import sparse
@@ -47,6 +47,7 @@ from sklearn.base import BaseEstimator, clone
 from src.core.aggregate import StackedLogit
 from src.core.errors import RaimError
 from src.core.evaluate import METRICS, ClusterBootstrap, Delta, distinct_rows, from_counts, interval, paired_delta
+from src.core.injection import scan
 from src.core.ladder import LadderSettings, design_matrix, refit_ci, refit_delta
 from src.core.names import metric_name
 from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung, loop_proba, stacked_proba
@@ -161,12 +162,14 @@ class Cascade(BaseEstimator):
         """|p − threshold| (:func:`confidence_of`)."""
         return confidence_of(self.p_hallucinated(X), self.stacker_.threshold)
 
-    def escalate(self, X: np.ndarray) -> np.ndarray:
+    def escalate(self, X: np.ndarray, flagged: np.ndarray | None = None) -> np.ndarray:
         """S × n: item i escalates at share s (ties at τ broken by a seeded uniform draw per item: u < its
-        :func:`escalation_prob`)."""
+        :func:`escalation_prob`); an item ``flagged`` as a prompt injection (:func:`src.core.injection.scan`)
+        escalates at every share: the cheap panel, LLM judges its text can address, never decides it."""
         conf = self.confidence(X)[None, :]
         u = np.random.default_rng(self.random_state).random(conf.shape[1])[None, :]
-        return u < escalation_prob(conf, self.thresholds_[:, None], self.tie_prob_[:, None])
+        esc = u < escalation_prob(conf, self.thresholds_[:, None], self.tie_prob_[:, None])
+        return esc if flagged is None else esc | np.asarray(flagged, bool)[None, :]
 
 
 def merge(panel: np.ndarray, expensive: np.ndarray, escalated: np.ndarray) -> np.ndarray:
@@ -182,7 +185,21 @@ def merge(panel: np.ndarray, expensive: np.ndarray, escalated: np.ndarray) -> np
 
 def settings(cfg: CascadeSettings | Mapping) -> CascadeSettings:
     """The cascade's settings (``suite.cascade``), checked (:mod:`src.studies.suite.settings`)."""
-    return settings_of(CascadeSettings, cfg, "suite.cascade")
+    out = settings_of(CascadeSettings, cfg, "suite.cascade")
+    if out.injection_defence not in INJECTION_DEFENCES:
+        raise CascadeError(
+            f"suite.cascade.injection_defence: {out.injection_defence!r} is not one of {list(INJECTION_DEFENCES)}"
+        )
+    return out
+
+
+INJECTION_DEFENCES = ("escalate", "off")
+"""What the cascade does with an item flagged as a prompt injection: escalate it at every share, or nothing."""
+
+
+def item_flags(items: Iterable[Mapping]) -> dict[str, bool]:
+    """{item_id: whether its text looks like a prompt injection} (:func:`src.core.injection.scan`)."""
+    return {str(it["item_id"]): scan(it).flagged for it in items}
 
 
 def grid(cfg: CascadeSettings | Mapping) -> np.ndarray:
@@ -227,17 +244,24 @@ def _split(table: VerdictTable, expensive: str) -> tuple[VerdictTable, np.ndarra
 
 
 def crossfit_cascade(
-    X: np.ndarray, y: np.ndarray, expensive: np.ndarray, folds: list, est: Cascade, rng: np.random.Generator
+    X: np.ndarray,
+    y: np.ndarray,
+    expensive: np.ndarray,
+    folds: list,
+    est: Cascade,
+    rng: np.random.Generator,
+    flagged: np.ndarray | None = None,
 ) -> dict:
     """Each fold's cascade fitted on its training clusters, applied to its held-out ones: the out-of-fold
-    panel verdicts, the S × n escalations and verdicts (:func:`merge`), and each fold's band half-widths τ."""
+    panel verdicts, the S × n escalations (``flagged`` items at every share) and verdicts (:func:`merge`), and
+    each fold's band half-widths τ."""
     n, S = len(y), len(est.shares)
     panel, esc = np.empty(n), np.empty((S, n), bool)
     taus = []
     for tr, te in folds:
         f = clone(est).set_params(random_state=int(rng.integers(2**31))).fit(X[tr], y[tr])
         panel[te] = f.stacker_.predict(X[te])
-        esc[:, te] = f.escalate(X[te])
+        esc[:, te] = f.escalate(X[te], None if flagged is None else flagged[te])
         taus.append(f.thresholds_)
     return {"panel": panel, "escalated": esc, "verdicts": merge(panel, expensive, esc), "tau": np.array(taus)}
 
@@ -258,10 +282,19 @@ class CascadeRefit:
         by :func:`src.core.refit.stacked_proba` for :class:`StackedLogit`, by its own fit otherwise
         (:func:`src.core.refit.loop_proba`)."""
 
-    def __init__(self, stacker: StackedLogit, X: np.ndarray, expensive: np.ndarray, shares: np.ndarray, folds: list):
-        rows, self.inv = distinct_rows(np.column_stack([X, expensive]))
-        self.x_rows, self.x_of = distinct_rows(rows[:, :-1])  # the design rows, and each row's
-        self.e = rows[:, -1]
+    def __init__(
+        self,
+        stacker: StackedLogit,
+        X: np.ndarray,
+        expensive: np.ndarray,
+        shares: np.ndarray,
+        folds: list,
+        flagged: np.ndarray | None = None,
+    ):
+        flag = np.zeros(len(X)) if flagged is None else np.asarray(flagged, float)
+        rows, self.inv = distinct_rows(np.column_stack([X, expensive, flag]))
+        self.x_rows, self.x_of = distinct_rows(rows[:, :-2])  # the design rows, and each row's
+        self.e, self.flag = rows[:, -2], rows[:, -1]  # the expensive judge's vote; flagged: escalates at every share
         self.to_x = sparse.csr_matrix((np.ones(len(rows)), (np.arange(len(rows)), self.x_of)))
         self.stacker, self.shares = stacker, np.asarray(shares, float)
         self.Z = np.column_stack([np.ones(len(self.x_rows)), stacker.features(self.x_rows)])
@@ -286,7 +319,7 @@ class CascadeRefit:
         tau, q = band_thresholds(conf, self.shares, x1 + x0)
         xr = self.x_of[self.held[k]]
         panel = (p[:, xr] >= self.stacker.threshold).astype(float)
-        esc = escalation_prob(conf[:, None, xr], tau[:, :, None], q[:, :, None])
+        esc = np.maximum(escalation_prob(conf[:, None, xr], tau[:, :, None], q[:, :, None]), self.flag[self.held[k]])
         verdicts = np.concatenate([merge(panel[:, None, :], self.e[self.held[k]], esc), panel[:, None, :]], axis=1)
         self._kept = (k, t1, t0, verdicts)
         return verdicts
@@ -359,8 +392,10 @@ def dataset(
     cfg: CascadeSettings | Mapping,
     cost_1k: tuple[float, float],
     seed: int,
+    flagged: np.ndarray | None = None,
 ) -> dict:
-    """The cascade curve of one dataset (see the module docstring)."""
+    """The cascade curve of one dataset (see the module docstring); ``flagged`` items (a prompt injection,
+    :func:`src.core.injection.scan`) escalate at every share."""
     cfg = settings(cfg)
     t = ref.table
     cheap_t, e_votes = _split(t, expensive)
@@ -370,11 +405,12 @@ def dataset(
     X, _ = design_matrix(cheap_t, list(s.features))
     st = clone(stacker).set_params(n_votes=len(cheap_t.members))
     cf = crossfit_cascade(
-        X, y, e_votes, ref.design.folds, Cascade(st, tuple(shares)), rng_for(seed, "cascade", ref.name)
+        X, y, e_votes, ref.design.folds, Cascade(st, tuple(shares)), rng_for(seed, "cascade", ref.name), flagged
     )
     P = np.vstack([cf["verdicts"], cf["panel"], e_votes])  # (S + 2) × n: the curve, panel alone, expensive alone
     counts = common.counts(y, P)
-    fixed, refit, rd = bootstrap_draws(ref, s, CascadeRefit(st, X, e_votes, shares, ref.design.folds), P, counts)
+    refit_rule = CascadeRefit(st, X, e_votes, shares, ref.design.folds, flagged)
+    fixed, refit, rd = bootstrap_draws(ref, s, refit_rule, P, counts)
     reading = _Reading(from_counts(counts), fixed, refit, rd, len(shares), s.level)
     share = cf["escalated"].mean(axis=1)
     rand = _random_kappa(y, cf["panel"], e_votes, shares, cfg.random_draws, rng_for(seed, "cascade-random", ref.name))
@@ -395,6 +431,7 @@ def dataset(
     alone["expensive"]["coverage"] = float(np.mean(e_votes != ABSTAIN))
     return {
         "n": int(len(y)),
+        "flagged": int(0 if flagged is None else np.sum(flagged)),
         "cheap": cheap_t.members,
         "alone": alone,
         "points": points,
@@ -506,10 +543,12 @@ def run(
     cfg: CascadeSettings | Mapping,
     costs: Mapping,
     seed: int,
+    flags: Mapping[str, bool] | None = None,
 ) -> dict:
     """The ``cascade`` block of suite.json. ``cfg``: the cascade's settings (``suite.cascade``); ``costs``: the
     suite's cost block of this panel (:func:`src.studies.suite.cost.compute`: each member's and the frontier's cost
-    per 1k items)."""
+    per 1k items); ``flags``: {item_id: flagged as a prompt injection} (:func:`item_flags`), escalated at every
+    share where ``suite.cascade.injection_defence`` is ``escalate`` (an item not in it is not flagged)."""
     cfg = settings(cfg)
     if not cfg.enabled:
         return {}
@@ -521,7 +560,21 @@ def run(
         raise CascadeError(f"suite.cascade.expensive: {expensive!r} is the only member; no cheap panel is left")
     exp_1k = costs["frontier"]["per_1k"] if is_frontier else costs["members"][expensive]["per_1k"]
     cheap_1k = float(sum(costs["members"][m]["per_1k"] for m in cheap))
-    per = {n: dataset(r, stacker, s, expensive, shares, cfg, (cheap_1k, exp_1k), seed) for n, r in refs.items()}
+    defended = cfg.injection_defence == "escalate" and flags is not None
+    per = {
+        n: dataset(
+            r,
+            stacker,
+            s,
+            expensive,
+            shares,
+            cfg,
+            (cheap_1k, exp_1k),
+            seed,
+            np.array([bool(flags.get(str(i), False)) for i in r.table.items["item_id"]]) if defended else None,
+        )
+        for n, r in refs.items()
+    }
     done = {n: d for n, d in per.items() if "skipped" not in d}
     saved = {
         key: [d[key]["calls_saved"] if d[key] else 0.0 for d in done.values()]
@@ -530,6 +583,7 @@ def run(
     return {
         "expensive": expensive,
         "chosen_as": how,
+        "injection_defence": cfg.injection_defence,
         "cheap": cheap,
         "interval": "refit_corrected",
         "margin": float(cfg.margin),

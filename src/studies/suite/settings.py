@@ -103,6 +103,7 @@ class CascadeSettings:
     grid_step: float
     margin: float
     random_draws: int
+    injection_defence: str
 
 
 @dataclass(frozen=True)
