@@ -1,7 +1,7 @@
 """Throughput of traces in, assessments out against MLflow's sqlite store, and how it grows with the store's size.
 
     python bench/bench_traces.py --build --sizes 1000 10000 100000      # once: the stores (nice -n 19, resumable)
-    flock /tmp/raim-heavy.lock python bench/bench_traces.py --sizes 1000 10000 100000 --sample 1000
+    python bench/bench_traces.py --sizes 1000 10000 100000 --sample 1000
 
 For each size N, a sqlite store (``--store-dir``/N/mlflow.db) holds N traces of a RAG application: 1,000 written
 with ``mlflow.tracing`` as an application writes them (a CHAIN root span, the question in and the answer out, a
