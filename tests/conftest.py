@@ -33,6 +33,20 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the marks
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The whole suite runs on two workers (``python -m pytest -n 2``, CI; ``--dist loadgroup`` in pyproject's
+    addopts): a test without an ``xdist_group`` mark joins its module's group, so a module's tests share one
+    worker and its module-scoped fixtures (a clone reproduced, a wheel installed, a server started) are built
+    once per run, not once per worker. A module splits its independent expensive parts into groups of their own
+    (``pytest.mark.xdist_group``); tests that must not overlap share a group (the Ray clusters: ``ray``)."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
 @pytest.fixture(autouse=True)
 def _no_inherited_mlflow_experiment():
     """``mlflow.set_experiment`` (src.mlops.tracking.setup) leaves the experiment's id in a module global and in

@@ -24,6 +24,9 @@ from src.judges.ray_engine import RayEngine, RayEngineError, RaySettings, engine
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS = 32
+# one Ray cluster at a time under `pytest -n 2`: a second `ray.init()` may join the first one's cluster, which
+# the first one's shutdown then ends (tests/test_traces.py's Ray test is in this group too)
+pytestmark = pytest.mark.xdist_group("ray")
 VOLATILE = ("seconds", "created")  # differ between any two runs
 
 

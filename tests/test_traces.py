@@ -502,6 +502,7 @@ def test_a_person_sees_raims_assessment_in_the_mlflow_trace_view(store, capsys, 
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time under `pytest -n 2` (tests/test_judges_ray.py)
 def test_the_misses_are_judged_on_ray_where_it_is_configured(store, capsys, tmp_path):
     """`--engine ray` (judge.engine): the traces' misses judged by Ray actors, the driver writing the cache; the
     assessments equal a local run's."""
