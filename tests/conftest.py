@@ -4,8 +4,11 @@ The environment CI exports in ``.ci/run`` is set here, before any test module (o
 is loaded, so a bare ``python -m pytest`` behaves as CI does; a value already in the environment wins.
 """
 
+import contextlib
+import fcntl
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 CI_ENV = {
@@ -33,18 +36,22 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the marks
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The whole suite runs on two workers (``python -m pytest -n 2``, CI; ``--dist loadgroup`` in pyproject's
-    addopts): a test without an ``xdist_group`` mark joins its module's group, so a module's tests share one
-    worker and its module-scoped fixtures (a clone reproduced, a wheel installed, a server started) are built
-    once per run, not once per worker. A module splits its independent expensive parts into groups of their own
-    (``pytest.mark.xdist_group``); tests that must not overlap share a group (the Ray clusters: ``ray``)."""
-    if config.getoption("dist", "no") != "loadgroup":
+@contextlib.contextmanager
+def one_worker_at_a_time(factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
+    """Held by one pytest-xdist worker of this run at a time (a lock file in the run's temporary folder, which
+    the workers share); a plain run holds nothing. Under ``python -m pytest -n 2`` (CI; ``--dist loadfile`` in
+    pyproject's addopts: a module's tests, and its module-scoped fixtures, stay on one worker) two modules run at
+    once, and some things must not overlap: a second ``ray.init()`` may join the first one's local cluster,
+    which the first one's shutdown then ends."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
         return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    with open(factory.getbasetemp().parent / f"{name}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @pytest.fixture(autouse=True)

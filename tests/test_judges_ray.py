@@ -18,15 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import one_worker_at_a_time
 
 from src.judges import tables
 from src.judges.ray_engine import RayEngine, RayEngineError, RaySettings, engine_from_cfg, uses_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 N_ITEMS = 32
-# one Ray cluster at a time under `pytest -n 2`: a second `ray.init()` may join the first one's cluster, which
-# the first one's shutdown then ends (tests/test_traces.py's Ray test is in this group too)
-pytestmark = pytest.mark.xdist_group("ray")
 VOLATILE = ("seconds", "created")  # differ between any two runs
 
 
@@ -83,11 +81,12 @@ from src.judges.runner import cluster_subsample, verdict_table  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory):
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
+    with one_worker_at_a_time(tmp_path_factory, "ray"):  # one local cluster at a time under `pytest -n 2`
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+        yield ray.get_runtime_context().gcs_address
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import one_worker_at_a_time
 from test_track import tracking_store
 
 from src.io.traces import SKIP_REASONS, Skip, TraceMapping, TraceView, candidate_of, question_of, to_item
@@ -502,8 +503,7 @@ def test_a_person_sees_raims_assessment_in_the_mlflow_trace_view(store, capsys, 
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("ray")  # one Ray cluster at a time under `pytest -n 2` (tests/test_judges_ray.py)
-def test_the_misses_are_judged_on_ray_where_it_is_configured(store, capsys, tmp_path):
+def test_the_misses_are_judged_on_ray_where_it_is_configured(store, capsys, tmp_path, tmp_path_factory):
     """`--engine ray` (judge.engine): the traces' misses judged by Ray actors, the driver writing the cache; the
     assessments equal a local run's."""
     import os
@@ -513,6 +513,11 @@ def test_the_misses_are_judged_on_ray_where_it_is_configured(store, capsys, tmp_
 
     write_traces("ray-app")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    with one_worker_at_a_time(tmp_path_factory, "ray"):  # one local cluster at a time under `pytest -n 2`
+        _judge_on_ray_and_locally(ray, traces, store, capsys, tmp_path)
+
+
+def _judge_on_ray_and_locally(ray, traces, store, capsys, tmp_path) -> None:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         address = ray.get_runtime_context().gcs_address
