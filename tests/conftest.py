@@ -36,13 +36,80 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# ------------------------------------------------------------------------------- both cores (pytest-xdist)
+# `python -m pytest -n 2` (CI, the README) runs the suite on two workers. A test that uses a module- or
+# class-scoped fixture (a clone reproduced, a wheel installed, a server started, a store logged) runs on the
+# worker of its module's other such tests, so the fixture is built once per run; every other test is a unit of
+# its own, free to run on either core. The workers record each test's unit in a file the controller's scheduler
+# reads; without it (another plugin's run, a failed write) a module's tests stay together (`--dist loadfile`,
+# pyproject's addopts).
+UNITS_FILE = "RAIM_TEST_UNITS"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):  # the xdist controller
+        import tempfile
+
+        os.environ[UNITS_FILE] = str(Path(tempfile.mkdtemp(prefix="raim-test-units-")) / "units.json")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput") and UNITS_FILE in os.environ:
+        import shutil
+
+        shutil.rmtree(Path(os.environ.pop(UNITS_FILE)).parent, ignore_errors=True)
+
+
+def unit_of(item: pytest.Item) -> str:
+    """The scheduling unit of a test: its module's file when it uses a fixture shared wider than one test
+    (module, package or class scope), else the test itself."""
+    info = getattr(item, "_fixtureinfo", None)
+    defs = [d[-1] for d in info.name2fixturedefs.values() if d] if info is not None else []
+    shared = any(d.scope in ("module", "package", "class") for d in defs)
+    return item.nodeid.split("::", 1)[0] if shared else item.nodeid
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    path = os.environ.get(UNITS_FILE)
+    if not path or not hasattr(config, "workerinput"):  # only an xdist worker records the units
+        return
+    import json
+
+    part = Path(f"{path}.{config.workerinput['workerid']}")
+    part.write_text(json.dumps({item.nodeid: unit_of(item) for item in items}), encoding="utf-8")
+    os.replace(part, path)  # the workers collect the same tests: whichever lands last, the file is whole
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` (addopts) with the units above: pytest-xdist's per-scope scheduler, whose scope is a
+    test's unit (units with more tests start first, so the long shared-fixture modules begin early)."""
+    if config.getvalue("dist") != "loadfile" or not os.environ.get(UNITS_FILE):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        units: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.units is None:
+                import json
+
+                try:
+                    self.units = json.loads(Path(os.environ[UNITS_FILE]).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    self.units = {}
+            return self.units.get(nodeid) or nodeid.split("::", 1)[0]
+
+    return UnitScheduling(config, log)
+
+
 @contextlib.contextmanager
 def one_worker_at_a_time(factory: pytest.TempPathFactory, name: str) -> Iterator[None]:
     """Held by one pytest-xdist worker of this run at a time (a lock file in the run's temporary folder, which
-    the workers share); a plain run holds nothing. Under ``python -m pytest -n 2`` (CI; ``--dist loadfile`` in
-    pyproject's addopts: a module's tests, and its module-scoped fixtures, stay on one worker) two modules run at
-    once, and some things must not overlap: a second ``ray.init()`` may join the first one's local cluster,
-    which the first one's shutdown then ends."""
+    the workers share); a plain run holds nothing. Some things must not overlap on the two cores: a second
+    ``ray.init()`` may join the first one's local cluster, which the first one's shutdown then ends."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
