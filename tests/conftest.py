@@ -71,23 +71,35 @@ def unit_of(item: pytest.Item) -> str:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On an xdist worker: the units recorded, and the tests ordered as the controller deals them out — the units
+    with the most slow tests first, the quick ones last to fill the gaps (each unit's tests together, in their
+    order). Both workers collect, and so order, the same tests."""
     path = os.environ.get(UNITS_FILE)
-    if not path or not hasattr(config, "workerinput"):  # only an xdist worker records the units
+    if not path or not hasattr(config, "workerinput"):
         return
+    import collections
     import json
 
+    units = {item.nodeid: unit_of(item) for item in items}
+    slow = collections.Counter(units[item.nodeid] for item in items if item.get_closest_marker("slow"))
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(units[item.nodeid], i)
+    items.sort(key=lambda item: (-slow[units[item.nodeid]], first[units[item.nodeid]]))
     part = Path(f"{path}.{config.workerinput['workerid']}")
-    part.write_text(json.dumps({item.nodeid: unit_of(item) for item in items}), encoding="utf-8")
+    part.write_text(json.dumps(units), encoding="utf-8")
     os.replace(part, path)  # the workers collect the same tests: whichever lands last, the file is whole
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``--dist loadfile`` (addopts) with the units above: pytest-xdist's per-scope scheduler, whose scope is a
-    test's unit (units with more tests start first, so the long shared-fixture modules begin early)."""
+    test's unit, dealing the units out in the workers' order (the slow ones first)."""
     if config.getvalue("dist") != "loadfile" or not os.environ.get(UNITS_FILE):
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # xdist's own order: the units with the most tests first
 
     class UnitScheduling(LoadScopeScheduling):
         units: dict[str, str] | None = None
