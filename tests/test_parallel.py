@@ -16,19 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow  # a pytest run of its own on two workers
 def test_shared_fixtures_are_built_once_and_the_other_tests_use_both_workers(tmp_path):
     log = tmp_path / "log.txt"
+    sample = ROOT / "tests" / "fixtures" / "parallel" / "sample_units.py"
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-n",
-            "2",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "python_files=sample_*.py",
-            str(ROOT / "tests" / "fixtures" / "parallel" / "sample_units.py"),
-        ],
+        [sys.executable, *"-m pytest -n 2 -p no:cacheprovider -o python_files=sample_*.py".split(), str(sample)],
         cwd=ROOT,
         env={**os.environ, "RAIM_SAMPLE_LOG": str(log)},
         capture_output=True,
