@@ -28,11 +28,12 @@ Six parts, every one through the real commands (subprocesses), nothing mocked:
    checked), traceback, silent, hang, unclear.
 6. **The third battery** (``third``): the scoring server under hostile clients (headers or a body that never end,
    a body over the limit, unknown top-level keys, a column named twice, lone surrogates, a monitor store that
-   cannot be written), runs a killed process left ``RUNNING``, ``src.predict --out`` naming its own input, a full
-   disk (``RLIMIT_FSIZE``), one file in many encodings through every command (a UTF-8 BOM, UTF-16, gzip under a
-   ``.csv`` name, NFD ids, a bare ``NaN``), a judge server not there, and commands that gave a traceback or
-   Hydra's block (a run folder that cannot be made, ``~dataset``, a dataset named by a path, a Python tag in a
-   stacker file, ``propose`` with budget 0). Outcomes: ``OUTCOMES_2``.
+   cannot be written), runs a killed process left ``RUNNING``, an output naming its own input (``src.predict
+   --out``, ``src.run output=``, ``src.rate propose``'s labels template), a full disk (``RLIMIT_FSIZE``), one file
+   in many encodings through every command (a UTF-8 BOM, UTF-16, gzip under a ``.csv`` name, NFD ids, a bare
+   ``NaN``), a judge server not there, and commands that gave a traceback or Hydra's block (a run folder that
+   cannot be made, ``~dataset``, a dataset named by a path, a Python tag in a stacker file, ``propose`` with
+   budget 0). Outcomes: ``OUTCOMES_2``.
 """
 
 from __future__ import annotations
@@ -345,8 +346,13 @@ def judge_cmd(cache: Path, tables: Path, n: int) -> list[str]:
     ]
 
 
+def _minilm_files(cache: Path) -> list[Path]:
+    """The killed judge run's cache file(s): ``<cache>/<dataset>/minilm/<key>.jsonl``."""
+    return sorted(cache.glob("*/minilm/*.jsonl"))
+
+
 def records(cache: Path) -> list[dict]:
-    f = next((cache / "minilm").glob("*.jsonl"))
+    f = _minilm_files(cache)[0]
     return [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
 
 
@@ -392,7 +398,7 @@ def kills(tmp: Path, n_kills: int, n_items: int, seed: int = 0) -> dict:
 
 
 def _count(cache: Path) -> int:
-    files = list((cache / "minilm").glob("*.jsonl"))
+    files = _minilm_files(cache)
     return files[0].read_bytes().count(b"\n") if files else 0
 
 
@@ -1416,6 +1422,35 @@ def third_store(tmp: Path) -> list[dict]:
         if items.read_bytes() != before:
             row["outcome"] = "silent"
         rows.append(row)
+    table_before = table.read_bytes()
+    p = run_case(
+        tmp, ["src.run", f"verdicts={table}", f"output={d}/x/../v.csv", "analysis=fast", "tracking.enabled=false"], 300
+    )
+    row = _row("runs and outputs (3)", "run output= naming its verdict table", p, needle="is the verdict table")
+    rows.append({**row, "outcome": "silent"} if table.read_bytes() != table_before else row)
+    (d / "pool.csv").write_text("item_id,p_hallucinated\n" + "".join(f"i{i},0.{i % 10}\n" for i in range(40)))
+    (d / "p.labels.csv").write_text("item_id,gold\n" + "".join(f"i{i},{i % 2}\n" for i in range(0, 40, 4)))
+    labels_before = (d / "p.labels.csv").read_bytes()
+    p = run_case(
+        tmp,
+        [
+            "src.rate",
+            "propose",
+            str(d / "pool.csv"),
+            "5",
+            "--labels",
+            str(d / "p.labels.csv"),
+            "--proposal",
+            str(d / "p.json"),
+        ],
+    )
+    row = _row(
+        "runs and outputs (3)",
+        "rate propose whose labels template is its --labels (a second round, the same --proposal)",
+        p,
+        needle="is the labels file",
+    )
+    rows.append({**row, "outcome": "silent"} if (d / "p.labels.csv").read_bytes() != labels_before else row)
     big = d / "big.jsonl"
     big.write_text(
         "".join(
