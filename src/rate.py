@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 
 from src.core import names
 from src.core.errors import ArgumentParser, one_line
-from src.io.files import atomic_write_text, to_json
+from src.io.files import atomic_write_text, check_not_an_input, to_json
 from src.io.paths import CONF_DIR
 from src.io.trust import commands_or_study
 from src.judges import tables
@@ -101,9 +101,25 @@ def parser() -> ArgumentParser:
     return ap
 
 
+def check_outputs(a: argparse.Namespace) -> None:
+    """Before any work: no file this command writes (``propose``'s proposal and its labels template, ``estimate
+    --out``) is one of the files it reads."""
+    labels = None if a.labels == TRACES_LABELS else a.labels
+    inputs = {"pool": None if a.pool.startswith(TRACES) else a.pool, "labels file": labels}
+    if a.command == "propose" and a.proposal:
+        proposal = Path(a.proposal)
+        check_not_an_input("--proposal", proposal, inputs, "the proposal")
+        check_not_an_input(
+            f"--proposal {proposal} writes", study.template_path(proposal), inputs, "its labels template"
+        )
+    elif a.command == "estimate" and a.out:
+        check_not_an_input("--out", a.out, {**inputs, "proposal": a.proposal}, "the estimate")
+
+
 @one_line
 def cli(argv: list[str]) -> int:
     a = parser().parse_args(argv)
+    check_outputs(a)
     if a.pool.startswith(TRACES):
         pool, traced = traces_pool(a)
     else:

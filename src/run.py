@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.core.errors import one_line
-from src.io.files import atomic_write_text, check_output, write_json
+from src.io.files import atomic_write_text, check_not_an_input, check_output, write_json
 from src.io.paths import CONF_DIR
 from src.io.trust import checked_command
 from src.mlops.background import TrackingWorker
@@ -72,6 +72,7 @@ def main(cfg: DictConfig) -> float:
     outputs = output_paths(cfg)
     for path in outputs:
         check_output(path)
+        check_not_an_input("output=", path, {"verdict table": cfg.verdicts}, "results.json")
     from src.studies.checked import check_config  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
     from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
 

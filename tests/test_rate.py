@@ -487,6 +487,42 @@ def test_plan_out_of_reach_and_a_zero_budget_say_what_to_do(pool_files, capsys):
     )
 
 
+def test_a_file_it_writes_naming_a_file_it_reads_is_refused(pool_files, capsys):
+    """``propose``'s proposal or its labels template, ``estimate --out``: never one of the pool, the labels or the
+    proposal read (a second round's ``--labels p.labels.csv`` with the same ``--proposal p.json`` would empty the
+    labels just filled in); one line before any work, the files untouched."""
+    tmp, _, _ = pool_files
+    pool, gold = tmp / "pool.csv", tmp / "gold.csv"
+    assert run_cli("propose", str(pool), "50", "--proposal", str(tmp / "p.json")) == 0
+    labelled = tmp / "p.labels.csv"
+    labelled.write_text(labelled.read_text().replace(",\n", ",1\n"))  # labels filled in
+    before = {f: f.read_bytes() for f in (pool, gold, labelled, tmp / "p.json")}
+    (tmp / "sub").mkdir()
+    capsys.readouterr()
+    for args, words in [
+        (["propose", str(pool), "50", "--labels", str(labelled), "--proposal", str(tmp / "p.json")], "labels file"),
+        (["propose", str(pool), "50", "--proposal", str(tmp / "sub" / ".." / "pool.csv")], "pool"),
+        (["estimate", str(pool), "--labels", str(gold), "--out", str(gold)], "labels file"),
+        (
+            [
+                "estimate",
+                str(pool),
+                "--labels",
+                str(gold),
+                "--proposal",
+                str(tmp / "p.json"),
+                "--out",
+                str(tmp / "p.json"),
+            ],
+            "proposal",
+        ),
+    ]:
+        assert run_cli(*args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is the {words} " in err and "would replace it" in err, err
+    assert {f: f.read_bytes() for f in before} == before
+
+
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_labels_are_one_line_exit_2(pool_files, capsys, case):
     tmp, ids, y = pool_files

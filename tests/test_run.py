@@ -457,3 +457,21 @@ def test_a_dataset_with_no_eligible_member_is_one_clear_error():
         ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))
     ok = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50, min_coverage=0.2))
     assert ok["sim"].summary["selected"]["min_coverage"] == 0.2
+
+
+def test_output_naming_the_verdict_table_itself_is_refused(tmp_path):
+    """``output=`` naming the ``verdicts=`` table (the same path, another spelling, a link) would replace the table
+    with results.json: one line before any work, the table untouched."""
+    from test_cli_errors import cli
+
+    table = tmp_path / "v.csv"
+    shutil.copy(ROOT / "examples" / "simulated-panel.csv", table)
+    before = table.read_bytes()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.csv").symlink_to(table)
+    for out in (table, tmp_path / "sub" / ".." / "v.csv", tmp_path / "link.csv"):
+        p = cli(tmp_path, "src.run", f"verdicts={table}", f"output={out}", "tracking.enabled=false", "analysis=fast")
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+        assert lines[0].startswith(f"error: output= {out}: is the verdict table {table} itself"), lines[0]
+    assert table.read_bytes() == before

@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -149,6 +149,24 @@ def check_output(path: str | Path) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RaimError(f"output={path}: cannot create {p.parent} ({e.strerror})") from None
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same file through a link or another spelling of its path
+    (``./x``, ``d/../x``), or one path whose file does not exist yet."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): the same path once every link and '..' is resolved
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def check_not_an_input(flag: str, out: str | Path, inputs: Mapping[str, str | Path | None], output: str) -> None:
+    """Refuse, before any work, an output path that names one of the command's inputs (through a link or another
+    spelling of its path too): writing ``output`` there would replace that input. ``flag`` is how the command line
+    names the output (``--out``, ``output=``), ``inputs`` maps what each input is to its path (None: not given)."""
+    for what, path in inputs.items():
+        if path is not None and same_file(out, path):
+            raise RaimError(f"{flag} {out}: is the {what} {path} itself; {output} would replace it: name another file")
 
 
 def sha256_file(path: str | Path) -> str:

@@ -362,9 +362,14 @@ def write_proposal(doc: dict, path: str | Path) -> tuple[Path, Path]:
     if path.suffix != ".json":
         raise RateError(f"--proposal {path}: a proposal is written as .json")
     out = atomic_write_text(path, to_json(doc))
-    template = path.with_name(path.stem + ".labels.csv")
+    template = template_path(path)
     atomic_write_text(template, "item_id,gold\n" + "".join(f"{_csv_cell(i)},\n" for i in doc["proposed"]))
     return out, template
+
+
+def template_path(proposal: Path) -> Path:
+    """Where :func:`write_proposal` writes a proposal's labels template: ``<name>.labels.csv`` beside it."""
+    return proposal.with_name(proposal.stem + ".labels.csv")
 
 
 def _csv_cell(s: str) -> str:
