@@ -24,7 +24,7 @@ from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
 from src.mlops import serving as serve
-from src.present import report
+from src.present.monitor import monitor_section
 from src.studies import monitor, simulate
 from src.studies import rate as rate_study
 
@@ -232,7 +232,7 @@ def test_a_stable_stream_raises_no_alarm(compose_cfg):
     doc = monitor.compute(_cfg(compose_cfg, "monitor.replay.scenario=none", "monitor.evaluation.scenarios=[none]"))
     assert doc["alarms"] == {"panel": [], "prevalence": []}
     assert doc["evaluation"]["none"]["false_alarm_seeds"] == 0
-    text = "\n".join(report.monitor_section(doc))
+    text = "\n".join(monitor_section(doc))
     assert "panel alarms at items none, prevalence alarms at none" in text and "| none | — | 0/1 |" in text
 
 
