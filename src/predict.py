@@ -100,7 +100,7 @@ def _check_fields(rec) -> None:
 
 def passed_through(keys) -> list[str]:
     """The fields of an item copied to the output beside its verdicts: ``gold``, ``cluster_id`` (the cluster a rate's
-    interval resamples, :mod:`src.studies.rate`) and every other id field (``<x>_id``, e.g. ``conversation_id``)."""
+    interval resamples, :mod:`src.studies.estimate`) and every other id field (``<x>_id``, e.g. ``conversation_id``)."""
     return [k for k in keys if k in PASSED_THROUGH or (str(k).endswith("_id") and k != "item_id")]
 
 

@@ -26,7 +26,8 @@ from src.io import votestore
 from src.mlops import serving as serve
 from src.present.monitor import monitor_section
 from src.studies import monitor, simulate
-from src.studies import rate as rate_study
+from src.studies.estimate import segment_rates
+from src.studies.pool import read_labels, read_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = ["m00", "m01", "m02"]
@@ -270,9 +271,9 @@ def test_a_window_with_gold_labels_reports_its_rate_with_an_interval(compose_cfg
     windows = monitor.compute(cfg)["windows"]
     first = windows[0]
     assert first["rate_labels"] == 25 and first["rate_ppi_lo"] <= first["rate_ppi"] <= first["rate_ppi_hi"]
-    pool = rate_study.read_pool(tmp_path / "s.sqlite")
-    lab, y = rate_study.read_labels(tmp_path / "gold.csv", pool)
-    want = rate_study.segment_rates(pool, np.arange(100), lab, y, None, 0.95, 0.5)["ppi"].row()
+    pool = read_pool(tmp_path / "s.sqlite")
+    lab, y = read_labels(tmp_path / "gold.csv", pool)
+    want = segment_rates(pool, np.arange(100), lab, y, None, 0.95, 0.5)["ppi"].row()
     assert [first["rate_ppi"], first["rate_ppi_lo"], first["rate_ppi_hi"]] == pytest.approx(
         [want["estimate"], *want["ci"]]
     )

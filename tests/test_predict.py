@@ -286,7 +286,7 @@ def test_without_compute_a_miss_abstains_and_nothing_cached_is_one_line(store, j
 
 
 def test_cluster_and_id_columns_reach_the_output_and_the_rate_keeps_the_clusters(store, judged, capsys, tmp_path):
-    from src.studies import rate
+    from src.studies.pool import read_pool
 
     rows = [{**it, "cluster_id": f"doc-{i // 2}", "conversation_id": f"conv-{i}"} for i, it in enumerate(ITEMS)]
     items = write_jsonl(tmp_path / "clustered.jsonl", rows)
@@ -297,7 +297,7 @@ def test_cluster_and_id_columns_reach_the_output_and_the_rate_keeps_the_clusters
     scored = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert [r["cluster_id"] for r in scored] == ["doc-0", "doc-0", "doc-1"]
     assert [r["conversation_id"] for r in scored] == ["conv-0", "conv-1", "conv-2"]
-    assert rate.read_pool(out_file).clusters.tolist() == ["doc-0", "doc-0", "doc-1"]
+    assert read_pool(out_file).clusters.tolist() == ["doc-0", "doc-0", "doc-1"]
 
 
 def test_out_naming_the_items_file_itself_is_refused(capsys, tmp_path, monkeypatch):

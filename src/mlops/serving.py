@@ -124,7 +124,7 @@ def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFra
     """p(hallucinated), verdict and label per row; a row where every member abstained has no verdict: its
     p and verdict are null and its label is ``abstained`` (the intercept alone is not an answer).
     ``train_prevalence``: the hallucinated share the row's p assumes (the stacker's training prevalence, or the
-    corrected prevalence), what :mod:`src.studies.rate` needs for its label-free EM estimate.
+    corrected prevalence), what :mod:`src.studies.estimate` needs for its label-free EM estimate.
     ``prevalence`` (the inference parameter): p under that deployment prevalence, or ``"estimate"`` its EM
     estimate over the batch's answered rows (:func:`src.studies.prevalence.served`); the verdict is then corrected
     p ≥ threshold. ``attrs``: the prevalence used and the uncorrected p."""

@@ -370,7 +370,7 @@ def tag(trace_ids: Sequence[str], key: str, value: str) -> int:
 
 @dataclass
 class TracePool:
-    """The assessed traces of an experiment as a pool (:class:`src.studies.rate.Pool`'s columns): trace ids,
+    """The assessed traces of an experiment as a pool (:class:`src.studies.pool.Pool`'s columns): trace ids,
     p (NaN where every member abstained), times in seconds, the stacker's training prevalence per trace
     (NaN: unknown), a segment per trace (a tag's value) and the gold of the labelled ones (NaN elsewhere)."""
 
