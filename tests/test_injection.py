@@ -520,7 +520,7 @@ def test_the_served_panel_flags_injection_looking_items(tmp_path, compose_cfg):
     from test_serve import _prefill
     from test_track import tracking_store
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
 
     roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
     names = [m["name"] for m in roster["members"]]
@@ -528,7 +528,7 @@ def test_the_served_panel_flags_injection_looking_items(tmp_path, compose_cfg):
     stacker = StackedLogit(n_votes=2).fit(np.column_stack([gold, gold]).astype(float), gold)
     with tracking_store(tmp_path):
         with mlflow.start_run():
-            uri = serve.log_panel(roster, stacker, names, default_frame="claim").model_uri
+            uri = packaging.log_panel(roster, stacker, names, default_frame="claim").model_uri
         store = tmp_path / "votes.sqlite"
         model = mlflow.pyfunc.load_model(
             uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": False, "monitor_store": str(store)}
@@ -787,7 +787,7 @@ def _served(tmp_path, compose_cfg, defence: str | None):
     from test_serve import _prefill
     from test_track import tracking_store
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
 
     roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
     names = [m["name"] for m in roster["members"]]
@@ -797,9 +797,9 @@ def _served(tmp_path, compose_cfg, defence: str | None):
     kw = {} if defence is None else {"injection_defence": defence}
     with tracking_store(tmp_path):
         with mlflow.start_run():
-            uri = serve.log_panel(roster, stacker, names, default_frame="claim", **kw).model_uri
+            uri = packaging.log_panel(roster, stacker, names, default_frame="claim", **kw).model_uri
         model = mlflow.pyfunc.load_model(uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": True})
-        doc = serve.document_of(serve.load_model(uri))
+        doc = packaging.document_of(packaging.load_model(uri))
     items = ok_and_attacked("instruction")
     _prefill(roster, model.unwrap_python_model(), items, tmp_path / "cache", [0, 0])
     return model.predict(items), stacker, doc
@@ -833,13 +833,13 @@ def test_a_served_panel_asks_the_immune_member(tmp_path, compose_cfg):
 def test_the_panel_documents_defence_is_checked_and_an_older_document_reads_as_escalate(compose_cfg):
     from omegaconf import OmegaConf
 
-    from src.mlops import artifact
+    from src.mlops import artifact, packaging
     from src.mlops import serving as serve
 
     roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
     stacker = StackedLogit(n_votes=2).fit(np.array([[0, 0], [1, 1], [0, 1], [1, 0]], float), np.array([0, 1, 0, 1]))
     model = serve.PanelModel(roster, serve.frame_configs(), "claim", stacker, ["smollm135m", "lexical"])
-    raw = json.loads(artifact.dumps(serve.document_of(model)))
+    raw = json.loads(artifact.dumps(packaging.document_of(model)))
     assert raw["config"]["injection_defence"] == "escalate"
     del raw["config"]["injection_defence"]
     doc, _ = artifact.parse(json.dumps(raw).encode(), "old")

@@ -23,7 +23,7 @@ from src.core import drift, errors
 from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
-from src.mlops import serving as serve
+from src.mlops import packaging
 from src.present.monitor import monitor_section
 from src.studies import monitor, simulate
 from src.studies.estimate import segment_rates
@@ -55,7 +55,7 @@ def stacker_model(tmp_path_factory):
     X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in MEMBERS]).astype(float)
     with tracking_store(tmp):
         with mlflow.start_run():
-            uri = serve.log_stacker(StackedLogit(n_votes=3).fit(X, gold), MEMBERS).model_uri
+            uri = packaging.log_stacker(StackedLogit(n_votes=3).fit(X, gold), MEMBERS).model_uri
         yield mlflow.pyfunc.load_model(uri)
 
 
@@ -112,7 +112,7 @@ def test_served_panel_records_votes_and_item_ids_never_the_text(tmp_path, compos
     stacker = StackedLogit(n_votes=2).fit(np.column_stack([gold, gold]).astype(float), gold)
     with tracking_store(tmp_path):
         with mlflow.start_run():
-            uri = serve.log_panel(roster, stacker, names, default_frame="claim").model_uri
+            uri = packaging.log_panel(roster, stacker, names, default_frame="claim").model_uri
         store = tmp_path / "votes.sqlite"
         model = mlflow.pyfunc.load_model(
             uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": False, "monitor_store": str(store)}

@@ -22,6 +22,7 @@ from test_track import QUIET, tracking_store
 
 from src import predict
 from src.core.aggregate import StackedLogit
+from src.mlops import packaging
 from src.mlops import serving as serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,15 +77,17 @@ def store(tmp_path_factory):
     with tracking_store(tmp) as uri:
         tags = {"roster": "tiny", "dataset": "wice", "frame": "auto", "kind": "stacking"}
         with mlflow.start_run(tags=tags) as run:
-            info = serve.log_stacker(stacker, NAMES)
+            info = packaging.log_stacker(stacker, NAMES)
             mlflow.set_tag("stacker_model_uri", info.model_uri)
         mv = mlflow.register_model(info.model_uri, "raim-stacker-test")
         MlflowClient().set_registered_model_alias("raim-stacker-test", "champion", mv.version)
         with mlflow.start_run(tags=tags):
-            other = serve.log_stacker(fitted(["a", "b"]), ["a", "b"]).model_uri
+            other = packaging.log_stacker(fitted(["a", "b"]), ["a", "b"]).model_uri
         roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
         with mlflow.start_run():
-            panel = serve.log_panel(roster, stacker, NAMES, default_frame="claim", cache_dir=tmp / "cache").model_uri
+            panel = packaging.log_panel(
+                roster, stacker, NAMES, default_frame="claim", cache_dir=tmp / "cache"
+            ).model_uri
         yield {
             "uri": uri,
             "tmp": tmp,

@@ -236,7 +236,7 @@ def store(tmp_path_factory):
     import mlflow
     from mlflow import MlflowClient
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
     from src.mlops.store import artifact_root
 
     tmp = tmp_path_factory.mktemp("traces")
@@ -245,11 +245,11 @@ def store(tmp_path_factory):
             experiment_id=mlflow.create_experiment("models", artifact_location=artifact_root(uri, "m"))
         )
         with mlflow.start_run():
-            info = serve.log_panel(ROSTER, fitted(0), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
+            info = packaging.log_panel(ROSTER, fitted(0), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
         mv = mlflow.register_model(info.model_uri, "raim-panel-test")
         MlflowClient().set_registered_model_alias("raim-panel-test", "champion", mv.version)
         with mlflow.start_run():
-            other = serve.log_panel(ROSTER, fitted(1), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
+            other = packaging.log_panel(ROSTER, fitted(1), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
         ids = write_traces("app")
         yield {
             "uri": uri,
