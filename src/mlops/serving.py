@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from src.core.detector import flag_column
 from src.core.errors import RaimError
-from src.core.injection import DEFAULT_DEFENCE, ESCALATED, check_defence, defended, flag_column, immune_design
+from src.core.injection import DEFAULT_DEFENCE, ESCALATED, check_defence, defended, immune_design
 from src.core.priorshift import PrevalenceError, served
 from src.core.textfiles import normal_id
 from src.core.verdicts import ABSTAIN
@@ -227,7 +228,7 @@ class PanelModel(mlflow.pyfunc.PythonModel):
     the ``uncached`` output column). Output: ``item_id``, one column per member (its vote; null = abstained),
     ``p_hallucinated``, ``verdict``, ``label``, ``uncached`` (comma-separated members whose verdict was neither
     cached nor computed; empty when every member judged), ``injection_flag`` / ``injection_reasons``
-    (:func:`src.core.injection.scan`: the item's text looks like a prompt injection aimed at the judges). The
+    (:func:`src.core.detector.scan`: the item's text looks like a prompt injection aimed at the judges). The
     roster holds exactly the members the stacker votes with, in its column order. ``decision``: that of the
     stacker's run, as in :class:`StackerModel` (a ``run_decision`` column when it is not "deploy the panel").
 

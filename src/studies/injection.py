@@ -23,7 +23,7 @@ Per dataset, frame and attack class, for every member, for the stacked panel and
   verdicts: it is calibrated on clean labelled data and deployed on attacked data. "One attacked" applies it with
   only one member's verdicts attacked (the others clean): does aggregation resist an attack that flips one judge?
 * the **defence**: every metric under the guarded frame minus the paper frame, on the same attacked items, paired;
-* the **detector** (:func:`src.core.injection.scan`): the share of attacked items it flags per class, and of the
+* the **detector** (:func:`src.core.detector.scan`): the share of attacked items it flags per class, and of the
   clean items of every shipped set (``datasets_dir``), per field; its recall on the attack sets written apart
   from the generator (``injection.heldout``, never used to tune a rule, and ``injection.dev``), every attack
   planted in every study item (:func:`written_recall`);
@@ -49,6 +49,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 from sklearn.base import clone
 
+from src.core import detector
 from src.core import injection as inj
 from src.core.aggregate import MajorityVote
 from src.core.errors import RaimError
@@ -695,7 +696,7 @@ def decision_study(
     ref = tables[CLEAN]
     gold, clusters = ref["gold"].to_numpy().astype(int), ref["cluster_id"].astype(str).to_numpy()
     X = {c: _votes(t, members, list(analysis.features)) for c, t in tables.items()}
-    flags = {c: np.array([inj.scan(r).flagged for r in cond_items[c].to_dict("records")]) for c in tables}
+    flags = {c: np.array([detector.scan(r).flagged for r in cond_items[c].to_dict("records")]) for c in tables}
     folds = checked_folds(gold, clusters, analysis)
     dec = path_decisions(X, gold, folds, stacker, immune, flags, float(s["max_weight_share"]))
     kinds = _class_rows({c: cond_items[c] for c in tables})
@@ -731,23 +732,23 @@ def detector_rates(grid: dict[str, dict], datasets_dir: Path, seed: int = 0) -> 
     for path in sorted(Path(datasets_dir).glob("*.jsonl")):
         recs = read_items(path).to_dict("records")
         per: dict[str, dict] = {}
-        for f in inj.SCANNED:
+        for f in detector.SCANNED:
             texts = [r.get(f) for r in recs if isinstance(r.get(f), str) and r.get(f)]
-            found = [inj.detect(t, f) for t in texts]
+            found = [detector.detect(t, f) for t in texts]
             reasons: dict[str, int] = {}
             for d in found:
                 for r in d.reasons:
                     reasons[r] = reasons.get(r, 0) + 1
             n, k = len(texts), sum(d.flagged for d in found)
             per[f] = {"n": n, "flagged": k, "rate": k / n if n else None, "reasons": reasons}
-        items = [inj.scan(r).flagged for r in recs]
+        items = [detector.scan(r).flagged for r in recs]
         per["item"] = {"n": len(items), "flagged": int(sum(items)), "rate": float(np.mean(items)) if items else None}
         clean[path.stem] = per
     attacked: dict[str, dict] = {}
     for cell in grid.values():  # every class, not only the judged ones: the detector needs no model
         recs = cell["items"][CLEAN].to_dict("records")
         for a in inj.ATTACKS:
-            hits = [inj.detect(it[inj.ATTACK_FIELD]).flagged for it in inj.attacked(recs, [a], seed)]
+            hits = [detector.detect(it[inj.ATTACK_FIELD]).flagged for it in inj.attacked(recs, [a], seed)]
             cnt = attacked.setdefault(a, {"n": 0, "flagged": 0})
             cnt["n"] += len(hits)
             cnt["flagged"] += int(sum(hits))
@@ -760,11 +761,11 @@ def written_recall(
     grid: dict[str, dict], attacks: Sequence[inj.WrittenAttack], n_boot: int, seed: int, level: float
 ) -> dict:
     """The detector's recall on an attack set written apart from the generator: every attack planted in every
-    study item (:func:`src.core.injection.plant`), flagged by :func:`src.core.injection.scan`; per class and in all,
+    study item (:func:`src.core.injection.plant`), flagged by :func:`src.core.detector.scan`; per class and in all,
     the flagged share of (attack, item) pairs with a bootstrap interval over the attacks (the unit an attacker
     varies), and the number of attacks flagged in most items."""
     recs = [r for cell in grid.values() for r in cell["items"][CLEAN].to_dict("records")]
-    hits = np.array([[inj.scan(inj.plant(r, a)).flagged for r in recs] for a in attacks], dtype=float)
+    hits = np.array([[detector.scan(inj.plant(r, a)).flagged for r in recs] for a in attacks], dtype=float)
     kinds = np.array([a.kind for a in attacks], dtype=object)
     out: dict[str, Any] = {}
     for name in [*sorted(set(kinds)), "all"]:

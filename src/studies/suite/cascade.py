@@ -45,9 +45,9 @@ from scipy import sparse
 from sklearn.base import BaseEstimator, clone
 
 from src.core.aggregate import StackedLogit
+from src.core.detector import scan
 from src.core.errors import RaimError
 from src.core.evaluate import METRICS, ClusterBootstrap, Delta, distinct_rows, from_counts, interval, paired_delta
-from src.core.injection import scan
 from src.core.ladder import LadderSettings, design_matrix, refit_ci, refit_delta
 from src.core.names import metric_name
 from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung, loop_proba, stacked_proba
@@ -164,7 +164,7 @@ class Cascade(BaseEstimator):
 
     def escalate(self, X: np.ndarray, flagged: np.ndarray | None = None) -> np.ndarray:
         """S × n: item i escalates at share s (ties at τ broken by a seeded uniform draw per item: u < its
-        :func:`escalation_prob`); an item ``flagged`` as a prompt injection (:func:`src.core.injection.scan`)
+        :func:`escalation_prob`); an item ``flagged`` as a prompt injection (:func:`src.core.detector.scan`)
         escalates at every share: the cheap panel, LLM judges its text can address, never decides it."""
         conf = self.confidence(X)[None, :]
         u = np.random.default_rng(self.random_state).random(conf.shape[1])[None, :]
@@ -198,7 +198,7 @@ INJECTION_DEFENCES = ("escalate", "off")
 
 
 def item_flags(items: Iterable[Mapping]) -> dict[str, bool]:
-    """{item_id: whether its text looks like a prompt injection} (:func:`src.core.injection.scan`)."""
+    """{item_id: whether its text looks like a prompt injection} (:func:`src.core.detector.scan`)."""
     return {str(it["item_id"]): scan(it).flagged for it in items}
 
 
@@ -395,7 +395,7 @@ def dataset(
     flagged: np.ndarray | None = None,
 ) -> dict:
     """The cascade curve of one dataset (see the module docstring); ``flagged`` items (a prompt injection,
-    :func:`src.core.injection.scan`) escalate at every share."""
+    :func:`src.core.detector.scan`) escalate at every share."""
     cfg = settings(cfg)
     t = ref.table
     cheap_t, e_votes = _split(t, expensive)
