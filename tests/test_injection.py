@@ -1,4 +1,4 @@
-"""Candidates that instruct the judges (src/core/injection.py, src/studies/injection.py, the guarded frames and the
+"""Candidates that instruct the judges (src/core/injection.py, src/studies/injection/, the guarded frames and the
 backends' handling of untrusted text; docs/security-injection.md): the attack transform is deterministic and builds
 every class, the detector flags every class and sibling phrasings but (almost) no clean shipped item, the guarded
 frames delimit and neutralise, no backend hands a special token inside an item to its tokenizer as a control token,
@@ -26,7 +26,9 @@ from src.io import flagstore, votestore
 from src.judges.backends.openai_compat import OpenAICompatBackend
 from src.judges.backends.vllm_backend import VLLMBackend
 from src.judges.frames import load_frame
-from src.studies import injection as study
+from src.studies.injection import items as study_items
+from src.studies.injection import metrics as study_metrics
+from src.studies.injection import path as study_path
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = sorted((ROOT / "datasets").glob("*.jsonl"))
@@ -411,7 +413,7 @@ def synthetic():
     members = list(clean)
     covered = {fk: {c: members for c in conds} for fk, conds in tables.items()}
     s = {"attacks": ["x"], "heldout_draws": 0, "level": 0.95, "n_boot": 500, "seed": 0}
-    doc = study.dataset_study(tables, covered, members, StackedLogit(), LadderSettings(), s)
+    doc = study_metrics.dataset_study(tables, covered, members, StackedLogit(), LadderSettings(), s)
     right = sum(v == gold for v in noisy)  # robust members right, per item
     hal = gold == 1
     doc["expected_majority_asr"] = ((right == 1) & hal).sum() / ((right >= 1) & hal).sum()
@@ -458,7 +460,7 @@ def test_study_settings_are_checked():
         "defence": "escalate",
         "max_weight_share": 0.34,
     }
-    study.check_settings(base)
+    study_items.check_settings(base)
     for bad, msg in (
         ({"attacks": ["nope"]}, r"injection.attacks=\['nope'\]"),
         ({"heldout_draws": -1}, r"injection.heldout_draws=-1: must be an integer ≥ 0"),
@@ -468,8 +470,8 @@ def test_study_settings_are_checked():
         ({"level": 1.5}, r"injection.level=1.5"),
         ({"datasets": []}, "injection.datasets: empty"),
     ):
-        with pytest.raises(study.InjectionStudyError, match=msg):
-            study.check_settings({**base, **bad})
+        with pytest.raises(study_items.InjectionStudyError, match=msg):
+            study_items.check_settings({**base, **bad})
 
 
 # ------------------------------------------------------------------------------------------------ hooks
@@ -607,7 +609,7 @@ def test_the_study_runs_on_the_tiny_roster_and_resumes_from_its_cache(tmp_path):
         assert d["frames"] == {"paper": "def_on", "guarded": "def_on_guarded"}
         assert {"heldout-1", "heldout-2"} <= set(d["judges"]["smollm135m"]["paper"])  # the held-out draws judged
         block = d["decision"]["paper"]
-        assert set(block["asr"]) == set(study.PATHS) and "heldout (all)" in block["asr"]["escalate"]
+        assert set(block["asr"]) == set(study_path.PATHS) and "heldout (all)" in block["asr"]["escalate"]
         assert block["flagged"]["instruction"] == 10 and block["asr"]["escalate"]["instruction"]["events"] == 0
         assert set(doc["detector"]["written"]) == {"dev", "heldout"}
         second = subprocess.run(
@@ -631,7 +633,7 @@ def test_the_study_runs_on_the_tiny_roster_and_resumes_from_its_cache(tmp_path):
 # ------------------------------------------------------------------------------------------------ written attack sets
 
 
-WRITTEN = {name: study.written_set(ROOT / "data" / "injection" / f"{name}.jsonl") for name in ("dev", "heldout")}
+WRITTEN = {name: study_items.written_set(ROOT / "data" / "injection" / f"{name}.jsonl") for name in ("dev", "heldout")}
 DEV_RECALL = 0.85  # stated (docs/security-injection.md): the tuned detector flags ≥ 85 % of the dev set's pairs
 HELDOUT_RECALL = 0.70  # stated: ≥ 70 % of the held-out set's (never used to tune a rule)
 
@@ -742,8 +744,8 @@ def test_a_bad_written_set_is_one_line_naming_file_line_and_key(tmp_path):
     p.write_text(
         '{"id": "a", "class": "c", "field": "candidate", "at": "end", "text": "t", "source": "s"}\n{"id": 3}\n'
     )
-    with pytest.raises(study.InjectionStudyError, match=r"set.jsonl line 2: field 'id': a non-empty string"):
-        study.written_set(p)
+    with pytest.raises(study_items.InjectionStudyError, match=r"set.jsonl line 2: field 'id': a non-empty string"):
+        study_items.written_set(p)
 
 
 # ------------------------------------------------------------------------------------------------ the decision path
@@ -877,10 +879,10 @@ def test_the_bounded_stacker_caps_every_members_weight_and_the_disagreement_rule
     weak = np.column_stack([np.where(rng.random(200) < 0.65, y, 1 - y) for _ in range(3)])
     X = np.column_stack([strong, weak]).astype(float)
     est = StackedLogit().fit(X, y)
-    b = study.bounded_stacker(est, X, y, 0.34)
+    b = study_path.bounded_stacker(est, X, y, 0.34)
     share = np.abs(b.coef_) / np.abs(b.coef_).sum()
     assert np.abs(est.coef_).max() / np.abs(est.coef_).sum() > 0.34 and share.max() <= 0.34 + 1e-9
     assert abs(np.mean(b.predict_proba(X)[:, 1]) - y.mean()) < 0.02  # the intercept refitted
     verdict = np.array([0.0, 0.0, 1.0, 0.0])
     Xd = np.array([[0, 1, 1], [0, 1, 0.5], [0, 1, 1], [1, 0, 1]], float)
-    assert np.isnan(study.disagreement(verdict, Xd, [False, True, True])).tolist() == [True, True, False, False]
+    assert np.isnan(study_path.disagreement(verdict, Xd, [False, True, True])).tolist() == [True, True, False, False]
