@@ -10,8 +10,9 @@ POOL is a scored table (a ``src.predict`` output, or any CSV / JSON Lines / Parq
 experiment that hold RAIM's assessment (``python -m src.traces judge``; ``--traces-filter`` narrows them, and
 ``--segment`` names a trace tag); gold is ``item_id, gold`` (0 / 1), or ``--labels traces``: the people's labels on the
 pool's traces (HUMAN feedback, conf/traces). ``propose --tag-traces`` tags the traces it proposes, so a person
-finds them in the MLflow UI. The files read are :mod:`src.studies.pool`, the proposal file :mod:`src.studies.proposal`, the methods
-:mod:`src.studies.estimate` and the study :mod:`src.studies.rate` (maths: :mod:`src.core.rates`).
+finds them in the MLflow UI. The files read are :mod:`src.studies.pool`, the proposal file
+:mod:`src.studies.proposal`, the methods :mod:`src.studies.estimate` and the study :mod:`src.studies.rate` (maths:
+:mod:`src.core.rates`).
 """
 
 from __future__ import annotations

@@ -347,8 +347,9 @@ def test_entry_point_writes_json_figure_and_mlflow_run(tmp_path):
 
 
 def test_the_robust_stacker_is_logged_and_served_like_the_plain_one(tmp_path, monkeypatch, sim):
-    """`stacker=logreg_robust` runs are logged with their stacker as a pyfunc model (src.mlops.packaging.log_stacker): it
-    must load, predict its own input example and give the robust stacker's probabilities."""
+    """`stacker=logreg_robust` runs are logged with their stacker as a pyfunc model
+    (src.mlops.packaging.log_stacker): it must load, predict its own input example and give the robust stacker's
+    probabilities."""
     import mlflow
 
     from src.mlops import packaging

@@ -49,8 +49,9 @@ from src.core.detector import scan
 from src.core.errors import RaimError
 from src.core.evaluate import METRICS, ClusterBootstrap, Delta, distinct_rows, from_counts, interval, paired_delta
 from src.core.ladder import LadderSettings, design_matrix, refit_ci, refit_delta
+from src.core.logitfit import loop_proba, stacked_proba
 from src.core.names import metric_name
-from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung, loop_proba, stacked_proba
+from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung
 from src.core.verdicts import ABSTAIN, VerdictTable
 from src.studies.suite import common
 from src.studies.suite.reference import Reference, rng_for
@@ -279,8 +280,8 @@ class CascadeRefit:
         expectation, so each share is a fractional :class:`src.core.refit.Rung` (each row's probability of the verdict
         1, :func:`merge` of :func:`escalation_prob`). The stacker is fitted once per draw chunk and fold for all shares
     (:meth:`fold`):
-        by :func:`src.core.refit.stacked_proba` for :class:`StackedLogit`, by its own fit otherwise
-        (:func:`src.core.refit.loop_proba`)."""
+        by :func:`src.core.logitfit.stacked_proba` for :class:`StackedLogit`, by its own fit otherwise
+        (:func:`src.core.logitfit.loop_proba`)."""
 
     def __init__(
         self,
