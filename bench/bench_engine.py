@@ -56,7 +56,11 @@ from harness import (  # noqa: E402
     workload_parser,
 )
 
-from src.core import ladder, verdicts  # noqa: E402
+from src.core import (  # noqa: E402
+    ladder,
+    ladderbase,  # noqa: E402
+    verdicts,
+)
 from src.core.aggregate import DawidSkene, StackedLogit  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, indicators  # noqa: E402
 from src.studies import simulate  # noqa: E402
@@ -121,7 +125,7 @@ def straightforward():
 # ----------------------------------------------------------------------------------------------- parts
 
 
-def ladder_predictions(table, s: ladder.LadderSettings) -> list[tuple]:
+def ladder_predictions(table, s: ladderbase.LadderSettings) -> list[tuple]:
     """Per dataset: (bootstrap, gold, every prediction vector the ladder scores)."""
     out = []
     for name, res in ladder.analyze(table, StackedLogit(), s).items():
@@ -282,7 +286,7 @@ def main() -> None:
     a = ap.parse_args()
 
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
-    s = ladder.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
+    s = ladderbase.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
     print(f"{a.datasets} datasets × {a.items} items × {a.members} judges, B={a.boot}; {machine()}")
     parts = a.parts.split(",")
     for name, run in (

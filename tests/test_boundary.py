@@ -703,7 +703,7 @@ def test_a_spec_with_a_field_of_the_wrong_type_is_one_line(tmp_path, node, why):
 
 
 def test_a_stacker_feature_only_some_members_have_is_one_line(tmp_path):
-    from src.core.ladder import design_matrix
+    from src.core.ladderbase import design_matrix
 
     p = tmp_path / "t.csv"
     p.write_text(TABLE)  # a@logodds, no b@logodds

@@ -12,7 +12,8 @@ from sklearn.base import clone
 from src.analyses.__main__ import flat_metrics
 from src.core import verdicts
 from src.core.aggregate import StackedLogit, crossfit
-from src.core.ladder import LadderSettings, dataset_folds
+from src.core.ladder import dataset_folds
+from src.core.ladderbase import LadderSettings
 from src.judges import tables
 from src.present import figures, report
 from src.studies import simulate

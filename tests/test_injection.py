@@ -21,7 +21,7 @@ import pytest
 from src.core import detector
 from src.core import injection as inj
 from src.core.aggregate import StackedLogit
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.io import flagstore, votestore
 from src.judges.backends.openai_compat import OpenAICompatBackend
 from src.judges.backends.vllm_backend import VLLMBackend

@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 from src.core import verdicts
 from src.core.aggregate import BestSingle, NoiseRobustStackedLogit, StackedLogit, cluster_folds, crossfit
 from src.core.evaluate import kappa
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.studies import noise, simulate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -183,7 +183,7 @@ def test_windows_hold_the_prevalence_and_respect_the_bootstrap():
 @pytest.fixture(scope="module")
 def sim_doc():
     """The study on a simulated admissible panel only (no real table), small settings."""
-    from src.core.ladder import LadderSettings
+    from src.core.ladderbase import LadderSettings
 
     s = {
         "prevalences": [0.05, 0.2],

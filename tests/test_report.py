@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from src.core import ladder, verdicts
+from src.core import ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
 from src.present import cost, decision, figures, markdown, report
 from src.present import ladder as ladder_tables
@@ -71,7 +71,7 @@ def _docs_for(frame) -> tuple[dict, dict | None]:
         t = verdicts.load(frame, frontier="frontier")
     else:
         t = verdicts.validate(frame, frontier="frontier")
-    s = ladder.LadderSettings(n_boot=100, core=["spread", "dominant"])
+    s = ladderbase.LadderSettings(n_boot=100, core=["spread", "dominant"])
     res = ladder.analyze(t, StackedLogit(), s)
     results = json.loads(
         json.dumps(

@@ -36,7 +36,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
-from src.core.ladder import design_matrix
+from src.core.ladderbase import design_matrix
 from src.core.names import metric_name
 from src.io import files
 from src.io.config import flatten, option_name

@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.io.config import ConfigError, Targets, build, check_keys, conf_file, node_source, plain
 from src.io.datasets import BUILDERS_ALLOWED, check_spec
 from src.judges.config import check_roster

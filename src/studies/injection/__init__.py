@@ -19,7 +19,7 @@ Per dataset, frame and attack class, for every member, for the stacked panel and
   paired cluster-bootstrap interval (:class:`src.core.evaluate.ClusterBootstrap`, one set of draws for every
   judge, attack and frame of a dataset, so every difference is paired);
 * the stacker is the configured one (``stacker``), cross-fitted on the subset's *clean* verdicts (the ladder's
-  cluster folds, :func:`src.core.ladder.checked_folds`) and applied to the held-out clusters' clean and attacked
+  cluster folds, :func:`src.core.ladderbase.checked_folds`) and applied to the held-out clusters' clean and attacked
   verdicts: it is calibrated on clean labelled data and deployed on attacked data. "One attacked" applies it with
   only one member's verdicts attacked (the others clean): does aggregation resist an attack that flips one judge?
 * the **defence**: every metric under the guarded frame minus the paper frame, on the same attacked items, paired;

@@ -14,7 +14,7 @@ from sklearn.base import clone
 
 from src.core.aggregate import MajorityVote
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators, interval, paired_delta
-from src.core.ladder import checked_folds, design_matrix
+from src.core.ladderbase import checked_folds, design_matrix
 from src.core.verdicts import validate
 from src.studies.injection.items import AGGREGATES, CLEAN, heldout_conditions
 

@@ -16,7 +16,7 @@ from sklearn.base import clone
 from src.core import detector
 from src.core import injection as inj
 from src.core.evaluate import ClusterBootstrap
-from src.core.ladder import checked_folds
+from src.core.ladderbase import checked_folds
 from src.core.verdicts import ABSTAIN
 from src.studies.injection.items import CLEAN, HELDOUT
 from src.studies.injection.metrics import Predictions, flip_stats, member_votes, stacked_predictions

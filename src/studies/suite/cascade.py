@@ -48,7 +48,8 @@ from src.core.aggregate import StackedLogit
 from src.core.detector import scan
 from src.core.errors import RaimError
 from src.core.evaluate import METRICS, ClusterBootstrap, Delta, distinct_rows, from_counts, interval, paired_delta
-from src.core.ladder import LadderSettings, design_matrix, refit_ci, refit_delta
+from src.core.ladder import refit_ci, refit_delta
+from src.core.ladderbase import LadderSettings, design_matrix
 from src.core.logitfit import loop_proba, stacked_proba
 from src.core.names import metric_name
 from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung
