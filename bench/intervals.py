@@ -521,7 +521,7 @@ def cascade_population(regime: str, seed: int = 54321, n_items: int = TRUTH_N) -
     """κ of the cascade at each target share, its band and stacker fitted on one half of a large sample and
     applied to the other (the expensive judge: the simulator's ``frontier`` column, accuracy FRONTIER_ACCURACY), and
     the expensive judge's κ on the same half (Δκ paired on its items)."""
-    from src.studies.suite.cascade import Cascade, merge
+    from src.studies.suite.escalation import Cascade, merge
 
     r = REGIMES[regime]
     rng = np.random.default_rng(seed)
@@ -541,7 +541,7 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
     the expensive judge, B = ``n_boot``): per share, [κ, refit interval, fixed-prediction interval] and the same for
     Δκ (cascade − expensive judge); the CPU seconds of that call, and of the fixed-prediction analysis alone (the
     cross-fitted cascade and its percentile draws, the analysis before the refit)."""
-    from src.studies.suite import cascade
+    from src.studies.suite import cascade, escalation
     from src.studies.suite.reference import reference
 
     r = REGIMES[regime]
@@ -572,7 +572,7 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
         t0 = time.process_time()
         d = cascade.dataset(ref, StackedLogit(), s, "frontier", np.array(CASCADE_SHARES), cfg, (0.0, 0.0), seed)
         t1 = time.process_time()
-        est = cascade.Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
+        est = escalation.Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
         cf = cascade.crossfit_cascade(t.votes, t.gold, t.frontier, ref.design.folds, est, np.random.default_rng(seed))
         ClusterBootstrap(t.clusters, n_boot, 0).metrics(t.gold, np.vstack([cf["verdicts"], t.frontier]).T)
         t2 = time.process_time()
