@@ -225,7 +225,7 @@ def injection_section(doc: dict) -> list[str]:
         out += _decision_tables(d)
     det = doc["detector"]
     rows = [[a, v["n"], v["flagged"], _f(v["rate"])] for a, v in det["attacked"].items()]
-    out += ["### Detector (src.core.detector.detect)", "", *_table(["attack", "items", "flagged", "rate"], rows), ""]
+    out += ["### Detector (src.core.injection.detect)", "", *_table(["attack", "items", "flagged", "rate"], rows), ""]
     rows = [
         [
             ds,
