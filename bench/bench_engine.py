@@ -56,11 +56,7 @@ from harness import (  # noqa: E402
     workload_parser,
 )
 
-from src.core import (  # noqa: E402
-    ladder,
-    ladderbase,  # noqa: E402
-    verdicts,
-)
+from src.core import ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import DawidSkene, StackedLogit  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, indicators  # noqa: E402
 from src.studies import simulate  # noqa: E402
@@ -113,13 +109,13 @@ def plain_dawid_skene(**kw) -> DawidSkene:
 def straightforward():
     """The ladder with library folds and Holm, the per-draw bootstrap and plain Dawid–Skene EM (the engine's
     code otherwise)."""
-    saved = ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts
-    ladder.cluster_folds, ladder.holm, ladder.DawidSkene = sklearn_folds, statsmodels_holm, plain_dawid_skene
+    saved = ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts
+    ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene = sklearn_folds, statsmodels_holm, plain_dawid_skene
     ClusterBootstrap.counts = lambda self, gold, preds: loop_counts(self, gold, preds)
     try:
         yield
     finally:
-        ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts = saved
+        ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts = saved
 
 
 # ----------------------------------------------------------------------------------------------- parts

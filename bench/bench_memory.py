@@ -24,12 +24,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from harness import machine, settle, workload_parser  # noqa: E402
 
-from src.core import (  # noqa: E402
-    evaluate,
-    ladder,
-    ladderbase,  # noqa: E402
-    verdicts,
-)
+from src.core import evaluate, ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
 from src.studies import simulate  # noqa: E402
 

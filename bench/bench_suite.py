@@ -28,10 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 
-from src.core import (  # noqa: E402
-    ladderbase,  # noqa: E402
-    verdicts,
-)
+from src.core import ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
 from src.studies import simulate  # noqa: E402
 from src.studies.suite import budget, loops, mechanism, panel, run_suite  # noqa: E402

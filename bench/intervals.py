@@ -57,12 +57,7 @@ from threadpoolctl import threadpool_limits
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from src.core import (  # noqa: E402
-    admissibility,
-    ladder,
-    ladderbase,  # noqa: E402
-    verdicts,
-)
+from src.core import admissibility, ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import BestSingle, MajorityVote, StackedLogit  # noqa: E402
 from src.core.decide import FLOOR_RULES, WINS, decide, reaches  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, deployed, from_counts, indicators  # noqa: E402
