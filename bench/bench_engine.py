@@ -56,7 +56,7 @@ from harness import (  # noqa: E402
     workload_parser,
 )
 
-from src.core import ladder, verdicts  # noqa: E402
+from src.core import ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import DawidSkene, StackedLogit  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, indicators  # noqa: E402
 from src.studies import simulate  # noqa: E402
@@ -109,19 +109,19 @@ def plain_dawid_skene(**kw) -> DawidSkene:
 def straightforward():
     """The ladder with library folds and Holm, the per-draw bootstrap and plain Dawid–Skene EM (the engine's
     code otherwise)."""
-    saved = ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts
-    ladder.cluster_folds, ladder.holm, ladder.DawidSkene = sklearn_folds, statsmodels_holm, plain_dawid_skene
+    saved = ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts
+    ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene = sklearn_folds, statsmodels_holm, plain_dawid_skene
     ClusterBootstrap.counts = lambda self, gold, preds: loop_counts(self, gold, preds)
     try:
         yield
     finally:
-        ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts = saved
+        ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts = saved
 
 
 # ----------------------------------------------------------------------------------------------- parts
 
 
-def ladder_predictions(table, s: ladder.LadderSettings) -> list[tuple]:
+def ladder_predictions(table, s: ladderbase.LadderSettings) -> list[tuple]:
     """Per dataset: (bootstrap, gold, every prediction vector the ladder scores)."""
     out = []
     for name, res in ladder.analyze(table, StackedLogit(), s).items():
@@ -282,7 +282,7 @@ def main() -> None:
     a = ap.parse_args()
 
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
-    s = ladder.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
+    s = ladderbase.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
     print(f"{a.datasets} datasets × {a.items} items × {a.members} judges, B={a.boot}; {machine()}")
     parts = a.parts.split(",")
     for name, run in (

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from harness import machine, settle, workload_parser  # noqa: E402
 
-from src.core import evaluate, ladder, verdicts  # noqa: E402
+from src.core import evaluate, ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
 from src.studies import simulate  # noqa: E402
 
@@ -70,7 +70,7 @@ def main() -> None:
         )
     )
     del boot
-    s = ladder.LadderSettings(n_boot=a.boot, core=list(clusters))
+    s = ladderbase.LadderSettings(n_boot=a.boot, core=list(clusters))
     settle()
     before = rss_mb()
     t0 = time.perf_counter()

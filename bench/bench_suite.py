@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
 
-from src.core import ladder, verdicts  # noqa: E402
+from src.core import ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
 from src.studies import simulate  # noqa: E402
 from src.studies.suite import budget, loops, mechanism, panel, run_suite  # noqa: E402
@@ -121,7 +121,7 @@ def main() -> None:
     a = ap.parse_args()
 
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
-    s = ladder.LadderSettings(core=[f"sim{i}" for i in range(min(4, a.datasets))])
+    s = ladderbase.LadderSettings(core=[f"sim{i}" for i in range(min(4, a.datasets))])
     cfg, stacker = suite_cfg(), StackedLogit()
     print(
         f"{a.datasets} datasets × {a.items} items × {a.members} judges; {machine()}; BLAS held to one thread "

@@ -1510,7 +1510,7 @@ def _panel_of(folder: Path, roster: dict, members: list[str]) -> Path:
     import numpy as np
 
     from src.core.aggregate import StackedLogit
-    from src.mlops import serving
+    from src.mlops import packaging, serving
 
     rng = np.random.default_rng(0)
     gold = rng.integers(0, 2, 300)
@@ -1518,7 +1518,7 @@ def _panel_of(folder: Path, roster: dict, members: list[str]) -> Path:
     model = serving.PanelModel(
         roster, serving.frame_configs(), "claim", StackedLogit(n_votes=len(members)).fit(X, gold), members
     )
-    return serving.save_model(model, folder)
+    return packaging.save_model(model, folder)
 
 
 def third_readers(tmp: Path) -> list[dict]:

@@ -13,7 +13,7 @@ from src.io.paths import CONF_DIR
 from src.io.trust import checked_command
 from src.mlops import tracking
 from src.present import figures
-from src.present.report import noise_section
+from src.present.noise import noise_section
 from src.studies import noise
 
 

@@ -18,7 +18,7 @@ the panel reads every vote from the cache — an item seen before is never judge
 judges nothing (a miss is an abstention, named in the ``uncached`` column).
 
 Each output row also says whether the item's text looks like a prompt injection aimed at the judges
-(``injection_flag``, ``injection_reasons``: :func:`src.core.injection.scan`; the panel model adds them), and what
+(``injection_flag``, ``injection_reasons``: :func:`src.core.detector.scan`; the panel model adds them), and what
 the decision path did with a flagged item (``injection_action``). By default a flagged item is not decided by the
 LLM members: it is **escalated** (label ``escalated``, no p and no verdict: for a person to decide);
 ``--injection-defence immune`` decides it by the members no instruction can address (the non-LLM judges), ``off``
@@ -100,7 +100,7 @@ def _check_fields(rec) -> None:
 
 def passed_through(keys) -> list[str]:
     """The fields of an item copied to the output beside its verdicts: ``gold``, ``cluster_id`` (the cluster a rate's
-    interval resamples, :mod:`src.studies.rate`) and every other id field (``<x>_id``, e.g. ``conversation_id``)."""
+    interval resamples, :mod:`src.studies.estimate`) and every other id field (``<x>_id``, e.g. ``conversation_id``)."""
     return [k for k in keys if k in PASSED_THROUGH or (str(k).endswith("_id") and k != "item_id")]
 
 

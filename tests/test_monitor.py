@@ -23,10 +23,11 @@ from src.core import drift, errors
 from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
-from src.mlops import serving as serve
-from src.present import report
+from src.mlops import packaging
+from src.present.monitor import monitor_section
 from src.studies import monitor, simulate
-from src.studies import rate as rate_study
+from src.studies.estimate import segment_rates
+from src.studies.pool import read_labels, read_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = ["m00", "m01", "m02"]
@@ -54,7 +55,7 @@ def stacker_model(tmp_path_factory):
     X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in MEMBERS]).astype(float)
     with tracking_store(tmp):
         with mlflow.start_run():
-            uri = serve.log_stacker(StackedLogit(n_votes=3).fit(X, gold), MEMBERS).model_uri
+            uri = packaging.log_stacker(StackedLogit(n_votes=3).fit(X, gold), MEMBERS).model_uri
         yield mlflow.pyfunc.load_model(uri)
 
 
@@ -111,7 +112,7 @@ def test_served_panel_records_votes_and_item_ids_never_the_text(tmp_path, compos
     stacker = StackedLogit(n_votes=2).fit(np.column_stack([gold, gold]).astype(float), gold)
     with tracking_store(tmp_path):
         with mlflow.start_run():
-            uri = serve.log_panel(roster, stacker, names, default_frame="claim").model_uri
+            uri = packaging.log_panel(roster, stacker, names, default_frame="claim").model_uri
         store = tmp_path / "votes.sqlite"
         model = mlflow.pyfunc.load_model(
             uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": False, "monitor_store": str(store)}
@@ -232,7 +233,7 @@ def test_a_stable_stream_raises_no_alarm(compose_cfg):
     doc = monitor.compute(_cfg(compose_cfg, "monitor.replay.scenario=none", "monitor.evaluation.scenarios=[none]"))
     assert doc["alarms"] == {"panel": [], "prevalence": []}
     assert doc["evaluation"]["none"]["false_alarm_seeds"] == 0
-    text = "\n".join(report.monitor_section(doc))
+    text = "\n".join(monitor_section(doc))
     assert "panel alarms at items none, prevalence alarms at none" in text and "| none | — | 0/1 |" in text
 
 
@@ -270,9 +271,9 @@ def test_a_window_with_gold_labels_reports_its_rate_with_an_interval(compose_cfg
     windows = monitor.compute(cfg)["windows"]
     first = windows[0]
     assert first["rate_labels"] == 25 and first["rate_ppi_lo"] <= first["rate_ppi"] <= first["rate_ppi_hi"]
-    pool = rate_study.read_pool(tmp_path / "s.sqlite")
-    lab, y = rate_study.read_labels(tmp_path / "gold.csv", pool)
-    want = rate_study.segment_rates(pool, np.arange(100), lab, y, None, 0.95, 0.5)["ppi"].row()
+    pool = read_pool(tmp_path / "s.sqlite")
+    lab, y = read_labels(tmp_path / "gold.csv", pool)
+    want = segment_rates(pool, np.arange(100), lab, y, None, 0.95, 0.5)["ppi"].row()
     assert [first["rate_ppi"], first["rate_ppi_lo"], first["rate_ppi_hi"]] == pytest.approx(
         [want["estimate"], *want["ci"]]
     )

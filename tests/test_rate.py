@@ -1,4 +1,4 @@
-"""Hallucination rates with valid intervals (src/core/rates.py, src/studies/rate.py, src/rate.py): known answers,
+"""Hallucination rates with valid intervals (src/core/rates.py, src/studies/, src/rate.py): known answers,
 the authors' packages as references, coverage on fast simulations, the tool's files and its one-line errors."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from src.core.aggregate import StackedLogit
 from src.core.rates import RateError
 from src.io import votestore
 from src.studies import rate as study
+from src.studies.estimate import ESTIMAND, NO_CLUSTERS, em_rates, plan_labels
+from src.studies.pool import Pool, read_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -230,7 +232,7 @@ def test_coverage_on_a_fast_simulation(sources):
     f, y, t, codes = sources["anticorrelated"].draw(R, N, q, rng)
     lab = study.uniform_labels(R, N, n, rng)
     assert 0.925 <= _coverage(rates.ppi(y, f, lab), q) <= 0.975  # λ → 0: never worse than the labels alone
-    assert _coverage(rates.naive(f), q) < 0.05 and _coverage(study.em_rates(f, t, 0.95), q) < 0.05
+    assert _coverage(rates.naive(f), q) < 0.05 and _coverage(em_rates(f, t, 0.95), q) < 0.05
 
 
 def test_clustered_traffic_needs_the_cluster_robust_interval(sources):
@@ -264,15 +266,15 @@ def test_the_plan_reaches_its_half_width(sources):
     f, y, t, codes = sources["admissible"].draw(1, 4000, 0.15, rng)
     f, y = f[0], y[0]
     first = study.uniform_labels(1, 4000, 300, rng)[0]  # a first uniform sample the plan is read from
-    pool = study.Pool("sim", np.array([f"i{i}" for i in range(4000)], dtype=object), f)
-    plan = study.plan_labels(pool, first, np.where(first, y, np.nan), 0.03)
+    pool = Pool("sim", np.array([f"i{i}" for i in range(4000)], dtype=object), f)
+    plan = plan_labels(pool, first, np.where(first, y, np.nan), 0.03)
     n = plan["labels"]["ppi"]
     assert n is not None and plan["labels"]["classical"] > n
     lab = study.uniform_labels(400, 4000, n, rng)
     half = np.median(rates.ppi(np.tile(y, (400, 1)), np.tile(f, (400, 1)), lab).width) / 2
     assert half == pytest.approx(0.03, rel=0.15)
-    model = study.plan_labels(
-        study.Pool("sim", pool.item_ids, f, train_prevalence=0.5), np.zeros(4000, bool), np.full(4000, np.nan), 0.03
+    model = plan_labels(
+        Pool("sim", pool.item_ids, f, train_prevalence=0.5), np.zeros(4000, bool), np.full(4000, np.nan), 0.03
     )
     assert model["basis"].startswith("the stacker's posteriors") and model["labels"]["classical"] > 0
 
@@ -360,7 +362,7 @@ def test_estimate_warns_when_the_pool_has_no_clusters(pool_files, capsys):
         text = capsys.readouterr().out
         doc = json.loads((tmp / "o.json").read_text())
         assert ("warning: the pool has no cluster_id" in text) is warned, name
-        assert doc["pool"]["warnings"] == ([study.NO_CLUSTERS] if warned else []), name
+        assert doc["pool"]["warnings"] == ([NO_CLUSTERS] if warned else []), name
 
 
 def test_propose_then_estimate_with_the_proposal(pool_files, capsys):
@@ -612,19 +614,19 @@ def test_served_and_predicted_rows_carry_the_prior_their_p_assumes(tmp_path):
     assert stacked_output(stacker, X, "0.1")["train_prevalence"].tolist() == [0.1] * 4  # p was shifted to 0.1
     out.insert(0, "item_id", [f"i{k}" for k in range(4)])
     out.to_csv(tmp_path / "predicted.csv", index=False)
-    assert study.read_pool(tmp_path / "predicted.csv").train_prevalence == stacker.train_prevalence_
+    assert read_pool(tmp_path / "predicted.csv").train_prevalence == stacker.train_prevalence_
     mixed = out.assign(train_prevalence=[0.5, 0.5, 0.3, None])  # two stackers' rows in one table
     mixed.to_csv(tmp_path / "mixed.csv", index=False)
     with pytest.raises(
         RateError, match=r"field 'train_prevalence': the items disagree \(0.3…0.5\); pass the stacker's"
     ):
-        study.read_pool(tmp_path / "mixed.csv")
+        read_pool(tmp_path / "mixed.csv")
     del stacker.train_prevalence_  # a stacker pickled before it recorded its training share: unknown, not a guess
     old = stacked_output(stacker, X)
     assert old["train_prevalence"].isna().all()
     old.insert(0, "item_id", [f"i{k}" for k in range(4)])
     old.to_csv(tmp_path / "old.csv", index=False)
-    assert study.read_pool(tmp_path / "old.csv").train_prevalence is None  # then --train-prevalence gives it
+    assert read_pool(tmp_path / "old.csv").train_prevalence is None  # then --train-prevalence gives it
 
 
 def test_a_store_records_the_training_prevalence_and_an_old_store_gains_the_column(tmp_path):
@@ -642,15 +644,15 @@ def test_a_store_records_the_training_prevalence_and_an_old_store_gains_the_colu
     )
     con.commit()
     con.close()
-    assert study.read_pool(old).train_prevalence is None  # nothing recorded it: --train-prevalence is needed
+    assert read_pool(old).train_prevalence is None  # nothing recorded it: --train-prevalence is needed
     votestore.record(old, "m", ["a", "b"], np.array([[1.0, 1.0]]), [0.9], ["n1"], ts=1.7e9, train_prevalence=0.5)
     stream = votestore.read_store(old, ["a", "b"])
     assert np.isnan(stream.train_prevalence[0]) and stream.train_prevalence[1] == 0.5
-    assert study.read_pool(old).train_prevalence == 0.5
+    assert read_pool(old).train_prevalence == 0.5
     votestore.record(old, "m2", ["a", "b"], np.array([[0.0, 0.0]]), [0.1], ["n2"], ts=1.7e9, train_prevalence=0.3)
     with pytest.raises(RateError, match=r"field 'train_prevalence': the rows disagree \(0.3…0.5\)"):
-        study.read_pool(old)
-    assert study.read_pool(old, model="m2").train_prevalence == 0.3
+        read_pool(old)
+    assert read_pool(old, model="m2").train_prevalence == 0.3
 
 
 def test_a_served_panel_records_its_prior_in_the_store(tmp_path, monkeypatch):
@@ -761,7 +763,7 @@ def test_the_report_section_reads_the_document():
 
     doc = {
         "settings": {"pool": 100, "prevalences": [0.1], "labels": [50], "replicates": 10, "level": 0.95},
-        "estimand": study.ESTIMAND,
+        "estimand": ESTIMAND,
         "regimes": {},
         "summary": {},
         "crosscheck": {"ppi_py": {"max_abs_diff": None, "clustered_coverage": {}}, "cje": {}},

@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
 
-from src.core import refit
+from src.core import logitfit, refit
 from src.core.aggregate import BestSingle, StackedLogit, WeightedVote, cluster_folds
 from src.core.evaluate import ClusterBootstrap, distinct_rows, from_counts, indicators
-from src.core.refit import SINGLE_CLASS_LOGIT, RefitBootstrap, RefitDraws, corrected_interval, fit_logit, gradients
+from src.core.logitfit import SINGLE_CLASS_LOGIT, fit_logit
+from src.core.refit import RefitBootstrap, RefitDraws, corrected_interval, gradients
 from src.studies import simulate
 
 
@@ -43,13 +44,13 @@ def test_the_fits_elementwise_terms_are_the_textbook_formulas_bit_for_bit():
     rng = np.random.default_rng(0)
     eta = np.concatenate([rng.normal(0, 8, 3500), [-800.0, -40, -1e-300, 0.0, 1e-300, 40, 800]]).reshape(-1, 7)
     e = np.exp(-np.abs(eta))
-    log1pexp, sigmoid = refit.softplus_sigmoid(eta)
+    log1pexp, sigmoid = logitfit.softplus_sigmoid(eta)
     assert np.array_equal(log1pexp, np.maximum(eta, 0.0) + np.log1p(e))
     assert np.array_equal(sigmoid, np.where(eta >= 0, 1.0, e) / (1.0 + e))
     Z = np.column_stack([np.ones(5), rng.choice([0.0, 0.5, 1.0], (5, 3))])
-    outer = refit._row_outer(Z)
+    outer = logitfit._row_outer(Z)
     assert np.array_equal(outer, (Z[:, :, None] * Z[:, None, :]).reshape(5, 16))
-    assert refit._row_outer(Z) is outer and refit._row_outer(Z.copy()) is not outer
+    assert logitfit._row_outer(Z) is outer and logitfit._row_outer(Z.copy()) is not outer
 
 
 def test_batched_fit_gives_a_one_class_problem_its_class():

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from src.core import verdicts
-from src.core.ladder import COMPARATORS
+from src.core.ladderbase import COMPARATORS
 from src.core.verdicts import VerdictError
 from src.judges import tables
 from src.studies import simulate, stacking
@@ -98,12 +98,12 @@ def test_stacker_group_switches_abstention_encoding(compose_cfg, table_csv):
 
 
 def test_members_that_never_voted_are_set_aside(tmp_path):
-    from src.core import ladder, verdicts
+    from src.core import ladder, ladderbase, verdicts
     from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=60, accuracies=[0.9, 0.8, 0.7], seed=2)
     df["m02"] = None  # e.g. an evidence-based judge on an ungrounded set, or a member not run yet
-    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))["sim"].summary
+    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=50))["sim"].summary
     assert res["excluded_members"] == ["m02"] and set(res["members"]) == {"m00", "m01"}
     assert res["admissibility"]["n_members"] == 2 and res["selected"]["best_avg"] == "m00"
 
@@ -416,13 +416,13 @@ def test_cli_run_on_the_committed_caches_ends_with_a_summary_and_no_mlflow_chatt
 
 def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
     """Stop-9 defect: a member that voted on 2 of 193 items (κ 1.0 there) became the oracle and the CV-best."""
-    from src.core import ladder
+    from src.core import ladder, ladderbase
     from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=100, accuracies=[0.75, 0.7, 0.65], rho=0.2, seed=3)
     df["lucky"] = pd.array([pd.NA] * len(df), dtype="Int64")
     df.loc[[0, 1], "lucky"] = df.loc[[0, 1], "gold"]  # right on the two items it judged
-    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=100))["sim"].summary
+    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=100))["sim"].summary
     sel = res["selected"]
     assert "lucky" not in sel["best_cv_per_fold"] and sel["oracle"] != "lucky" and sel["best_avg"] != "lucky"
     assert sel["ineligible"] == {"lucky": "coverage 0.010 < 0.5"}
@@ -432,14 +432,14 @@ def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
 
 def test_best_on_average_needs_coverage_on_every_dataset():
     """Stop-9 defect: best_avg picked a member that voted on one dataset only: κ 0 with [0, 0] elsewhere."""
-    from src.core import ladder
+    from src.core import ladder, ladderbase
     from src.core.aggregate import StackedLogit
 
     a = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.95], rho=0.2, dataset="a", seed=1)
     b = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.55], rho=0.2, dataset="b", seed=2)
     b["m02"] = pd.array([pd.NA] * len(b), dtype="Int64")  # m02 judges only dataset a
     res = ladder.analyze(
-        verdicts.validate(pd.concat([a, b], ignore_index=True)), StackedLogit(), ladder.LadderSettings(n_boot=100)
+        verdicts.validate(pd.concat([a, b], ignore_index=True)), StackedLogit(), ladderbase.LadderSettings(n_boot=100)
     )
     for name in ("a", "b"):
         sel = res[name].summary["selected"]
@@ -449,13 +449,13 @@ def test_best_on_average_needs_coverage_on_every_dataset():
 
 
 def test_a_dataset_with_no_eligible_member_is_one_clear_error():
-    from src.core import ladder
+    from src.core import ladder, ladderbase
     from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=60, accuracies=[0.8, 0.7], rho=0.2, abstain_rate=0.7, seed=5)
-    with pytest.raises(ladder.AnalysisError, match=r"dataset 'sim': no member answers at least 0.5 of the items"):
-        ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))
-    ok = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50, min_coverage=0.2))
+    with pytest.raises(ladderbase.AnalysisError, match=r"dataset 'sim': no member answers at least 0.5 of the items"):
+        ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=50))
+    ok = ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=50, min_coverage=0.2))
     assert ok["sim"].summary["selected"]["min_coverage"] == 0.2
 
 

@@ -1,8 +1,9 @@
-"""Traces in, assessments out (src/traces.py, src/mlops/traces.py, src/io/traces.py, src/mlops/scorers.py): the mapping
-from a trace to an item and every reason a trace is not one; a real sqlite MLflow store holding traces written
-with mlflow.tracing (CHAIN root, RETRIEVER spans), judged by a real panel model (the lexical judge, stacked) through
-the verdict cache; assessments written once, overridden by another model, read back by src.rate with the people's
-labels; RAIM as scorers of mlflow.genai.evaluate and inside MLflow's make_scorer_ensemble."""
+"""Traces in, assessments out (src/traces.py, src/mlops/traces.py, src/mlops/assessing.py, src/io/traces.py,
+src/mlops/scorers.py): the mapping from a trace to an item and every reason a trace is not one; a real sqlite MLflow
+store holding traces written with mlflow.tracing (CHAIN root, RETRIEVER spans), judged by a real panel model (the
+lexical judge, stacked) through the verdict cache; assessments written once, overridden by another model, read back
+by src.rate with the people's labels; RAIM as scorers of mlflow.genai.evaluate and inside MLflow's
+make_scorer_ensemble."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from test_track import tracking_store
 
 from src.io.traces import SKIP_REASONS, Skip, TraceMapping, TraceView, candidate_of, question_of, to_item
+from src.mlops import assessing
 from src.mlops import traces as mt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,7 +134,7 @@ def test_labels_read_as_gold_and_a_bad_one_is_one_line():
 
 def test_items_of_one_client_request_are_scored_in_separate_batches():
     items = [{"item_id": i} for i in ("a", "b", "a", "c", "a")]
-    assert mt.unique_batches(items) == [[0, 1, 3], [2], [4]]
+    assert assessing.unique_batches(items) == [[0, 1, 3], [2], [4]]
 
 
 # ---------------------------------------------------------------------------------------- a real store
@@ -236,7 +238,7 @@ def store(tmp_path_factory):
     import mlflow
     from mlflow import MlflowClient
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
     from src.mlops.store import artifact_root
 
     tmp = tmp_path_factory.mktemp("traces")
@@ -245,11 +247,11 @@ def store(tmp_path_factory):
             experiment_id=mlflow.create_experiment("models", artifact_location=artifact_root(uri, "m"))
         )
         with mlflow.start_run():
-            info = serve.log_panel(ROSTER, fitted(0), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
+            info = packaging.log_panel(ROSTER, fitted(0), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
         mv = mlflow.register_model(info.model_uri, "raim-panel-test")
         MlflowClient().set_registered_model_alias("raim-panel-test", "champion", mv.version)
         with mlflow.start_run():
-            other = serve.log_panel(ROSTER, fitted(1), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
+            other = packaging.log_panel(ROSTER, fitted(1), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
         ids = write_traces("app")
         yield {
             "uri": uri,
@@ -562,10 +564,10 @@ def test_a_run_that_dies_keeps_what_it_wrote_and_the_next_finishes_it(store, cap
     """The store fails on the third assessment: the two written stay, the command stops; the re-run writes the
     other two and nothing twice."""
     from src import traces
-    from src.mlops import traces as mt
+    from src.mlops import assessing
 
     ids = write_traces("crash-app")
-    real, calls = mt.write, []
+    real, calls = assessing.write, []
 
     def failing(trace, fb):
         calls.append(trace.info.trace_id)
@@ -573,11 +575,11 @@ def test_a_run_that_dies_keeps_what_it_wrote_and_the_next_finishes_it(store, cap
             raise OSError("disk full")
         return real(trace, fb)
 
-    monkeypatch.setattr(mt, "write", failing)
+    monkeypatch.setattr(assessing, "write", failing)
     base = ["judge", "--experiment", "crash-app", "--model-uri", store["model"], "--no-progress", "--page-size", "2"]
     code, _, err = run(capsys, traces, *base, "--cache-dir", str(store["tmp"] / "cache"))
     assert code == 2 and "disk full" in err
-    monkeypatch.setattr(mt, "write", real)
+    monkeypatch.setattr(assessing, "write", real)
     code, out, err = run(capsys, traces, *base, "--cache-dir", str(store["tmp"] / "cache"))
     assert code == 0, err
     assert "2 assessed, 2 already assessed by this model" in out

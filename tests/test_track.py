@@ -22,8 +22,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src.mlops import redact, store
-from src.mlops import serving as serve
+from src.mlops import packaging, redact, store
 from src.mlops import tracking as track
 from src.present import stagefiles
 from src.studies import simulate, stacking
@@ -374,10 +373,10 @@ def test_model_pins_are_the_installed_versions_so_mlflows_check_is_skipped_while
     import mlflow.pyfunc
     from mlflow.utils import environment
 
-    pins = dict(r.split("==") for r in serve.pip_requirements())
+    pins = dict(r.split("==") for r in packaging.pip_requirements())
     assert pins == {name: version(name) for name in pins}
     before = [m.warn_dependency_requirement_mismatches for m in (environment, mlflow.pyfunc)]
-    with serve._pins_from_this_environment():
+    with packaging._pins_from_this_environment():
         assert environment.warn_dependency_requirement_mismatches is not before[0]
         assert mlflow.pyfunc.warn_dependency_requirement_mismatches is not before[1]
     assert [m.warn_dependency_requirement_mismatches for m in (environment, mlflow.pyfunc)] == before
@@ -626,7 +625,7 @@ def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
     import mlflow
     from mlflow.models import Model
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
 
     with tracking_store(tmp_path):
         cfg = compose_cfg("analysis=fast", "analysis.abstention_contrast=false", f"output={tmp_path}/r.json")
@@ -636,7 +635,7 @@ def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
         assert set(kids) == {"medhallu", "wice", "truthfulqa", "expertqa"}
         for name, kid in kids.items():
             uri = kid.data.tags["stacker_model_uri"]
-            assert serve.self_check(uri) is None, name
+            assert packaging.self_check(uri) is None, name
             path = mlflow.artifacts.download_artifacts(uri)
             example = Model.load(path).load_input_example(path)
             model = mlflow.pyfunc.load_model(path)

@@ -29,7 +29,7 @@ from src.core.errors import RaimError
 # MLflow and RAIM's tracking module first (the store is opened next), then the rest logging and the analysis's
 # pickles need
 WARM = ("mlflow", "mlflow.store.tracking.sqlalchemy_store", "src.mlops.tracking")
-WARM_AFTER = ("mlflow.pyfunc", "src.mlops.serving")
+WARM_AFTER = ("mlflow.pyfunc", "src.mlops.packaging")
 
 
 def _read(fd: int) -> Any:

@@ -32,7 +32,7 @@ describes (its members, its coefficients = ``stacker.beta_full``).
 
 Only once that gate holds is the model read, from its document alone (:mod:`src.mlops.artifact`: nothing is
 unpickled or imported); it refuses a model whose document does not read or check, or that cannot predict
-(:func:`src.mlops.serving.self_check`). The registered version records the document's sha256
+(:func:`src.mlops.packaging.self_check`). The registered version records the document's sha256
 (:data:`src.mlops.artifact.DIGEST_TAG`): ``src.serve`` and ``src.predict`` refuse the version if it changes.
 
 Otherwise it refuses, says why, and exits with status 2. Any other error (an unknown run id, a registered model
@@ -67,7 +67,8 @@ from src.io.paths import CONF_DIR
 from src.io.trust import check_sources
 from src.mlops import artifact, store
 from src.mlops import tracking as track
-from src.mlops.serving import StackerModel, load_model, log_panel, self_check
+from src.mlops.packaging import load_model, log_panel, self_check
+from src.mlops.serving import StackerModel
 from src.mlops.store import quiet_mlflow, tracking_uri
 from src.studies.checked import check_config
 
@@ -218,7 +219,7 @@ def model_source_run(model_uri: str) -> str | None:
 def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     """Why the stacker at ``model_uri`` is not the one ``s`` (a results.json entry) describes — its vote
     columns are the entry's members, its coefficients the entry's ``stacker.beta_full`` —; None when it is. The
-    model is read from its document (:func:`src.mlops.serving.load_model`: nothing unpickled)."""
+    model is read from its document (:func:`src.mlops.packaging.load_model`: nothing unpickled)."""
     inner = load_model(model_uri)
     stacker = inner.stacker
     if not isinstance(inner, StackerModel):

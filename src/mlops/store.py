@@ -192,7 +192,7 @@ def store_errors(uri: str) -> Iterator[None]:
 @contextlib.contextmanager
 def quiet_mlflow() -> Iterator[None]:
     """MLflow's INFO/WARNING chatter (store creation, CloudPickle advice, example validation) kept out of the
-    run's output; RAIM checks the logged models itself (:func:`src.mlops.serving.log_stacker`). Errors still show."""
+    run's output; RAIM checks the logged models itself (:func:`src.mlops.packaging.log_stacker`). Errors still show."""
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # "Downloading artifacts" bars
     loggers = {name: logging.getLogger(name) for name in ("mlflow", "alembic")}

@@ -36,7 +36,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
-from src.core.ladder import design_matrix
+from src.core.ladderbase import design_matrix
 from src.core.names import metric_name
 from src.io import files
 from src.io.config import flatten, option_name
@@ -510,10 +510,10 @@ def log_dataset(
     # the model first, then its metrics in one batch carrying its id (logged after the metrics, MLflow would
     # copy each onto the model with one history query per metric name)
     # only a tracked run logs a model: the pyfunc module (mlflow.pyfunc, ~0.8 s) is not part of the start-up
-    from src.mlops import serving  # imported here, not at start-up: mlflow.pyfunc ~0.8 s
+    from src.mlops import packaging  # imported here, not at start-up: mlflow.pyfunc ~0.8 s
 
     example = stacker_example(table, result)
-    info = serving.log_stacker(result.stacker, list(example.columns), example, decision=s.get("decision"))
+    info = packaging.log_stacker(result.stacker, list(example.columns), example, decision=s.get("decision"))
     folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
     log_metrics(  # metrics, params and tags: one transaction
         metrics,

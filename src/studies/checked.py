@@ -23,7 +23,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.io.config import ConfigError, Targets, build, check_keys, conf_file, node_source, plain
 from src.io.datasets import BUILDERS_ALLOWED, check_spec
 from src.judges.config import check_roster
@@ -33,8 +33,9 @@ from src.studies.suite.settings import suite_settings
 
 STACKERS = Targets("stacker", StackedLogit, NoiseRobustStackedLogit)
 """The stackers a config may name (conf/stacker): RAIM's estimators of src.core.aggregate that the ladder fits."""
-ANALYSIS = Targets("analysis settings", LadderSettings)
-"""The analysis settings (conf/analysis)."""
+ANALYSIS = Targets("analysis settings", LadderSettings, module="src.core.ladder")
+"""The analysis settings (conf/analysis), named by the ladder that reads them (``src.core.ladder.LadderSettings``;
+the class lives in :mod:`src.core.ladderbase`, the ladder exports it)."""
 
 
 def stacker_from(node: Any, where: str | None = None) -> StackedLogit:

@@ -69,8 +69,10 @@ from src.core.verdicts import ABSTAIN
 from src.io.flagstore import read_flags
 from src.io.votestore import CONFIG_KEY, STORE_ENV, read_store, store_path
 from src.judges import tables
-from src.studies import rate, simulate
+from src.studies import simulate
 from src.studies.checked import stacker_from
+from src.studies.estimate import segment_rates
+from src.studies.pool import Pool, read_labels, read_pool
 
 log = logging.getLogger("raim.monitor")
 
@@ -319,9 +321,9 @@ def _windows_doc(frame: pd.DataFrame) -> list[dict]:
 RATE_COLUMNS = ("rate_labels", "rate_ppi", "rate_ppi_lo", "rate_ppi_hi")
 
 
-def window_rates(pool: rate.Pool, labelled: np.ndarray, y: np.ndarray, bounds, min_labels: int, level: float) -> dict:
+def window_rates(pool: Pool, labelled: np.ndarray, y: np.ndarray, bounds, min_labels: int, level: float) -> dict:
     """The hallucination rate of each window ``[start, end)`` that holds at least ``min_labels`` gold labels:
-    PPI++ with the stacker's p on all the window's items (:func:`src.studies.rate.segment_rates`; the labels a
+    PPI++ with the stacker's p on all the window's items (:func:`src.studies.estimate.segment_rates`; the labels a
     uniform random sample of the window), its interval valid whatever the panel's quality. A window with fewer
     labels has its label count and no rate."""
     cols: dict[str, list] = {c: [] for c in RATE_COLUMNS}
@@ -329,7 +331,7 @@ def window_rates(pool: rate.Pool, labelled: np.ndarray, y: np.ndarray, bounds, m
         idx = np.arange(int(start), int(end))
         n = int(labelled[idx].sum())
         cols["rate_labels"].append(n)
-        row = rate.segment_rates(pool, idx, labelled, y, None, level, 0.5)["ppi"].row() if n >= min_labels else None
+        row = segment_rates(pool, idx, labelled, y, None, level, 0.5)["ppi"].row() if n >= min_labels else None
         cols["rate_ppi"].append(None if row is None else row["estimate"])
         cols["rate_ppi_lo"].append(None if row is None else row["ci"][0])
         cols["rate_ppi_hi"].append(None if row is None else row["ci"][1])
@@ -340,8 +342,8 @@ def store_rates(node, path, frame: pd.DataFrame) -> dict | None:
     """``monitor.labels`` (item_id, gold) read against the store's rows → :func:`window_rates`; None when unset."""
     if not node.get("labels"):
         return None
-    pool = rate.read_pool(path, model=node.model)
-    labelled, y = rate.read_labels(node.labels, pool)
+    pool = read_pool(path, model=node.model)
+    labelled, y = read_labels(node.labels, pool)
     return window_rates(pool, labelled, y, zip(frame["start"], frame["end"]), int(node.min_labels), 0.95)
 
 

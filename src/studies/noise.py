@@ -31,7 +31,7 @@ instead, at their own realised rate.
 
 The study, per dataset and on a simulated panel in the admissible regime (:mod:`src.studies.simulate`), for each type and
 rate and ``draws`` seeded draws: **training** on noisy labels — cross-fitted on cluster folds stratified on those
-noisy labels (:func:`src.core.ladder.checked_folds`, as a user who has only them would), scored on clean gold:
+noisy labels (:func:`src.core.ladderbase.checked_folds`, as a user who has only them would), scored on clean gold:
 stacked κ of each configured stacker, the CV-best single (chosen on the noisy labels), the selected member, and
 the ladder's call (§2) with the oracle re-taken on every draw; paired cluster-bootstrap
 Δκ (:class:`src.core.evaluate.ClusterBootstrap`) of the noisy fit against the clean-label fit, averaged over the
@@ -60,7 +60,7 @@ from src.core import admissibility
 from src.core.aggregate import BestSingle, DawidSkene, crossfit, eligible
 from src.core.errors import RaimError
 from src.core.evaluate import ClusterBootstrap, best_single_call, kappa, paired_delta
-from src.core.ladder import (
+from src.core.ladderbase import (
     AnalysisError,
     active_members,
     check_settings,
@@ -358,7 +358,7 @@ class _Scored:
 
 def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, native: dict | None = None) -> dict:
     """The whole study on one dataset (module doc). ``stackers``: {name: estimator}, the first is the one whose
-    calls are reported; ``ladder``: :class:`src.core.ladder.LadderSettings`; ``native``: {type: labels} of TRIVIA+."""
+    calls are reported; ``ladder``: :class:`src.core.ladderbase.LadderSettings`; ``native``: {type: labels} of TRIVIA+."""
 
     t, excluded = active_members(t)
     y, votes = t.gold, t.votes
@@ -434,7 +434,7 @@ def _fits(
     X: np.ndarray, votes: np.ndarray, y_train: np.ndarray, clusters: np.ndarray, stackers: dict, ladder
 ) -> dict[str, np.ndarray]:
     """Out-of-fold predictions of every stacker and of the CV-best single, trained on ``y_train`` on cluster folds
-    stratified on ``y_train`` (:func:`src.core.ladder.checked_folds`): a user with noisy labels has no other labels to
+    stratified on ``y_train`` (:func:`src.core.ladderbase.checked_folds`): a user with noisy labels has no other labels to
     stratify on or to pick the CV-best single with."""
     folds = checked_folds(y_train, clusters, ladder)
     out = {name: crossfit(est, X, y_train, folds).pred for name, est in stackers.items()}

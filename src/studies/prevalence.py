@@ -35,7 +35,8 @@ from omegaconf import OmegaConf
 
 from src.core.aggregate import crossfit
 from src.core.evaluate import ClusterBootstrap, call_for, from_counts, indicators, interval, scores
-from src.core.ladder import active_members, dataset_folds, design_matrix
+from src.core.ladder import dataset_folds
+from src.core.ladderbase import active_members, design_matrix
 from src.core.names import metric_name
 from src.core.priorshift import PrevalenceError, _ml_rows, _shift, check_prevalence, train_prevalence
 from src.judges import tables

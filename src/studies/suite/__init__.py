@@ -22,7 +22,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from src.core.aggregate import StackedLogit
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.core.verdicts import VerdictTable
 from src.io.files import jsonable
 from src.studies.suite import budget, cascade, common, cost, mechanism, panel

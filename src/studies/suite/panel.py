@@ -21,7 +21,7 @@ from sklearn.base import clone
 from src.core import admissibility
 from src.core.aggregate import DawidSkene, StackedLogit
 from src.core.evaluate import kappa, paired_delta
-from src.core.ladder import LadderSettings, design_matrix
+from src.core.ladderbase import LadderSettings, design_matrix
 from src.io.files import jsonable
 from src.studies.suite import common
 from src.studies.suite.reference import Reference
