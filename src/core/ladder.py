@@ -28,6 +28,7 @@ from src.core.aggregate import (
     StackedLogit,
     WeightedVote,
     crossfit,
+    reported_beta,
 )
 from src.core.decide import decide
 from src.core.evaluate import (
@@ -191,9 +192,9 @@ def analyze_dataset(
         },
         "stacker": {
             "features": names,
-            "beta_mean": {k: float(np.mean([b[k] for b in betas])) for k in betas[0]},
-            "beta_folds": [{k: float(v) for k, v in b.items()} for b in betas],
-            "beta_full": dict(zip(["intercept"] + names, map(float, [final.intercept_, *final.coef_]))),
+            "beta_mean": {k: reported_beta(np.mean([b[k] for b in betas])) for k in betas[0]},
+            "beta_folds": [{k: reported_beta(v) for k, v in b.items()} for b in betas],
+            "beta_full": dict(zip(["intercept"] + names, map(reported_beta, [final.intercept_, *final.coef_]))),
             "params": {k: v for k, v in stacker.get_params().items()},
         },
         "members": members,

@@ -44,7 +44,7 @@ from src.core.evaluate import (
 )
 from src.core.logitfit import loop_proba, stacked_proba
 from src.core.memory import PerArray
-from src.core.verdicts import ABSTAIN
+from src.core.verdicts import ABSTAIN, at_or_over
 
 # the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
 MIN_CHUNK = 64
@@ -245,12 +245,12 @@ class RefitBootstrap:
 
     def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
-        per draw and fold (:func:`stacked_proba`): hallucinated iff P ≥ ``threshold``."""
+        per draw and fold (:func:`stacked_proba`): hallucinated iff P ≥ ``threshold`` (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
         rows, inv = self._rows(F)
         Z = np.column_stack([np.ones(len(rows)), rows])
 
         def predict(t1, t0, k):
-            return (stacked_proba(Z, t1, t0, C) >= threshold).astype(float)
+            return at_or_over(stacked_proba(Z, t1, t0, C), threshold).astype(float)
 
         return Rung(inv, len(rows), predict)
 
@@ -263,7 +263,7 @@ class RefitBootstrap:
         n = len(self.y)
 
         def predict(t1, t0, k):
-            return (loop_proba(stacker, X, t1, t0) >= stacker.threshold).astype(float)
+            return at_or_over(loop_proba(stacker, X, t1, t0), stacker.threshold).astype(float)
 
         return Rung(np.arange(n), n, predict)
 
@@ -277,7 +277,7 @@ class RefitBootstrap:
         def predict(t1, t0, k):
             acc = member_accuracy(both, gold, np.hstack([t1, t0]))
             p1 = WeightedVote.p1_of(rows, WeightedVote.weights_of(acc, weighting), weighting)
-            return (p1 >= threshold).astype(float)
+            return at_or_over(p1, threshold).astype(float)
 
         return Rung(inv, len(rows), predict)
 

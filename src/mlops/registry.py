@@ -58,6 +58,7 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from src.core import admissibility
+from src.core.aggregate import BETA_DECIMALS
 from src.core.decide import WINS, decide
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
@@ -216,6 +217,11 @@ def model_source_run(model_uri: str) -> str | None:
     return None
 
 
+BETA_TOLERANCE = 10.0**-BETA_DECIMALS
+"""How far a model's coefficient may lie from the β its results record: those are written rounded
+(:func:`src.core.aggregate.reported_beta`, at most half this away)."""
+
+
 def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     """Why the stacker at ``model_uri`` is not the one ``s`` (a results.json entry) describes — its vote
     columns are the entry's members, its coefficients the entry's ``stacker.beta_full`` —; None when it is. The
@@ -231,7 +237,7 @@ def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     recorded = np.array(
         [s["stacker"]["beta_full"].get(k, np.nan) for k in ["intercept", *s["stacker"]["features"]]], dtype=float
     )
-    if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=1e-9, atol=1e-12):
+    if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=0, atol=BETA_TOLERANCE):
         return "its coefficients are not the β its results record (stacker.beta_full)"
     return None
 

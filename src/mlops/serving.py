@@ -31,7 +31,7 @@ from src.core.errors import RaimError
 from src.core.injection import DEFAULT_DEFENCE, ESCALATED, check_defence, defended, immune_design
 from src.core.priorshift import PrevalenceError, served
 from src.core.textfiles import normal_id
-from src.core.verdicts import ABSTAIN
+from src.core.verdicts import ABSTAIN, at_or_over
 from src.io.paths import CONF_DIR, ROOT
 from src.judges.cache import item_content_hash
 from src.judges.config import instruction_immune, resolve_roster
@@ -130,7 +130,7 @@ def stacked_output(stacker, X: np.ndarray, prevalence: Any = None) -> pd.DataFra
         p[~none], used = served(p_fit[~none], stacker, prevalence)
     except PrevalenceError as e:
         raise _invalid(InputError(str(e))) from None
-    verdict = (p >= stacker.threshold).astype(int)
+    verdict = at_or_over(p, stacker.threshold).astype(int)
     label = np.where(none, "abstained", np.where(verdict == 1, "hallucinated", "supported"))
     fitted = getattr(stacker, "train_prevalence_", None)  # None: a stacker fitted before RAIM recorded it
     prior = used if used is not None else fitted

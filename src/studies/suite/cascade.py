@@ -53,7 +53,7 @@ from src.core.ladderbase import LadderSettings, design_matrix
 from src.core.logitfit import loop_proba, stacked_proba
 from src.core.names import metric_name
 from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung
-from src.core.verdicts import ABSTAIN, VerdictTable
+from src.core.verdicts import ABSTAIN, VerdictTable, at_or_over
 from src.studies.suite import common
 from src.studies.suite.escalation import Cascade, band_thresholds, confidence_of, escalation_prob, merge
 from src.studies.suite.reference import Reference, rng_for
@@ -202,7 +202,7 @@ class CascadeRefit:
         conf = confidence_of(p, self.stacker.threshold)
         tau, q = band_thresholds(conf, self.shares, x1 + x0)
         xr = self.x_of[self.held[k]]
-        panel = (p[:, xr] >= self.stacker.threshold).astype(float)
+        panel = at_or_over(p[:, xr], self.stacker.threshold).astype(float)
         esc = np.maximum(escalation_prob(conf[:, None, xr], tau[:, :, None], q[:, :, None]), self.flag[self.held[k]])
         verdicts = np.concatenate([merge(panel[:, None, :], self.e[self.held[k]], esc), panel[:, None, :]], axis=1)
         self._kept = (k, t1, t0, verdicts)
