@@ -33,10 +33,8 @@ BETA_DECIMALS = 10
 
 def reported_beta(b: float) -> float:
     """A fitted coefficient as results.json and the β files hold it: rounded to :data:`BETA_DECIMALS` decimals, −0
-    written 0. The fits' last bits follow the BLAS kernel, the thread count and the order of their sums (a β that is
-    0 in exact arithmetic is computed as ±1e-16); the written β do not, so the outputs are the same bytes on every
-    machine. Far finer than any β's sampling error, and within the registry's check of a model against its results
-    (:func:`src.mlops.registry.stacker_mismatch`)."""
+    written 0. A fit's last bits follow the BLAS kernel and thread count (a β of 0 in exact arithmetic is computed as
+    ±1e-16); the written β do not (:func:`src.mlops.registry.stacker_mismatch` reads them within that rounding)."""
     return round(float(b), BETA_DECIMALS) + 0.0
 
 
