@@ -35,9 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(autouse=True)
 def _no_inherited_mlflow_experiment():
-    """``mlflow.set_experiment`` (src.mlops.tracking.setup) leaves the experiment's id in a module global and in
-    ``$MLFLOW_EXPERIMENT_ID``: an id of one test's store. Both are cleared after each test, so a later test that
-    opens a run in its own new store does not look for an experiment that store never had."""
+    """``mlflow.set_experiment`` (src.mlops.store.setup) leaves the experiment's id in a module global and in
+    ``$MLFLOW_EXPERIMENT_ID``: an id of one test's store. After each test the global is cleared and the variable
+    is what it was when the test started, so a later test that opens a run in its own new store does not look for
+    an experiment that store never had; a module-scoped store (test_track.tracking_store) set up before the test
+    restores both when it closes."""
     saved = os.environ.get("MLFLOW_EXPERIMENT_ID")
     yield
     import sys

@@ -262,8 +262,9 @@ def store(tmp_path_factory):
         }
 
 
-def judged(capsys, store, *extra: str) -> str:
-    """``python -m src.traces judge`` on the `app` experiment with the champion, into the store's cache; its stdout."""
+def judged(capsys, store, *extra: str, experiment: str = "app") -> str:
+    """``python -m src.traces judge`` on an experiment (`app`) with the champion, into the store's cache; its
+    stdout."""
     from src import traces
 
     code, out, err = run(
@@ -271,7 +272,7 @@ def judged(capsys, store, *extra: str) -> str:
         traces,
         "judge",
         "--experiment",
-        "app",
+        experiment,
         "--model-uri",
         store["model"],
         "--no-progress",
@@ -433,21 +434,26 @@ def test_bad_requests_are_one_line(store, capsys, tmp_path):
 
 def test_raim_in_one_line_of_mlflow_genai_evaluate(store, capsys):
     """The stacked panel and each member as scorers: on the experiment's traces (evidence from the RETRIEVER spans)
-    and on plain rows (evidence from the inputs' context); p equals the panel model's own on the same item."""
+    and on plain rows (evidence from the inputs' context); p equals the panel model's own on the same item. Its
+    traces are its own: evaluate writes each scorer's feedback on them (a second RAIM assessment where the command
+    wrote one), and the module's `app` traces keep the assessments the other tests expect."""
     import mlflow
 
     from src.mlops.panels import load_panel
     from src.mlops.scorers import raim_scorers
 
-    judged(capsys, store)  # the traces judged and cached by the command; the scorers then only read the cache
+    before = {i: len(t.info.assessments) for i, t in traces_of().items()}
+    ids = write_traces("evaluate-app")  # its experiment set: evaluate copies another experiment's traces (ids lost)
+    # the traces judged and cached by the command; the scorers then only read the cache
+    judged(capsys, store, experiment="evaluate-app")
     scorers = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache", compute=False)
     assert [s.name for s in scorers] == ["raim_hallucination", "raim_lexical", "raim_minilm"]
-    exp = mlflow.set_experiment("app").experiment_id  # evaluate copies another experiment's traces (ids lost)
+    exp = mlflow.get_experiment_by_name("evaluate-app").experiment_id
     result = mlflow.genai.evaluate(data=mlflow.search_traces(locations=[exp]), scorers=scorers)
     rows = result.result_df.set_index("trace_id")
     panel = load_panel(store["model"]).model
     for k, (q, ev, cand) in enumerate(FACTS):
-        tid = store["ids"][f"good{k}"]
+        tid = ids[f"good{k}"]
         item = {"item_id": f"req-{k}", "question": q, "evidence": ev, "candidate": cand, "dataset": "traces"}
         want = panel.predict(
             None, pd.DataFrame([{**item, "frame": "def_on"}]), {"cache_dir": str(store["tmp"] / "cache")}
@@ -456,11 +462,12 @@ def test_raim_in_one_line_of_mlflow_genai_evaluate(store, capsys):
         for m in NAMES:
             assert rows.loc[tid, f"raim_{m}/value"] == bool(want[m].iloc[0])
     for reason in ("no_retriever_span", "no_documents", "non_text_output"):
-        assert reason in rows.loc[store["ids"][reason], "raim_hallucination/error_message"]
+        assert reason in rows.loc[ids[reason], "raim_hallucination/error_message"]
     plain = [{"inputs": {"question": FACTS[2][0], "context": FACTS[2][1]}, "outputs": FACTS[2][2]}]
     fresh = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache", members=False)  # judges the miss
     got = mlflow.genai.evaluate(data=plain, scorers=fresh).result_df
     assert 0.5 < got["raim_hallucination/value"].iloc[0] <= 1  # the aspirin answer has no support in its evidence
+    assert {i: len(t.info.assessments) for i, t in traces_of().items()} == before
 
 
 @pytest.mark.slow

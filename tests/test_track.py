@@ -69,10 +69,15 @@ def analysis_overrides(verdicts: Path, out: Path) -> list[str]:
 
 @contextlib.contextmanager
 def tracking_store(path: Path):
-    """Point MLflow (and any subprocess) at a fresh sqlite store under ``path``; restore afterwards."""
+    """Point MLflow (and any subprocess) at a fresh sqlite store under ``path``; restore afterwards, the active
+    experiment too: ``mlflow.set_experiment`` (src.mlops.store.setup) keeps an id of this store in a module global
+    and in ``$MLFLOW_EXPERIMENT_ID``, which a module-scoped store would otherwise leave to every later test (a run
+    opened in another new store would look for an experiment that store never had)."""
     import mlflow
+    from mlflow.tracking import fluent
 
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", *QUIET)}
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", *QUIET)}
+    active = fluent._active_experiment_id
     uri = f"sqlite:///{path / 'mlflow.db'}"
     os.environ.update({"MLFLOW_TRACKING_URI": uri, **QUIET})
     mlflow.set_tracking_uri(uri)
@@ -85,6 +90,7 @@ def tracking_store(path: Path):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        fluent._active_experiment_id = active
         mlflow.set_tracking_uri(None)
 
 
@@ -177,6 +183,25 @@ def logged(tmp_path_factory):
 
 
 # ---------------------------------------------------------------------------------------------- tests
+
+
+def test_a_store_s_experiment_stays_inside_it(tmp_path):
+    """A run opened in a new store after :func:`tracking_store` closed lands in that store's default experiment,
+    not in an experiment id of the closed store."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    with tracking_store(tmp_path):
+        mlflow.set_experiment(experiment_id=mlflow.create_experiment("mine"))
+        mlflow.set_experiment("another")
+    assert os.environ.get("MLFLOW_EXPERIMENT_ID") == before
+    (tmp_path / "new").mkdir()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}")
+    try:
+        with mlflow.start_run() as run:
+            assert run.info.experiment_id == "0"
+    finally:
+        mlflow.set_tracking_uri(None)
 
 
 def test_tracking_uri_env_wins_and_relative_sqlite_is_repo_absolute(monkeypatch):
