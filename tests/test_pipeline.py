@@ -519,6 +519,7 @@ def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_f
         "noise",
         "rate",
         "injection",
+        "traces",
         "report",
     } == ran, out
     assert "Stage 'monitor' is cached - skipping run, checking out outputs" in out, out
