@@ -172,12 +172,13 @@ def own_folder(tmp_path: Path, option: str, text: str, group: str = "dataset") -
 
 
 def test_an_option_on_the_search_path_is_found_and_named_among_the_options(tmp_path):
-    own = own_folder(tmp_path, "newbench", (ROOT / "tests" / "fixtures" / "newbench" / "newbench.yaml").read_text())
-    check_sources(["dataset=newbench", f"hydra.searchpath=[file://{own}]"])
-    check_sources(["dataset=newbench", f"hydra.searchpath=[{own}]"])  # a plain path is a folder to Hydra too
-    assert "no option 'newbench'" in refused(["dataset=newbench"], CONF_DIR)
-    msg = refused(["dataset=newbenc", f"hydra.searchpath=[file://{own}]"], CONF_DIR, "no option 'newbenc'")
-    assert "newbench" in msg.split("options: ", 1)[1] and "did you mean 'newbench'" in msg
+    # a name no user's own conf/dataset/ holds (docs/own-benchmark.md's example is newbench)
+    own = own_folder(tmp_path, "searchbench", (ROOT / "tests" / "fixtures" / "newbench" / "newbench.yaml").read_text())
+    check_sources(["dataset=searchbench", f"hydra.searchpath=[file://{own}]"])
+    check_sources(["dataset=searchbench", f"hydra.searchpath=[{own}]"])  # a plain path is a folder to Hydra too
+    assert "no option 'searchbench'" in refused(["dataset=searchbench"], CONF_DIR)
+    msg = refused(["dataset=searchbenc", f"hydra.searchpath=[file://{own}]"], CONF_DIR, "no option 'searchbenc'")
+    assert "searchbench" in msg.split("options: ", 1)[1] and "did you mean 'searchbench'" in msg
 
 
 @pytest.mark.parametrize(
@@ -348,8 +349,8 @@ def test_every_entry_refuses_a_hostile_node_in_every_group_in_one_line(tmp_path,
 def test_an_option_on_the_search_path_is_composed(tmp_path):
     """A dataset kept in the user's own folder (``hydra.searchpath=[file://…]``) reaches the composed config."""
     spec = (ROOT / "tests" / "fixtures" / "newbench" / "newbench.yaml").read_text()
-    own = own_folder(tmp_path, "newbench", spec)
-    p = cli(tmp_path, "src.run", "dataset=newbench", f"hydra.searchpath=[file://{own}]", "--cfg", "job")
+    own = own_folder(tmp_path, "searchbench", spec)  # conf/ comes first: a name no user's conf/dataset/ holds
+    p = cli(tmp_path, "src.run", "dataset=searchbench", f"hydra.searchpath=[file://{own}]", "--cfg", "job")
     assert p.returncode == 0, p.stderr[-2000:]
     assert "title: New benchmark" in p.stdout and "newbench/newbench.json" in p.stdout
 
