@@ -84,6 +84,18 @@ def test_readme_is_a_front_door():
     )
 
 
+def test_ci_runs_the_readmes_whole_suite_command():
+    """.ci/run calls the test command the README writes for the whole suite (the ten slowest tests printed at the
+    end), and the getting-started page writes the same one."""
+    pattern = re.compile(r"^(python -m pytest [^#]*?)\s+# the whole suite", re.MULTILINE)
+    command = pattern.search((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert command, "README: no `python -m pytest …  # the whole suite …` line"
+    assert pattern.search((DOCS / "getting-started.md").read_text(encoding="utf-8"))[1] == command[1]
+    assert "--durations=10" in command[1]
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert any(ln.endswith(".venv/bin/" + command[1]) for ln in ci), command[1]
+
+
 def test_readme_links_resolve():
     assert broken_links(ROOT / "README.md") == []
 
