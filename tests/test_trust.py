@@ -415,12 +415,13 @@ def test_every_entry_answers_hydras_errors_in_one_line(tmp_path, entry, override
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_a_run_folder_hydra_cannot_make_is_one_line(tmp_path, entry):
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(locked / "sub")})
-    if os.geteuid() == 0:  # root writes anywhere: a path under a file cannot be made by anyone
-        (tmp_path / "file").write_text("")
-        p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(tmp_path / "file" / "sub")})
+    if os.geteuid() == 0:  # root writes anywhere (a locked folder would run the whole command): a path under a
+        (tmp_path / "file").write_text("")  # file cannot be made by anyone
+        unmakeable = tmp_path / "file" / "sub"
+    else:
+        (tmp_path / "locked").mkdir(mode=0o500)
+        unmakeable = tmp_path / "locked" / "sub"
+    p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(unmakeable)})
     line = one_line_refusal(p, tmp_path / FLAG)
     assert "sub" in line or "file" in line, line
 
