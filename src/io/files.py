@@ -141,10 +141,10 @@ def written_float(x: float) -> float:
     """``x`` as RAIM writes it into a JSON result: rounded to :data:`SIGNIFICANT_DIGITS` significant digits, but
     never finer than the :data:`DECIMALS`-th decimal (so rounding noise such as 1e-16 is written 0), −0 written 0.
 
-    A statistic's last bits follow the BLAS kernel and the thread count (another order of a sum: ~1e-16 absolute,
-    ~1e-15 relative); the written figure does not, unless the value lies within that noise of a rounding boundary
-    (the table-maker's dilemma), which the ≥ 1e-9 step makes a chance of about one in 10⁶ per value (docs/data.md:
-    *Byte-identical outputs*). Every figure RAIM prints has at most 5 decimals or 3 significant digits."""
+    A statistic's last bits follow the BLAS kernel (another order of a sum: ~1e-16 absolute, ~1e-15 relative); the
+    written figure does not, unless the value lies within that noise of a rounding boundary (the table-maker's
+    dilemma), which a step of at least 1e-7 of the value and at least 1e-9 makes a chance of at most ~1e-7 per
+    value (docs/data.md, *Byte-identical outputs*). The figures RAIM prints keep 4 decimals fewer."""
     if x == 0 or not math.isfinite(x):
         return x + 0.0 if x == 0 else x
     digits = min(SIGNIFICANT_DIGITS, DECIMALS + 1 + math.floor(math.log10(abs(x))))
