@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,19 +45,18 @@ def _module(module: str, args: list[str], env: dict[str, str], hydra_dir: Path) 
     )
 
 
-def _run(tmp_path: Path, name: str, studies: bool = False, **env: str) -> dict[str, bytes]:
-    """The files of the stacking stage (and with ``studies`` the study stages) under ``env``, by name."""
-    out = tmp_path / name
+def _run(tmp_path: Path, studies: bool = False, **env: str) -> dict[str, bytes]:
+    """The files of the stacking stage (and with ``studies`` the study stages) under ``env``, by name. Every run
+    writes into the same folder, emptied after it: the documents record their own paths."""
+    out = tmp_path / "out"
     results = out / "results.json"
     _module("src.run", [f"output={results}"], _clean_env(**env), out / "hydra")
     if studies:
         for module, args in STUDIES:
             _module(module, [f"output={results}", *(a.format(d=out) for a in args)], _clean_env(**env), out / "hydra")
-    return {
-        str(p.relative_to(out)): p.read_bytes()
-        for p in sorted(out.rglob("*"))
-        if p.is_file() and "hydra" not in p.parts
-    }
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    shutil.rmtree(out)
+    return {k: v for k, v in files.items() if not k.startswith("hydra")}
 
 
 def _avx512() -> bool:
@@ -83,11 +83,9 @@ def test_results_do_not_depend_on_the_blas_kernel_or_the_thread_count(tmp_path):
     itself, write the same bytes. Before the tie rule the two kernels decided TruthfulQA's tied refits differently
     (its intervals moved in the fourth digit) and wrote other last bits of every β."""
     runs = {
-        "its own choice, 2 threads": _run(tmp_path, "own", OPENBLAS_NUM_THREADS="2"),
-        "Haswell, 1 thread": _run(
-            tmp_path, "haswell", OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"
-        ),
-        "SkylakeX, 2 threads": _run(tmp_path, "skylakex", OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="2"),
+        "its own choice, 2 threads": _run(tmp_path, OPENBLAS_NUM_THREADS="2"),
+        "Haswell, 1 thread": _run(tmp_path, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"),
+        "SkylakeX, 2 threads": _run(tmp_path, OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="2"),
     }
     assert not any(_differing(runs).values()), _differing(runs)
 
@@ -101,10 +99,10 @@ def test_the_studies_do_not_depend_on_the_blas_kernel_or_the_thread_count(tmp_pa
     (suite.json, prevalence.json, monitor.json and rate.json; rate.json between one and two threads too)."""
     runs = {
         "Haswell, 1 thread": _run(
-            tmp_path, "haswell", True, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"
+            tmp_path, True, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"
         ),
-        "SkylakeX, 2 threads": _run(tmp_path, "skylakex", True, OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="2"),
-        "its own choice, 2 threads": _run(tmp_path, "own", True, OPENBLAS_NUM_THREADS="2"),
+        "SkylakeX, 2 threads": _run(tmp_path, True, OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="2"),
+        "its own choice, 2 threads": _run(tmp_path, True, OPENBLAS_NUM_THREADS="2"),
     }
     assert len(next(iter(runs.values()))) >= 12  # 6 JSON files and their figures
     assert not any(_differing(runs).values()), _differing(runs)
