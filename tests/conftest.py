@@ -15,9 +15,6 @@ CI_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "OMP_WAIT_POLICY": "PASSIVE",  # llama.cpp's OpenMP threads would otherwise spin on the shared cores
-    # OpenBLAS's AVX2 kernels on every x86-64 machine: its AVX-512 ones change last bits of the analysis
-    # outputs, and the pipeline tests compare a clone's `dvc repro` with the committed dvc.lock byte for byte
-    "OPENBLAS_CORETYPE": "Haswell",
 }
 for _k, _v in CI_ENV.items():
     os.environ.setdefault(_k, _v)

@@ -779,3 +779,16 @@ def test_the_report_section_reads_the_document():
     lines = present.rate_section(doc)
     assert lines[0].startswith("## How much of the traffic hallucinates?")
     assert any("| sim | PPI++ | 0.950–0.950 (1/1) |" in ln for ln in lines)
+
+
+def test_the_ppi_py_crosscheck_says_when_its_difference_is_rounding_noise():
+    """ppi_py and RAIM's PPI++ are the same estimator: their difference (~1e-16, another summation order) is
+    written 0 in rate.json, and the statement says so instead of printing 0.0e+00; a real difference is shown."""
+    from src.io.files import to_json
+
+    doc = {"summary": {}, "crosscheck": {"ppi_py": {"max_abs_diff": 1.6e-15, "cells": 300, "clustered_coverage": {}}}}
+    written = json.loads(to_json(doc))
+    noise = "ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ below 1e-9 (rounding noise, written 0) over"
+    assert study.statements(written) == [f"{noise} 300 cells"]
+    doc["crosscheck"]["ppi_py"]["max_abs_diff"] = 2.5e-6
+    assert study.statements(doc) == ["ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ 2.5e-06 over 300 cells"]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import subprocess
 import sys
 
@@ -314,6 +313,7 @@ def _forged_run(
     """A hand-made run: ``tags``, JSON ``artifacts``, and (``stacker_of``) its own copy of that dataset's stacker."""
     import mlflow
 
+    from src.io.files import to_json
     from src.mlops import packaging
     from src.mlops import tracking as track
 
@@ -323,8 +323,8 @@ def _forged_run(
         else mlflow.get_run(forge["run_id"]).info.experiment_id
     )
     with mlflow.start_run(experiment_id=exp, tags=tags or {}) as run:
-        for name, doc in (artifacts or {}).items():
-            mlflow.log_text(json.dumps(doc), name)
+        for name, doc in (artifacts or {}).items():  # written as RAIM writes its JSON (a copy of its bytes)
+            mlflow.log_text(to_json(doc), name)
         if stacker_of:
             example = track.stacker_example(forge["by"][stacker_of], forge["results"][stacker_of])
             info = packaging.log_stacker(forge["results"][stacker_of].stacker, list(example.columns), example)

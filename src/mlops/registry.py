@@ -58,12 +58,12 @@ import numpy as np
 from hydra import compose, initialize_config_dir
 
 from src.core import admissibility
-from src.core.aggregate import BETA_DECIMALS
 from src.core.decide import WINS, decide
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
 from src.core.evidence import comparison
 from src.core.injection import DEFAULT_DEFENCE, DEFENCES
+from src.io.files import DECIMALS, SIGNIFICANT_DIGITS
 from src.io.paths import CONF_DIR
 from src.io.trust import check_sources
 from src.mlops import artifact, store
@@ -217,9 +217,10 @@ def model_source_run(model_uri: str) -> str | None:
     return None
 
 
-BETA_TOLERANCE = 10.0**-BETA_DECIMALS
-"""How far a model's coefficient may lie from the β its results record: those are written rounded
-(:func:`src.core.aggregate.reported_beta`, at most half this away)."""
+BETA_RTOL, BETA_ATOL = 10.0 ** (1 - SIGNIFICANT_DIGITS), 10.0**-DECIMALS
+"""How far a model's coefficient may lie from the β its results record: those are rounded
+(:func:`src.core.aggregate.reported_beta`, 10 decimals) and written as every float of a JSON result
+(:func:`src.io.files.written_float`: 7 significant digits, at most the 9th decimal), each at most half a step away."""
 
 
 def stacker_mismatch(model_uri: str, s: dict) -> str | None:
@@ -237,7 +238,7 @@ def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     recorded = np.array(
         [s["stacker"]["beta_full"].get(k, np.nan) for k in ["intercept", *s["stacker"]["features"]]], dtype=float
     )
-    if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=0, atol=BETA_TOLERANCE):
+    if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=BETA_RTOL, atol=BETA_ATOL):
         return "its coefficients are not the β its results record (stacker.beta_full)"
     return None
 

@@ -40,6 +40,7 @@ from src.core.evaluate import kappa
 from src.core.ladder import dataset_folds
 from src.core.rates import RateError
 from src.core.verdicts import ABSTAIN
+from src.io.files import DECIMALS
 from src.studies import prevalence, simulate
 from src.studies.estimate import ESTIMAND, em_rates
 
@@ -499,10 +500,8 @@ def statements(doc: dict) -> list[str]:
         lines.append(f"{name}: " + "; ".join(parts))
     pp = doc["crosscheck"]["ppi_py"]
     if pp["max_abs_diff"] is not None:
-        lines.append(
-            f"ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ {pp['max_abs_diff']:.1e} over "
-            f"{pp['cells']} cells"
-        )
+        diff = f"{pp['max_abs_diff']:.1e}" if pp["max_abs_diff"] else f"below 1e-{DECIMALS} (rounding noise, written 0)"
+        lines.append(f"ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ {diff} over {pp['cells']} cells")
     for name, c in pp["clustered_coverage"].items():
         lines.append(f"{name}: ppi_py (item-level variance) covers {c['mean']:.3f} on average (min {c['min']:.3f})")
     return lines
