@@ -25,6 +25,7 @@ from src.judges import weights
 from src.mlops import packaging, registry
 from src.mlops import serving as serve
 from src.mlops import tracking as track
+from src.studies.checked import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "simulated-panel.csv"
@@ -232,8 +233,8 @@ def test_an_analysis_run_and_its_dataset_runs_carry_those_names(tmp_path):
         )
         from src.studies import stacking
 
-        table, results, doc = stacking.analyse(cfg)
-        run_id = track.log_analysis(cfg, table, results, doc)
+        table, results, doc = stacking.analyse(check_config(cfg))
+        run_id = track.log_analysis(check_config(cfg), table, results, doc)
         parent = mlflow.get_run(run_id)
         kids = mlflow.search_runs(
             search_all_experiments=True, output_format="list", filter_string=f"tags.mlflow.parentRunId = '{run_id}'"

@@ -317,7 +317,7 @@ with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=Non
 while not (tmp / "go").exists():  # everyone imported: start together
     time.sleep(0.005)
 with store.quiet_mlflow():
-    store.setup(cfg)
+    store.setup(check_config(cfg).tracking)
     with mlflow.start_run():
         mlflow.log_metric("x", 1.0)
 """

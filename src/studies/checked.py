@@ -118,7 +118,10 @@ NODES = ("roster", "dataset", "frame", "stacker", "analysis")
 def check_config(cfg: Mapping[str, Any]) -> Settings:
     """The whole composed config checked, group by group (:data:`GROUPS`), and its own keys (:class:`TopLevel`):
     a missing group, an unknown key or a class outside an allow-list is a :class:`ConfigError` naming the file.
-    Returns the command's :class:`Settings` (typed, frozen): the one place a composed config becomes them."""
+    Returns the command's :class:`Settings` (typed, frozen): the one place a composed config becomes them
+    (settings already built are returned as they are)."""
+    if isinstance(cfg, Settings):
+        return cfg
     if "hydra" in cfg:
         raise ConfigError("config: a `hydra` node in a composed config is refused (Hydra's settings are not data)")
     missing = [g for g in GROUPS if g not in cfg or cfg.get(g) is None]
