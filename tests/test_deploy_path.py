@@ -129,12 +129,11 @@ def test_predict_warns_and_records_when_the_models_run_did_not_decide_panel(stor
 def test_a_panel_model_carries_its_stackers_decision(store, tmp_path):
     import mlflow
 
+    from src.io.config import thaw
     from src.judges.config import load_roster
 
     with tracking_store(store["tmp"]):
-        from omegaconf import OmegaConf
-
-        roster = OmegaConf.to_container(load_roster("tiny"), resolve=True)
+        roster = thaw(load_roster("tiny"))
         with mlflow.start_run():
             uri = packaging.log_panel(roster, fitted(1), ["lexical"], cache_dir=tmp_path / "c", decision=NONE).model_uri
         out = mlflow.pyfunc.load_model(uri).predict(

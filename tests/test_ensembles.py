@@ -17,6 +17,7 @@ import pytest
 from src.core import ladder, ladderbase
 from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN, validate
+from src.io.config import thaw
 from src.studies import ensembles
 from src.studies.checked import check_config
 
@@ -119,9 +120,7 @@ def test_mlflow_make_scorer_ensemble_over_raim_member_scorers(expertqa):
     t, _ = ladderbase.active_members(table)
     frame = frame_for(check_config(cfg), "expertqa")
     roster = OmegaConf.to_container(cfg.roster, resolve=True)
-    votes = scorers.Votes(
-        roster, {frame.name: OmegaConf.to_container(frame)}, frame.name, ROOT / cfg.paths.cache_dir, False
-    )
+    votes = scorers.Votes(roster, {frame["name"]: thaw(frame)}, frame["name"], ROOT / cfg.paths.cache_dir, False)
     s = traces.settings()
     preds, refused, seen = scorers.ensemble_predictions(
         votes, items, list(t.members), ["majority_vote", "mean"], 0.5, s.mapping, "expertqa"

@@ -288,7 +288,7 @@ def test_a_window_with_gold_labels_reports_its_rate_with_an_interval(compose_cfg
 
 
 def test_bad_settings_are_named(compose_cfg):
-    with pytest.raises(errors.MonitorError, match=r"monitor.replay.scenario: 'drift' is not one of"):
+    with pytest.raises(errors.RaimError, match=r"monitor.replay: scenario='drift' is not Literal"):
         monitor.compute(check_config(_cfg(compose_cfg, "monitor.replay.scenario=drift")))
     with pytest.raises(errors.MonitorError, match=r"monitor.alpha: 1.5 must be in \(0, 1\)"):
         monitor.compute(check_config(_cfg(compose_cfg, "monitor.alpha=1.5")))
