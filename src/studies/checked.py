@@ -9,9 +9,10 @@ every key with the class's signature before anything is imported, resolved or ca
 
 :func:`check_config` reads every group of the composed config — whichever of them the command uses — so that an
 unknown key, a missing node or a class outside an allow-list is one line naming its file on every path (a roster
-given with ``verdicts=…``, whose backends are never built, is checked all the same). Every Hydra command calls it
-once its outputs are checked, before any work (src.run, src.analyses, src.report; the studies through
-:func:`src.mlops.tracking.run_study`)."""
+given with ``verdicts=…``, whose backends are never built, is checked all the same), and returns the command's
+typed, frozen :class:`src.io.settings.Settings`: below the entries no module sees the composed config. Every Hydra
+command calls it before any work (src.run once its outputs are checked, src.analyses, src.report, and each study
+entry before :func:`src.mlops.tracking.run_study`)."""
 
 from __future__ import annotations
 
