@@ -1354,7 +1354,8 @@ import os, signal, sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from test_track import compose_cfg
 from src.mlops import tracking as track
-cfg = compose_cfg()
+from src.studies.checked import check_config
+cfg = check_config(compose_cfg())
 with track.start_run(cfg, "stacking"):
     with track.start_run(cfg, "stacking", tags={{"dataset": "d"}}):
         os.kill(os.getpid(), signal.SIGKILL)

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import hydra
 import numpy as np
-from omegaconf import OmegaConf
 
 from src.core import names
 from src.core.errors import ArgumentParser, one_line
 from src.core.rates import RateError
 from src.io.files import atomic_write_text, check_not_an_input, to_json
 from src.io.paths import CONF_DIR
+from src.io.settings import Settings
 from src.io.trust import commands_or_study
 from src.judges import tables
 from src.mlops import traces
@@ -38,7 +38,7 @@ from src.mlops import tracking as track
 from src.mlops.store import check_server, tracking_uri
 from src.present import rate as present
 from src.studies import rate as study
-from src.studies.checked import configured
+from src.studies.checked import check_config, configured
 from src.studies.estimate import estimate, plan_labels, text_table
 from src.studies.pool import Pool, one_prevalence, pool_of, read_labels, read_pool
 from src.studies.proposal import propose, read_proposal, template_path, write_proposal
@@ -236,11 +236,11 @@ def tag_proposed(a, doc: dict, proposal) -> None:
     )
 
 
-def compute(cfg) -> dict:
+def compute(cfg: Settings) -> dict:
     """Config in, study document out: the ladder's stacker and analysis settings, the configured verdict table
     (:func:`src.run.load_table`) when ``rate.real``, the labeller (:func:`labeller`), the ``rate`` settings."""
     settings, stacker = configured(cfg)
-    s = OmegaConf.to_container(cfg.rate, resolve=True)
+    s = cfg.node("rate")
     study.check_study(s)  # before reading the table
     table = tables.load_table(cfg) if s["real"] else None
     who = labeller(cfg, table, s["labeller"]) if table is not None else None
@@ -249,12 +249,12 @@ def compute(cfg) -> dict:
         "verdicts": None if table is None else table.source,
         "members": None if table is None else table.members,
         "labeller": None if who is None else {"name": who[0], "chosen_as": who[1]},
-        "stacker": OmegaConf.to_container(cfg.stacker),
+        "stacker": cfg.node("stacker"),
     }
     return doc
 
 
-def labeller(cfg, table, wanted) -> tuple[str, str] | None:
+def labeller(cfg: Settings, table, wanted) -> tuple[str, str] | None:
     """The judge whose verdicts stand in for gold in the study's labeller regimes: none (null), a named member or
     frontier column, or ``auto`` — the frontier column, else the most expensive member by the suite's cost model
     (:func:`src.studies.suite.cascade.choose_expensive`, measured seconds per verdict from the verdict cache)."""
@@ -267,7 +267,7 @@ def labeller(cfg, table, wanted) -> tuple[str, str] | None:
             f"{table.source} (judges: {', '.join(names)}; or auto, or null)"
         )
     costs = cost.compute(
-        OmegaConf.to_container(cfg.suite.cost, resolve=True),
+        cfg.suite.cost,
         table.members,
         None,
         cost.measured_from_cache(cfg.paths.cache_dir, names),
@@ -297,8 +297,10 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     return out
 
 
-def run_study(cfg) -> None:
-    """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, MLflow run, JSON)."""
+def run_study(composed) -> None:
+    """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, MLflow run, JSON),
+    on the settings the composed config is checked into (:func:`src.studies.checked.check_config`)."""
+    cfg = check_config(composed)
     started = time.perf_counter()  # the wall time is logged, not written: rate.json is a DVC output
     doc, out, fig = track.run_study(
         cfg,

@@ -17,6 +17,7 @@ from src.core.ladderbase import LadderSettings
 from src.judges import tables
 from src.present import figures, report
 from src.studies import simulate
+from src.studies.checked import check_config
 from src.studies.suite import cascade, cost, escalation
 from src.studies.suite.reference import reference, references
 
@@ -377,7 +378,7 @@ def test_cpu_cascade_on_the_committed_verdicts(compose_cfg):
 
     cfg = compose_cfg("judge.missing=skip")
     s, st = instantiate(cfg.analysis, _convert_="all"), instantiate(cfg.stacker, _convert_="all")
-    table = tables.load_table(cfg)
+    table = tables.load_table(check_config(cfg))
     measured = cost.measured_from_cache(cfg.paths.cache_dir, list(table.members))
     scfg = OmegaConf.to_container(cfg.suite, resolve=True)
     costs = cost.compute(scfg["cost"], table.members, None, measured, table.frontier_name)
@@ -445,5 +446,5 @@ def test_the_suite_reads_the_flags_of_the_shipped_items_text(compose_cfg):
     df = pd.DataFrame(
         {"item_id": ids, "cluster_id": ids, "dataset": ["expertqa"] * 4, "gold": [1, 0, 0, 1], "m1": [1, 0, 0, 1]}
     )
-    flags = shipped_flags(compose_cfg(), verdicts.validate(df))
+    flags = shipped_flags(check_config(compose_cfg()), verdicts.validate(df))
     assert flags == {"expertqa-00609-neg": True, "expertqa-00975-pos": True, "expertqa-00000-pos": False}

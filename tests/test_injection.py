@@ -26,6 +26,7 @@ from src.io import flagstore, votestore
 from src.judges.backends.openai_compat import OpenAICompatBackend
 from src.judges.backends.vllm_backend import VLLMBackend
 from src.judges.frames import load_frame
+from src.studies.checked import check_config
 from src.studies.injection import items as study_items
 from src.studies.injection import metrics as study_metrics
 from src.studies.injection import path as study_path
@@ -500,7 +501,7 @@ def test_flags_round_trip_and_the_monitor_reports_the_flagged_share(compose_cfg,
         "monitor.window=100",
         "monitor.prevalence.reference_items=200",
     )
-    doc = monitor.compute(cfg)
+    doc = monitor.compute(check_config(cfg))
     shares = [w["injection_flagged"] for w in doc["windows"]]
     assert shares[0] == 0.0 and shares[-1] == 0.5
 

@@ -14,6 +14,7 @@ from test_track import QUIET, ROOT, children, log_simulated, tracking_store
 from src.core.evidence import comparison
 from src.mlops import registry
 from src.studies import stacking
+from src.studies.checked import check_config
 
 
 @pytest.fixture(scope="module")
@@ -208,9 +209,9 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
         from src.mlops import tracking as track
 
         cfg = compose_cfg(*analysis_overrides(tmp_path / "v.csv", tmp_path / "r.json"))
-        table, results, doc = stacking.analyse(cfg)
+        table, results, doc = stacking.analyse(check_config(cfg))
         assert doc["datasets"]["good"]["excluded_members"] == ["silent"]
-        rid = track.log_analysis(cfg, table, results, doc)
+        rid = track.log_analysis(check_config(cfg), table, results, doc)
         mv = registry.promote(rid, dataset="good")
         uri = f"models:/{mv.name}@champion"
         assert packaging.self_check(uri) is None

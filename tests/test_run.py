@@ -14,6 +14,7 @@ from src.core.ladderbase import COMPARATORS
 from src.core.verdicts import VerdictError
 from src.judges import tables
 from src.studies import simulate, stacking
+from src.studies.checked import check_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -82,17 +83,17 @@ def test_cli_writes_results_json(table_csv, tmp_path):
 def test_dataset_filter_and_errors(compose_cfg, table_csv, tmp_path):
     cfg = compose_cfg(f"verdicts={table_csv}", "analysis=fast", "dataset=medhallu")
     with pytest.raises(VerdictError, match="no rows with dataset == 'medhallu'"):
-        tables.load_table(cfg)
+        tables.load_table(check_config(cfg))
     cfg = compose_cfg(f"verdicts={tmp_path / 'missing.csv'}")
     with pytest.raises(VerdictError, match="not found"):
-        tables.load_table(cfg)
+        tables.load_table(check_config(cfg))
 
 
 def test_stacker_group_switches_abstention_encoding(compose_cfg, table_csv):
     cfg = compose_cfg(
         f"verdicts={table_csv}", "analysis=fast", "stacker=logreg_categorical", "analysis.abstention_contrast=false"
     )
-    _, results, doc = stacking.analyse(cfg)
+    _, results, doc = stacking.analyse(check_config(cfg))
     names = doc["datasets"]["sim0"]["stacker"]["features"]
     assert names[:2] == ["m00=1", "m01=1"] and "m00=abstain" in names
 
@@ -124,13 +125,15 @@ def cache_copy(tmp_path):
 
 
 def _wice(compose_cfg, cache, *extra):
-    return compose_cfg(
-        "dataset=wice",
-        f"paths.cache_dir={cache}",
-        "analysis=fast",
-        "tracking.enabled=false",
-        "analysis.abstention_contrast=false",
-        *extra,
+    return check_config(
+        compose_cfg(
+            "dataset=wice",
+            f"paths.cache_dir={cache}",
+            "analysis=fast",
+            "tracking.enabled=false",
+            "analysis.abstention_contrast=false",
+            *extra,
+        )
     )
 
 
@@ -159,7 +162,7 @@ def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked
         "dropped": 170,
         "missing_per_judge": {"qwen05b": 170},
     }
-    with pytest.raises(verdicts.RaimError, match="judge.missing='maybe'"):
+    with pytest.raises(verdicts.RaimError, match="missing='maybe' is not"):
         tables.load_table(_wice(compose_cfg, cache_copy, "judge.missing=maybe"))
 
 
@@ -187,7 +190,7 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
     cfg = compose_cfg(
         "dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false", "judge.missing=skip"
     )
-    table = tables.load_table(cfg)
+    table = tables.load_table(check_config(cfg))
     assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
     skipped = table.provenance["skipped"]
     assert (
@@ -199,7 +202,7 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
     _drop_dataset(cache_copy, "truthfulqa")
     _drop_dataset(cache_copy, "expertqa")
     with pytest.raises(tables.MissingVerdicts, match="medhallu: 200 of 200 items"):  # nothing left to analyse
-        tables.load_table(cfg)
+        tables.load_table(check_config(cfg))
 
 
 def test_verdicts_of_another_rosters_judge_say_why_they_are_not_read(
@@ -229,7 +232,7 @@ def test_verdicts_of_another_rosters_judge_say_why_they_are_not_read(
         tables.load_table(_wice(compose_cfg, cache_copy))
     assert f"(missing per judge: smollm135m 200); {why}; compute them with `" in str(refused.value)
     cfg = compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
-    assert tables.load_table(cfg).provenance["skipped"]["wice"]["reason"].endswith(why)
+    assert tables.load_table(check_config(cfg)).provenance["skipped"]["wice"]["reason"].endswith(why)
     both = tmp_path / "conf"  # a user's copy of tiny beside it: both are named
     shutil.copytree(shipped_conf, both)
     tiny_text = (both / "roster" / "tiny.yaml").read_text()
@@ -246,7 +249,9 @@ def test_by_default_a_list_leaves_an_unjudged_set_out_and_a_set_asked_by_name_st
     fails the headline `python -m src.run` (and every sweep) with exit 2; asking for that set alone still does."""
     _drop_dataset(cache_copy, "wice", members={"smollm135m"})
     table = tables.load_table(
-        compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
+        check_config(
+            compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
+        )
     )
     assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
     assert table.provenance["skipped"]["wice"]["command"].endswith("--members smollm135m --compute")
@@ -346,8 +351,8 @@ def test_bad_cache_lines_are_counted_in_mlflow(compose_cfg, cache_copy, tmp_path
     f.write_text(f.read_text() + "42\n[]\n")
     with tracking_store(tmp_path):
         cfg = _wice(compose_cfg, cache_copy, "tracking.enabled=true")
-        table, results, doc = stacking.analyse(cfg)
-        rid = track.log_analysis(cfg, table, results, doc)
+        table, results, doc = stacking.analyse(check_config(cfg))
+        rid = track.log_analysis(check_config(cfg), table, results, doc)
         r = mlflow.get_run(rid)
         assert r.data.metrics["cache/bad_lines"] == 2.0
         report = json.loads(mlflow.artifacts.load_text(f"runs:/{rid}/verdict_cache_report.json"))

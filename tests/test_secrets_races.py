@@ -24,10 +24,12 @@ from test_judges_servers import reply_json
 
 from src.io import config
 from src.io import files as fsutil
+from src.io.config import thaw
 from src.mlops import redact, store
 from src.mlops import tracking as track
 from src.present import stagefiles
 from src.studies import simulate
+from src.studies.checked import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
@@ -226,7 +228,7 @@ def _compose(*overrides: str):
     ],
 )
 def test_nothing_in_the_composed_default_config_is_redacted(overrides):
-    data = track.to_container(_compose(*overrides))
+    data = thaw(check_config(_compose(*overrides)).composed)
     assert redact.scrub(data, secrets=[]) == data
     assert config.flatten(redact.scrub(data, secrets=[])) == config.flatten(data)
 
@@ -241,7 +243,7 @@ def test_start_run_keeps_the_git_commit_and_redacts_user_tags(tmp_path, monkeypa
         with (
             store.quiet_mlflow(),
             track.start_run(
-                _compose("roster=cpu"), "test", tags={"note": SECRETS["groq"], "model_sha256": HEX64}
+                check_config(_compose("roster=cpu")), "test", tags={"note": SECRETS["groq"], "model_sha256": HEX64}
             ) as run,
         ):
             rid = run.info.run_id
@@ -310,6 +312,7 @@ from hydra import compose, initialize_config_dir
 
 from src.mlops import store
 from src.mlops import tracking as track
+from src.studies.checked import check_config
 tmp = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=None):
     cfg = compose(config_name="config", overrides=[f"tracking.uri=sqlite:///{tmp}/new.db"])
@@ -317,7 +320,7 @@ with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=Non
 while not (tmp / "go").exists():  # everyone imported: start together
     time.sleep(0.005)
 with store.quiet_mlflow():
-    store.setup(cfg)
+    store.setup(check_config(cfg).tracking)
     with mlflow.start_run():
         mlflow.log_metric("x", 1.0)
 """

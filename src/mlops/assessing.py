@@ -15,12 +15,12 @@ from typing import Any
 
 import pandas as pd
 
+from src.io.settings import TracesSettings
 from src.io.traces import SKIP_REASONS, Skip, TraceMapping, to_item
 from src.judges.runner import verdict_table
 from src.mlops.panels import load_panel
 from src.mlops.serving import frame_configs
 from src.mlops.traces import Judge, TraceError, assessed_by, feedback, identities, pages, raim_assessment, view, write
-from src.studies.settings import TracesSettings
 
 # ------------------------------------------------------------------------------------------------- judging
 

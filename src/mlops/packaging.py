@@ -62,14 +62,16 @@ def log_panel(
     name: str = "panel",
     decision: Mapping[str, Any] | None = None,
     injection_defence: str = DEFAULT_DEFENCE,
+    raw_roster: Mapping[str, Any] | None = None,
 ):
     """Log a :class:`PanelModel` (roster + frames + fitted stacker) in the active run; returns ``ModelInfo``.
     ``injection_defence``: what it does with an item flagged as a prompt injection (:data:`src.core.injection.
     DEFENCES`; its model config, which the scoring requests cannot change).
     The roster is logged unresolved where it holds a secret (:func:`src.mlops.redact.persistable`); one that
-    holds a secret as a value is refused (:class:`src.mlops.redact.SecretInConfig`)."""
+    holds a secret as a value is refused (:class:`src.mlops.redact.SecretInConfig`); ``raw_roster``: the roster
+    before its interpolations were resolved (:attr:`src.io.settings.Settings.unresolved`), when known."""
 
-    roster = persistable(roster, f"roster {roster.get('name')!r}")  # the pickled model holds no secret
+    roster = persistable(roster, f"roster {roster.get('name')!r}", raw_roster)  # the pickled model holds no secret
     roster = panel_roster(roster, columns, stacker.n_votes)
     members = [m["name"] for m in roster["members"]]
     frames = frame_configs()

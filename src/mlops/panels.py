@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from src.core.decide import ACTIONS
 from src.core.errors import RaimError
+from src.io.config import thaw
 from src.io.datasets import DatasetError, dataset_spec
 from src.io.raw import RawRecordError
 from src.judges.config import load_roster
@@ -115,7 +115,7 @@ def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
         raise PanelError(
             f"the run of {uri} names no roster; pass --roster NAME (the roster the stacker was fitted with)"
         )
-    return OmegaConf.to_container(load_roster(name), resolve=True)
+    return thaw(load_roster(name))
 
 
 def load_panel(uri: str, roster: str | None = None) -> Panel:

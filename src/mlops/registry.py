@@ -63,6 +63,7 @@ from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
 from src.core.evidence import comparison
 from src.core.injection import DEFAULT_DEFENCE, DEFENCES
+from src.io.config import thaw
 from src.io.files import DECIMALS, SIGNIFICANT_DIGITS
 from src.io.paths import CONF_DIR
 from src.io.trust import check_sources
@@ -360,14 +361,14 @@ def log_panel_run(
     check_sources([f"roster={roster}"])  # every file composed below, checked as data first
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=[f"roster={roster}"])
-    check_config(cfg)
-    store.setup(cfg)
+    settings = check_config(cfg)
+    store.setup(settings.tracking)
     inner = load_model(stacker_uri)  # its document: nothing unpickled
     if not isinstance(inner, StackerModel):
         raise RaimError(f"{stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
-    with track.start_run(cfg, "panel", tags={"stacker_uri": stacker_uri}) as run:
+    with track.start_run(settings, "panel", tags={"stacker_uri": stacker_uri}) as run:
         info = log_panel(
-            cfg.roster,
+            settings.node("roster"),
             inner.stacker,
             inner.columns,
             default_frame,
@@ -375,6 +376,7 @@ def log_panel_run(
             compute,
             decision=getattr(inner, "decision", None),
             injection_defence=injection_defence,
+            raw_roster=thaw(settings.unresolved["roster"]),
         )
         mlflow.set_tag("panel_model_uri", info.model_uri)
     return info.model_uri, run.info.run_id

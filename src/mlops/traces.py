@@ -33,10 +33,10 @@ import pandas as pd
 from src import __version__
 from src.core.errors import RaimError
 from src.io.config import build, conf_file, group_option, load_yaml
+from src.io.settings import TracesSettings
 from src.io.traces import TraceView
 from src.judges.cache import identity_hash
 from src.judges.runner import build_backend
-from src.studies.settings import TracesSettings
 
 SOURCE_PREFIX = "raim"
 

@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
@@ -70,8 +69,9 @@ from src.core.ladderbase import (
 )
 from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN, VerdictTable
-from src.io.config import composed_option, conf_file
+from src.io.config import composed_option, conf_file, plain
 from src.io.datasets import read_items
+from src.io.settings import Settings
 from src.judges import tables
 from src.studies import simulate
 from src.studies.checked import analysis_from, stacker_from
@@ -497,10 +497,10 @@ def _mean(vals: list) -> float | None:
 # ------------------------------------------------------------------------------------------ the whole study
 
 
-def stacker_option(name: str) -> DictConfig:
-    """conf/stacker/<name>.yaml as Hydra composes it (:func:`src.mlops.tracking.composed_option`)."""
+def stacker_option(name: str) -> dict:
+    """conf/stacker/<name>.yaml as Hydra composes it (:func:`src.io.config.composed_option`), as plain data."""
 
-    return composed_option("stacker", name)
+    return plain(composed_option("stacker", name), False)
 
 
 def headline(ds: dict, rate: float) -> dict:
@@ -553,10 +553,10 @@ def study(table: VerdictTable, stackers: dict, s: dict, ladder, native: dict | N
     return doc
 
 
-def compute(cfg: DictConfig) -> dict:
+def compute(cfg: Settings) -> dict:
     """noise.json for the configured verdict table (``python -m src.run``'s table, :func:`src.judges.tables.load_table`)."""
 
-    s = settings_from(OmegaConf.to_container(cfg.noise, resolve=True))
+    s = settings_from(cfg.node("noise"))
     ladder = analysis_from(cfg.analysis)
     stackers = {n: stacker_from(stacker_option(n), conf_file("stacker", n)) for n in s["stackers"]}
     table = tables.load_table(cfg)

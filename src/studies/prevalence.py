@@ -31,7 +31,6 @@ import logging
 from collections.abc import Mapping
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from src.core.aggregate import crossfit
 from src.core.evaluate import ClusterBootstrap, call_for, from_counts, indicators, interval, scores
@@ -40,6 +39,7 @@ from src.core.ladderbase import active_members, design_matrix
 from src.core.names import metric_name
 from src.core.priorshift import PrevalenceError, _ml_rows, _shift, check_prevalence, train_prevalence
 from src.core.verdicts import at_or_over
+from src.io.settings import Settings
 from src.judges import tables
 from src.studies import simulate
 from src.studies.checked import configured
@@ -352,14 +352,14 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     return out
 
 
-def compute(cfg) -> dict:
+def compute(cfg: Settings) -> dict:
     """Config in, study document out: the configured verdict table (:func:`src.judges.tables.load_table`), the
     stacker and analysis settings of the ladder, the ``prevalence`` settings."""
 
     settings, stacker = configured(cfg)
-    s = OmegaConf.to_container(cfg.prevalence, resolve=True)
+    s = cfg.node("prevalence")
     check_study(s)  # before reading the table
     table = tables.load_table(cfg)
     doc = study(table, stacker, settings, s)
-    doc["meta"] = {"verdicts": table.source, "members": table.members, "stacker": OmegaConf.to_container(cfg.stacker)}
+    doc["meta"] = {"verdicts": table.source, "members": table.members, "stacker": cfg.node("stacker")}
     return doc

@@ -48,13 +48,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from src.core import detector
 from src.core import injection as inj
 from src.core.evaluate import interval
 from src.core.names import metric_name
 from src.io.datasets import read_items
+from src.io.settings import Settings
 from src.judges.config import instruction_immune, resolve_roster
 from src.judges.runner import roster_judges
 from src.studies.checked import configured
@@ -140,7 +140,7 @@ def written_recall(
 # ------------------------------------------------------------------------------------------------ the study
 
 
-def study(cfg: DictConfig, grid: dict[str, dict] | None = None) -> dict:
+def study(cfg: Settings, grid: dict[str, dict] | None = None) -> dict:
     """The study's document from the cached verdicts (judging nothing): per dataset, every member's, the
     stacked panel's and the majority's ASR and Δκ under each attack, per frame, the guarded − paper deltas, the
     aggregation contrasts; the detector's rates; the cells still missing and the command that judges them."""
@@ -151,9 +151,9 @@ def study(cfg: DictConfig, grid: dict[str, dict] | None = None) -> dict:
     tables, missing = read_votes(cfg, grid)
     doc: dict[str, Any] = {
         "settings": {k: s[k] for k in STUDY_KEYS},
-        "roster": str(cfg.roster.name),
+        "roster": str(cfg.roster["name"]),
         "members": members,
-        "stacker": OmegaConf.to_container(cfg.stacker, resolve=True),
+        "stacker": cfg.node("stacker"),
         "features": list(analysis.features),
         "datasets": {},
     }
@@ -189,7 +189,7 @@ def study(cfg: DictConfig, grid: dict[str, dict] | None = None) -> dict:
     return doc
 
 
-def compute(cfg: DictConfig) -> dict:
+def compute(cfg: Settings) -> dict:
     """Config in, document out (the entry's ``compute``): judges the missing verdicts first when
     ``injection.compute`` is true (for at most ``injection.budget_s`` seconds), then :func:`study`."""
     grid = cells(cfg)

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
 from src.core import injection as inj
 from src.core.errors import RaimError
-from src.io.config import group_option
+from src.io.config import group_option, plain
 from src.io.datasets import read_items
 from src.io.paths import ROOT
 from src.io.raw import read_jsonl
+from src.io.settings import Settings
 from src.judges.frames import Frame
 from src.judges.runner import cluster_subsample, local_scores, roster_judges, score_judge
 from src.judges.tables import frame_for
@@ -71,7 +71,7 @@ def check_settings(s: Mapping[str, Any]) -> None:
         raise InjectionStudyError("injection.datasets: empty")
 
 
-def base_items(cfg: DictConfig, dataset: str) -> pd.DataFrame:
+def base_items(cfg: Settings, dataset: str) -> pd.DataFrame:
     """The clean subset of one dataset: the judged subsample (``judge.per_dataset``, as ``src.judges`` draws it),
     then ``injection.n_items`` of its items in whole clusters, half of each gold class (seed ``injection.seed``)."""
     path = Path(cfg.paths.datasets_dir) / f"{dataset}.jsonl"
@@ -84,13 +84,13 @@ def base_items(cfg: DictConfig, dataset: str) -> pd.DataFrame:
     return sub.reset_index(drop=True)
 
 
-def frames_of(cfg: DictConfig, dataset: str, guarded: bool) -> dict[str, Frame]:
+def frames_of(cfg: Settings, dataset: str, guarded: bool) -> dict[str, Frame]:
     """{"paper": the dataset's frame, "guarded": its guarded version} (only "paper" when ``guarded`` is off)."""
     paper = Frame(frame_for(cfg, dataset))
     out = {"paper": paper}
     if guarded:
         try:
-            out["guarded"] = Frame(group_option("frame", f"{paper.name}_guarded"))
+            out["guarded"] = Frame(plain(group_option("frame", f"{paper.name}_guarded"), True))
         except FileNotFoundError:
             raise InjectionStudyError(
                 f"{dataset}: frame {paper.name!r} has no guarded version conf/frame/{paper.name}_guarded.yaml"
@@ -133,7 +133,7 @@ def conditions(
     return out
 
 
-def cells(cfg: DictConfig) -> dict[str, dict]:
+def cells(cfg: Settings) -> dict[str, dict]:
     """Per dataset: its frames, its conditions' items, and the cache directory of each (frame, condition)."""
     s = settings(cfg)
     draws = int(s["heldout_draws"])
@@ -148,13 +148,13 @@ def cells(cfg: DictConfig) -> dict[str, dict]:
     return out
 
 
-def cache_dir(cfg: DictConfig, frame: str, condition: str) -> Path:
+def cache_dir(cfg: Settings, frame: str, condition: str) -> Path:
     """The clean items under the paper frame are the benchmark's cached verdicts; the rest live apart."""
     return Path(cfg.paths.cache_dir if (frame, condition) == ("paper", CLEAN) else cfg.injection.cache_dir)
 
 
-def settings(cfg: DictConfig) -> dict:
-    s = OmegaConf.to_container(cfg.injection, resolve=True)
+def settings(cfg: Settings) -> dict:
+    s = cfg.node("injection")
     check_settings(s)
     return s
 
@@ -182,7 +182,7 @@ def _records(items: pd.DataFrame, frame: Frame) -> list[dict]:
 
 
 def judge(
-    cfg: DictConfig,
+    cfg: Settings,
     grid: dict[str, dict] | None = None,
     budget_s: float | None = None,
     members: Sequence[str] | None = None,
@@ -225,7 +225,7 @@ def judge(
     return done
 
 
-def read_votes(cfg: DictConfig, grid: dict[str, dict]) -> tuple[dict, dict]:
+def read_votes(cfg: Settings, grid: dict[str, dict]) -> tuple[dict, dict]:
     """Every cached verdict of the study, judging nothing: {dataset: {frame: {condition: table}}} (a verdict
     table per cell, as :func:`src.judges.runner.verdict_table` lays it out) and the missing count per
     (dataset, frame, condition, member)."""
@@ -255,9 +255,9 @@ def read_votes(cfg: DictConfig, grid: dict[str, dict]) -> tuple[dict, dict]:
     return tables, missing
 
 
-def compute_command(cfg: DictConfig, missing: dict) -> str:
+def compute_command(cfg: Settings, missing: dict) -> str:
     members = sorted({m for per in missing.values() for f in per.values() for c in f.values() for m in c})
-    roster = cfg.roster.name
+    roster = cfg.roster["name"]
     who = (
         ""
         if len(members) == len(roster_judges(cfg.roster, include_frontier=False))

@@ -54,10 +54,10 @@ from src.core.logitfit import loop_proba, stacked_proba
 from src.core.names import metric_name
 from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung
 from src.core.verdicts import ABSTAIN, VerdictTable, at_or_over
+from src.io.suite_settings import CascadeSettings, settings_of
 from src.studies.suite import common
 from src.studies.suite.escalation import Cascade, band_thresholds, confidence_of, escalation_prob, merge
 from src.studies.suite.reference import Reference, rng_for
-from src.studies.suite.settings import CascadeSettings, settings_of
 
 
 class CascadeError(RaimError, ValueError):
@@ -68,7 +68,7 @@ class CascadeError(RaimError, ValueError):
 
 
 def settings(cfg: CascadeSettings | Mapping) -> CascadeSettings:
-    """The cascade's settings (``suite.cascade``), checked (:mod:`src.studies.suite.settings`)."""
+    """The cascade's settings (``suite.cascade``), checked (:mod:`src.io.suite_settings`)."""
     out = settings_of(CascadeSettings, cfg, "suite.cascade")
     if out.injection_defence not in INJECTION_DEFENCES:
         raise CascadeError(
