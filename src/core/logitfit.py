@@ -6,6 +6,8 @@ stacker refitted draw by draw (:func:`loop_proba`).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from sklearn.base import clone
 
@@ -40,7 +42,7 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
 def _pairs(Z: np.ndarray) -> np.ndarray:
     """V × p(p+1)/2: each row's products z_i·z_j for i ≤ j (the upper triangle of zᵀz, row by row), in
     float32: the Hessian only steers Newton's steps (its rounding moves how fast they converge, not where to)."""
-    iu, ju = np.triu_indices(Z.shape[1])
+    iu, ju = _triangle(Z.shape[1])
     return (Z[:, iu] * Z[:, ju]).astype(np.float32)
 
 
@@ -48,17 +50,24 @@ def _pairs(Z: np.ndarray) -> np.ndarray:
 _row_pairs = PerArray(_pairs)
 
 
-def _inverse_hessians(a: np.ndarray, pairs: np.ndarray, lam: np.ndarray) -> np.ndarray:
-    """M × p × p: the inverses of Zᵀ diag(aₘ) Z + diag(λ), each from its upper triangle (``pairs``: :func:`_pairs`),
-    the weights a (M × V) summed in float32."""
+def _hessians(a: np.ndarray, pairs: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """M × p × p: Zᵀ diag(aₘ) Z + diag(λ), each from its upper triangle (``pairs``: :func:`_pairs`), the weights a
+    (M × V) summed in float32."""
     p = len(lam)
-    iu, ju = np.triu_indices(p)
+    iu, ju = _triangle(p)
     h = (a.astype(np.float32) @ pairs).astype(float)
     H = np.empty((len(a), p, p))
     H[:, iu, ju] = h
     H[:, ju, iu] = h
     H += np.diag(lam)
-    return np.linalg.inv(H)
+    return H
+
+
+_triangle = functools.cache(np.triu_indices)
+
+# a step that shrinks the one before by this much or more is in Newton's quadratic range: the next step keeps its
+# Hessian (a chord step)
+CHORD = 1 / 50
 
 
 def fit_logit(
@@ -79,15 +88,16 @@ def fit_logit(
     intercept β₀ unpenalised), i.e. solves its gradient g(β) = Σᵥ (Wₘᵥ·σ(zᵥβ) − W1ₘᵥ)·zᵥ + β₁:/C = 0, all
     problems at once, from ``start`` (p, or M × p; default 0).
 
-    The steps are Newton's, β ← β − H⁻¹g, with H = Σᵥ Wₘᵥ·σ(1 − σ)·zᵥzᵥᵀ + I/C from its upper triangle on the
-    distinct rows that some problem weights; a problem whose last step shrank the one before by 50× or more (it is in Newton's quadratic
-    range) keeps its H⁻¹ for the next step (a chord step: no Hessian product) and gets a new one as soon as a step
-    shrinks less. A step that would enlarge ‖g‖ is halved (a Newton step) or retried with a new Hessian (a chord
-    step). A problem stops when its coefficients are within ``tol`` of the answer: when a step moves none by
-    ``tol``, or when the steps shrink by 50× or more and their rate (r = this step / the one before: the next is
-    r² of this one after a Newton step, r after a chord step; four times that) says what is left is under ``tol``. The objective is strictly convex, so the start changes the
-    number of steps, not the answer. A problem whose items hold one class only (or none) gets β₁: = 0 and
-    β₀ = ±:data:`SINGLE_CLASS_LOGIT` (it predicts that class; scikit-learn refuses such a fit).
+    The steps are Newton's, β ← β − H⁻¹g (a solve), with H = Σᵥ Wₘᵥ·σ(1 − σ)·zᵥzᵥᵀ + I/C from its upper triangle on
+    the distinct rows that some problem weights; a problem whose last step shrank the one before by 50× or more (it
+    is in Newton's quadratic range) keeps its H for the next step (a chord step: no Hessian product) and gets a new
+    one as soon as a step shrinks less. A step that would enlarge ‖g‖ is halved (a Newton step) or retried with a
+    new Hessian (a chord step). A problem stops when its coefficients are within ``tol`` of the answer: when a step
+    moves none by ``tol``, or when the steps shrink by 50× or more and their rate (r = this step / the one before:
+    the next is r² of this one after a Newton step, r after a chord step; four times that) says what is left is
+    under ``tol``. The objective is strictly convex, so the start changes the number of steps, not the answer. A
+    problem whose items hold one class only (or none) gets β₁: = 0 and β₀ = ±:data:`SINGLE_CLASS_LOGIT` (it predicts
+    that class; scikit-learn refuses such a fit).
     """
     Z = np.asarray(Z, float)
     W1, W0 = np.atleast_2d(np.asarray(W1, float)), np.atleast_2d(np.asarray(W0, float))
@@ -119,13 +129,13 @@ def fit_logit(
 
 class _Newton:
     """The state of :func:`fit_logit`'s unfinished problems: coefficients ``b``, σ(Zβ) ``s``, gradients ``g`` and their
-    squared norms ``gn``, each problem's H⁻¹ and whether its next step needs a new one (``fresh``), and the size
+    squared norms ``gn``, each problem's Hessian H and whether its next step needs a new one (``fresh``), and the size
     of its last step (``last``)."""
 
     def __init__(self, Z: np.ndarray, lam: np.ndarray, w1: np.ndarray, w: np.ndarray, b: np.ndarray):
         self.Z, self.lam, self.w1, self.w, self.b = Z, lam, w1, w, b
         self.s, self.g, self.gn = self.gradient(w, w1, b)
-        self.Hinv = np.empty((len(b), len(lam), len(lam)))
+        self.H = np.empty((len(b), len(lam), len(lam)))
         self.fresh = np.ones(len(b), bool)
         self.last = np.full(len(b), np.inf)
 
@@ -141,8 +151,8 @@ class _Newton:
         r = np.flatnonzero(self.fresh)
         if len(r):
             s = self.s[r]
-            self.Hinv[r] = _inverse_hessians(self.w[r] * s * (1 - s), pairs, self.lam)
-        step = np.einsum("mij,mj->mi", self.Hinv, self.g)
+            self.H[r] = _hessians(self.w[r] * s * (1 - s), pairs, self.lam)
+        step = np.linalg.solve(self.H, self.g[..., None])[..., 0]
         size = np.abs(step).max(axis=1)
         t = np.ones(len(step))
         b = self.b - step
@@ -160,14 +170,14 @@ class _Newton:
         # what is left after this step, with a margin of 4: a Newton step's next is r² of it (quadratic; the float32
         # Hessian adds 10⁻⁴ of it at most), a chord step's r of it (linear)
         left = moved * np.where(self.fresh & (t == 1), 4 * r * r + 1e-4, 4 * r)
-        self.fresh = retry | (r > 1 / 50)
+        self.fresh = retry | (r > CHORD)
         self.last = np.where(retry, self.last, moved)
         self.b, self.s, self.g, self.gn = b, s, g, gn
-        return np.where(retry, np.inf, np.where(r <= 1 / 50, np.minimum(left, moved), moved))
+        return np.where(retry, np.inf, np.where(r <= CHORD, np.minimum(left, moved), moved))
 
     def keep(self, which: np.ndarray) -> None:
         """Drop the problems not in ``which`` (a mask)."""
-        for name in ("w1", "w", "b", "s", "g", "gn", "Hinv", "fresh", "last"):
+        for name in ("w1", "w", "b", "s", "g", "gn", "H", "fresh", "last"):
             setattr(self, name, getattr(self, name)[which])
 
 
