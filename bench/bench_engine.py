@@ -1,7 +1,7 @@
 """Benchmark: the ladder engine against the straightforward implementation, and ``python -m src.run`` end to end.
 
     python bench/bench_engine.py [--datasets 8 --items 2000 --members 10 --boot 2000 --baseline-boot 40
-                                 --today /work/main --repeats 3 --load 1]
+                                 --today ../main --repeats 3 --load 1]
 
 Three parts, each side of a comparison interleaved with the other and repeated (min and median printed), the
 machine's load and thread settings printed before and after:
