@@ -42,7 +42,7 @@ from src.core.evaluate import (
     from_counts,
     indicators,
 )
-from src.core.logitfit import loop_proba, stacked_proba
+from src.core.logitfit import loop_proba, mean_fit, stacked_proba
 from src.core.memory import PerArray
 from src.core.verdicts import ABSTAIN, at_or_over
 
@@ -245,12 +245,16 @@ class RefitBootstrap:
 
     def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
-        per draw and fold (:func:`stacked_proba`): hallucinated iff P ≥ ``threshold`` (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
+        per draw and fold (:func:`stacked_proba`, each fold's fits started from the fit to its first chunk of draws'
+        mean weights): hallucinated iff P ≥ ``threshold`` (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
         rows, inv = self._rows(F)
         Z = np.column_stack([np.ones(len(rows)), rows])
+        starts: dict[int, np.ndarray] = {}  # each fold's start: the fit to its first chunk's mean weights
 
         def predict(t1, t0, k):
-            return at_or_over(stacked_proba(Z, t1, t0, C), threshold).astype(float)
+            if k not in starts:
+                starts[k] = mean_fit(Z, t1, t0, C)
+            return at_or_over(stacked_proba(Z, t1, t0, C, starts[k]), threshold).astype(float)
 
         return Rung(inv, len(rows), predict)
 
