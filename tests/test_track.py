@@ -486,6 +486,7 @@ import os, signal, sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from test_track import compose_cfg
 from src.mlops import tracking as track
+from src.studies.checked import check_config
 cfg = compose_cfg()
 with track.start_run(check_config(cfg), "stacking") as run:
     with track.start_run(check_config(cfg), "stacking", tags={{"dataset": "d"}}):
