@@ -1,6 +1,7 @@
 """Benchmark: the ladder engine against the straightforward implementation, and ``python -m src.run`` end to end.
 
-    python bench/bench_engine.py [--datasets 8 --items 2000 --members 10 --boot 2000 --repeats 3 --load 1]
+    python bench/bench_engine.py [--datasets 8 --items 2000 --members 10 --boot 2000 --baseline-boot 40
+                                 --today ../main --repeats 3 --load 1]
 
 Three parts, each side of a comparison interleaved with the other and repeated (min and median printed), the
 machine's load and thread settings printed before and after:
@@ -10,11 +11,17 @@ machine's load and thread settings printed before and after:
    per-item confusion indicators, built once) on the *same* draws, built once outside both clocks. The two must
    give the same counts before the ratio is printed.
 2. **Whole analysis** (``ladder.analyze``): the engine against the same ladder run the straightforward way —
-   scikit-learn's ``StratifiedGroupKFold``, statsmodels' Holm, the per-draw bootstrap of part 1 (same draws) and
-   Dawid–Skene's plain EM steps to the same tolerance.
-   The two results.json documents must be identical before the ratio is printed. Then the engine under a competing
-   CPU load (``--load`` busy single-threaded numpy processes) against its quiet time, with BLAS held to one thread
-   (as it runs) and with BLAS left to its default threads (what the hold is for).
+   scikit-learn's ``StratifiedGroupKFold``, statsmodels' Holm, the per-draw bootstrap of part 1 (same draws),
+   Dawid–Skene's plain EM steps to the same tolerance, and the refit bootstrap's stackers refitted by a per-draw,
+   per-fold loop of scikit-learn ``LogisticRegression`` fits on the training items repeated by their multiplicity
+   (solved tightly: ``newton-cholesky``, tol 1e-12), on ``--baseline-boot`` draws (the same on both sides: a
+   reduced workload, never a timing scaled up). The two results.json documents must be identical before the ratio
+   is printed. Then, with ``--today DIR`` (a checkout of the code to compare with, e.g. the main branch), the
+   engine at the full workload (B = ``--boot``) against that checkout's, each in a fresh process, interleaved;
+   their results.json documents must agree to 1e-6 (the fits may move last bits) before the ratio is printed.
+   Then the engine under a competing CPU load (``--load`` busy single-threaded numpy processes) against its
+   quiet time, with BLAS held to one thread (as it runs) and with BLAS left to its default threads (what the
+   hold is for).
 3. **``python -m src.run``** on the committed verdict caches (a fresh process each time: imports counted), without
    tracking, with MLflow tracking into an existing store and into a new one, and each tracked side's ratio to the
    untracked one; then the same under the load.
@@ -26,6 +33,7 @@ machine's load and thread settings printed before and after:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -37,6 +45,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedGroupKFold
 from statsmodels.stats.multitest import multipletests
 
@@ -56,7 +65,7 @@ from harness import (  # noqa: E402
     workload_parser,
 )
 
-from src.core import ladder, verdicts  # noqa: E402
+from src.core import ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import DawidSkene, StackedLogit  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, indicators  # noqa: E402
 from src.studies import simulate  # noqa: E402
@@ -105,23 +114,75 @@ def plain_dawid_skene(**kw) -> DawidSkene:
     return DawidSkene(accelerate=False, **kw)
 
 
+class LoopStacker(StackedLogit):
+    """The stacker fitted by scikit-learn's ``LogisticRegression`` solved tightly (``newton-cholesky``, tol 1e-12):
+    the refit bootstrap refits it by its own fit, draw by draw and fold by fold (:func:`src.core.logitfit.loop_proba`),
+    where the engine batches Newton's steps over the draws."""
+
+    def logistic_regression(self) -> LogisticRegression:
+        return LogisticRegression(C=self.C, solver="newton-cholesky", tol=1e-12, max_iter=self.max_iter)
+
+
+def loop_stacked_rung(refit, stacker: StackedLogit, X: np.ndarray):
+    """:func:`src.core.ladder.stacked_rung` as a loop of scikit-learn fits, one per draw and fold."""
+    return refit.stacked_loop(LoopStacker(**stacker.get_params()), X)
+
+
 @contextlib.contextmanager
 def straightforward():
-    """The ladder with library folds and Holm, the per-draw bootstrap and plain Dawid–Skene EM (the engine's
-    code otherwise)."""
-    saved = ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts
-    ladder.cluster_folds, ladder.holm, ladder.DawidSkene = sklearn_folds, statsmodels_holm, plain_dawid_skene
+    """The ladder with library folds and Holm, the per-draw bootstrap, plain Dawid–Skene EM and the refit
+    bootstrap's stackers fitted by scikit-learn draw by draw and fold by fold (the engine's code otherwise)."""
+    saved = ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts, ladder.stacked_rung
+    ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene = sklearn_folds, statsmodels_holm, plain_dawid_skene
     ClusterBootstrap.counts = lambda self, gold, preds: loop_counts(self, gold, preds)
+    ladder.stacked_rung = loop_stacked_rung
     try:
         yield
     finally:
-        ladder.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts = saved
+        (ladderbase.cluster_folds, ladder.holm, ladder.DawidSkene, ClusterBootstrap.counts, ladder.stacked_rung) = saved
+
+
+TIMED = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from src.core import ladder, ladderbase, verdicts
+from src.core.aggregate import StackedLogit
+from src.studies import simulate
+table = verdicts.validate(simulate.suite({datasets}, {items}, {members}), frontier="frontier")
+s = ladderbase.LadderSettings(n_boot={boot}, core={core!r})
+t = time.perf_counter()
+doc = ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)
+print(json.dumps({{"seconds": time.perf_counter() - t, "doc": doc}}))
+"""
+
+
+def timed_analysis(root: Path, a, core: list[str]) -> tuple[float, dict]:
+    """(seconds, results.json document) of ``ladder.analyze`` on the benchmark's workload by the code at ``root``,
+    in a fresh process (its imports and the table's simulation outside the clock)."""
+    code = TIMED.format(root=str(root), datasets=a.datasets, items=a.items, members=a.members, boot=a.boot, core=core)
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, check=True, capture_output=True, text=True)
+    got = json.loads(out.stdout.splitlines()[-1])
+    return got["seconds"], got["doc"]
+
+
+def max_difference(x, y, path: str = "") -> float:
+    """The largest absolute difference between two JSON documents' numbers; anything else must be equal."""
+    if isinstance(x, dict):
+        assert isinstance(y, dict) and x.keys() == y.keys(), f"{path}: keys differ"
+        return max((max_difference(x[k], y[k], f"{path}/{k}") for k in x), default=0.0)
+    if isinstance(x, list):
+        assert isinstance(y, list) and len(x) == len(y), f"{path}: lengths differ"
+        return max((max_difference(u, v, f"{path}[{i}]") for i, (u, v) in enumerate(zip(x, y))), default=0.0)
+    if isinstance(x, float | int) and not isinstance(x, bool) and isinstance(y, float | int):
+        return abs(float(x) - float(y))
+    assert x == y, f"{path}: {x!r} != {y!r}"
+    return 0.0
 
 
 # ----------------------------------------------------------------------------------------------- parts
 
 
-def ladder_predictions(table, s: ladder.LadderSettings) -> list[tuple]:
+def ladder_predictions(table, s: ladderbase.LadderSettings) -> list[tuple]:
     """Per dataset: (bootstrap, gold, every prediction vector the ladder scores)."""
     out = []
     for name, res in ladder.analyze(table, StackedLogit(), s).items():
@@ -153,33 +214,53 @@ def bootstrap_part(table, s, repeats: int) -> None:
     print(f"   speed-up: {ratio(times['loop'], times['engine'])}")
 
 
-def analysis_part(table, s, repeats: int, load: int) -> None:
-    def engine():
-        return json.dumps(ladder.to_json(ladder.analyze(table, StackedLogit(), s), s))
+def analysis_part(table, s, repeats: int, load: int, baseline_boot: int) -> None:
+    reduced = dataclasses.replace(s, n_boot=baseline_boot)
+
+    def engine(settings=s):
+        return json.dumps(ladder.to_json(ladder.analyze(table, StackedLogit(), settings), settings))
 
     def baseline():
         with straightforward():
-            return engine()
+            return engine(reduced)
 
     def unlimited():
         with blas_unlimited():
             return engine()
 
-    times, last = interleaved({"engine": engine, "baseline": baseline}, repeats)
+    times, last = interleaved({"engine": lambda: engine(reduced), "baseline": baseline}, repeats)
     assert last["engine"] == last["baseline"], "the two analyses disagree"
-    print("2. whole analysis (ladder.analyze; results.json identical on both sides)")
+    print(f"2. whole analysis (ladder.analyze) on B={baseline_boot} draws (results.json identical on both sides)")
     print(f"   engine:                   {summary(times['engine'])}")
-    print(f"   straightforward baseline: {summary(times['baseline'])}")
+    print(f"   straightforward baseline: {summary(times['baseline'])} (scikit-learn fits per draw and fold)")
     print(f"   speed-up: {ratio(times['baseline'], times['engine'])}")
     if load:
         settle()
-        quiet, _ = interleaved({"unlimited": unlimited}, repeats)
+        quiet, _ = interleaved({"engine": engine, "unlimited": unlimited}, repeats)
         with competing_load(load):
             print(f"   under {load} busy process(es): {machine()}")
             busy, _ = interleaved({"engine": engine, "unlimited": unlimited}, repeats)
         for k, name in (("engine", "engine (BLAS 1 thread)"), ("unlimited", "BLAS default threads")):
-            q = times[k] if k in times else quiet[k]
-            print(f"   {name:24s} quiet {summary(q)}; under load {summary(busy[k])}: {min(busy[k]) / min(q):.2f}x")
+            print(
+                f"   {name:24s} quiet {summary(quiet[k])}; under load {summary(busy[k])}: {min(busy[k]) / min(quiet[k]):.2f}x"
+            )
+
+
+def today_part(a, core: list[str]) -> None:
+    """The engine against the code at ``a.today`` on the full workload, each in a fresh process, interleaved."""
+    today = Path(a.today).resolve()
+    times: dict[str, list[float]] = {"this code": [], "today": []}
+    docs = {}
+    for _ in range(a.repeats):
+        for name, root in (("this code", ROOT), ("today", today)):
+            seconds, docs[name] = timed_analysis(root, a, core)
+            times[name].append(seconds)
+    diff = max_difference(docs["this code"], docs["today"])
+    assert diff <= 1e-6, f"the analyses disagree by {diff:.3g}"
+    print(f"2b. whole analysis, B={a.boot}, against {today} (fresh processes; results.json within {diff:.2g})")
+    print(f"   this code: {summary(times['this code'])}")
+    print(f"   today:     {summary(times['today'])}")
+    print(f"   this code / today: {min(times['this code']) / min(times['today']):.2f}x (minima) [{cpu()}]")
 
 
 def cli(env: dict, out: Path) -> float:
@@ -278,16 +359,20 @@ def main() -> None:
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--load", type=int, default=1, help="busy processes for the loaded measurements (0: none)")
-    ap.add_argument("--parts", default="bootstrap,analysis,cli,startup")
+    ap.add_argument("--baseline-boot", type=int, default=40, help="draws of the straightforward comparison")
+    ap.add_argument("--today", help="a checkout of the code to compare the whole analysis with (e.g. main's)")
+    ap.add_argument("--parts", default="bootstrap,analysis,today,cli,startup")
     a = ap.parse_args()
 
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
-    s = ladder.LadderSettings(n_boot=a.boot, core=[f"sim{i}" for i in range(min(4, a.datasets))])
+    core = [f"sim{i}" for i in range(min(4, a.datasets))]
+    s = ladderbase.LadderSettings(n_boot=a.boot, core=core)
     print(f"{a.datasets} datasets × {a.items} items × {a.members} judges, B={a.boot}; {machine()}")
     parts = a.parts.split(",")
     for name, run in (
         ("bootstrap", lambda: bootstrap_part(table, s, a.repeats)),
-        ("analysis", lambda: analysis_part(table, s, a.repeats, a.load)),
+        ("analysis", lambda: analysis_part(table, s, a.repeats, a.load, a.baseline_boot)),
+        ("today", lambda: today_part(a, core) if a.today else print("2b. skipped: no --today checkout")),
         ("cli", lambda: cli_part(a.repeats, a.load)),
         ("startup", lambda: startup_part(a.repeats)),
     ):

@@ -2,13 +2,16 @@
 memory.
 
     python bench/bench_memory.py [--datasets 4 --items 250000 --members 8 --boot 2000 --max-weight-mb 64]
+                                 [--today DIR]
 
 Kept whole in float64, each dataset's bootstrap weights are B × clusters × 8 B (2000 × 125,000: 1.9 GB, plus the
 generator's int64 copy while drawing). The engine stores them in float32 (whole numbers under 2²⁴: exact), keeps
 them only under ``--max-weight-mb`` (:data:`src.core.evaluate.MAX_WEIGHT_BYTES`) and otherwise draws them again, chunk
 by chunk of draws, on its single pass over the draws (the same draws: one generator, consumed in draw order).
 Prints the resident memory after building the table, the peak over the analysis, and the wall time;
-``--max-weight-mb 4096`` keeps the weights whole, for comparison.
+``--max-weight-mb 4096`` keeps the weights whole, for comparison. ``--today DIR`` runs this script and the one of the
+checkout at DIR (e.g. the main branch's) in turn, each in a fresh process, and prints the ratio of their times and
+both peaks.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from harness import machine, settle, workload_parser  # noqa: E402
+from harness import against, cpu, machine, settle, workload_parser  # noqa: E402
 
-from src.core import evaluate, ladder, verdicts  # noqa: E402
+from src.core import evaluate, ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
 from src.studies import simulate  # noqa: E402
 
@@ -46,7 +49,17 @@ def main() -> None:
     ap = workload_parser(__doc__, datasets=4, items=250_000, members=8)
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--max-weight-mb", type=float, default=evaluate.MAX_WEIGHT_BYTES / 2**20)
+    ap.add_argument("--today", help="a checkout to compare with (its bench/bench_memory.py, the same arguments)")
     a = ap.parse_args()
+    if a.today:
+        argv = [x for x in sys.argv[1:] if x not in ("--today", a.today) and not x.startswith("--today=")]
+        got = against(a.today, "bench_memory.py", argv, {"s": r"\): ([\d.]+) s; RSS", "peak": r"peak (\d+) MB \("})
+        new, old = got["this code"], got["today"]
+        print(
+            f"this code {new['s'][0]:.1f} s, peak {new['peak'][0]:.0f} MB; today {old['s'][0]:.1f} s, peak "
+            f"{old['peak'][0]:.0f} MB: {new['s'][0] / old['s'][0]:.2f}x the time [{cpu()}]"
+        )
+        return
     evaluate.MAX_WEIGHT_BYTES = int(a.max_weight_mb * 2**20)
 
     print(machine())
@@ -70,7 +83,7 @@ def main() -> None:
         )
     )
     del boot
-    s = ladder.LadderSettings(n_boot=a.boot, core=list(clusters))
+    s = ladderbase.LadderSettings(n_boot=a.boot, core=list(clusters))
     settle()
     before = rss_mb()
     t0 = time.perf_counter()

@@ -44,12 +44,12 @@ SLOW_HEAD = b"POST /invocations HTTP/1.1\r\nHost: x\r\nContent-Ty"
 def saved_stacker(folder: Path) -> Path:
     """A stacker over :data:`MEMBERS` fitted on a simulated panel, saved as a model folder in ``folder``."""
     from src.core.aggregate import StackedLogit
-    from src.mlops import serving
+    from src.mlops import packaging, serving
 
     rng = np.random.default_rng(0)
     gold = rng.integers(0, 2, 2000)
     X = np.column_stack([np.where(rng.random(2000) < 0.75, gold, 1 - gold) for _ in MEMBERS]).astype(float)
-    return serving.save_model(serving.StackerModel(StackedLogit(n_votes=len(MEMBERS)).fit(X, gold), MEMBERS), folder)
+    return packaging.save_model(serving.StackerModel(StackedLogit(n_votes=len(MEMBERS)).fit(X, gold), MEMBERS), folder)
 
 
 def free_port() -> int:

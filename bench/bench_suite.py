@@ -12,6 +12,9 @@
    that of the workload both sides ran. The loops' scikit-learn fits are solved as tightly as the batched Newton
    (``tol=1e-12``; at its default 1e-4 a few near-threshold predictions of small budgets move, and κ means with
    them by 1e-4).
+
+``--today DIR`` runs this script and the one of the checkout at DIR (e.g. the main branch's) in turn with the same
+arguments, each in a fresh process, and prints the ratio of the whole suite's minima (use ``--parts suite``).
 """
 
 from __future__ import annotations
@@ -26,9 +29,19 @@ from sklearn.linear_model import LogisticRegression
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import competing_load, interleaved, machine, ratio, settle, summary, workload_parser  # noqa: E402
+from harness import (  # noqa: E402
+    against,
+    competing_load,
+    cpu,
+    interleaved,
+    machine,
+    ratio,
+    settle,
+    summary,
+    workload_parser,
+)
 
-from src.core import ladder, verdicts  # noqa: E402
+from src.core import ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import StackedLogit  # noqa: E402
 from src.studies import simulate  # noqa: E402
 from src.studies.suite import budget, loops, mechanism, panel, run_suite  # noqa: E402
@@ -118,10 +131,17 @@ def main() -> None:
     ap.add_argument("--load", type=int, default=1, help="busy processes for the loaded measurement (0: none)")
     ap.add_argument("--loop-frac", type=float, default=0.1, help="share of draws / sub-panels both sides run")
     ap.add_argument("--parts", default="suite,loops")
+    ap.add_argument("--today", help="a checkout to compare the suite with (its bench/bench_suite.py, --parts suite)")
     a = ap.parse_args()
+    if a.today:
+        argv = [x for x in sys.argv[1:] if x not in ("--today", a.today) and not x.startswith("--today=")]
+        got = against(a.today, "bench_suite.py", argv, {"s": r"whole suite .*: min ([\d.]+) s"}, a.repeats)
+        new, old = min(got["this code"]["s"]), min(got["today"]["s"])
+        print(f"suite: this code {new:.1f} s, today {old:.1f} s (minima): {new / old:.2f}x [{cpu()}]")
+        return
 
     table = verdicts.validate(simulate.suite(a.datasets, a.items, a.members), frontier="frontier")
-    s = ladder.LadderSettings(core=[f"sim{i}" for i in range(min(4, a.datasets))])
+    s = ladderbase.LadderSettings(core=[f"sim{i}" for i in range(min(4, a.datasets))])
     cfg, stacker = suite_cfg(), StackedLogit()
     print(
         f"{a.datasets} datasets × {a.items} items × {a.members} judges; {machine()}; BLAS held to one thread "

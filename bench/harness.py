@@ -75,9 +75,11 @@ def busy_elsewhere() -> bool:
         return False
 
 
-def settle(below: float = 1.2, timeout_s: float = 900.0) -> None:
+def settle(below: float = 1.2, timeout_s: float | None = None) -> None:
     """Wait until no test run is going on and the 1-minute load average is under ``below`` (at most
     ``timeout_s``; then say so), and print the machine's state."""
+    if timeout_s is None:  # BENCH_SETTLE_S: how long to wait (900 s unless set)
+        timeout_s = float(os.environ.get("BENCH_SETTLE_S", "900"))
     deadline = time.monotonic() + timeout_s
     while busy_elsewhere() or (
         os.path.exists("/proc/loadavg") and float(open("/proc/loadavg").read().split()[0]) >= below
@@ -140,3 +142,29 @@ def competing_load(n: int) -> Iterator[None]:
         for p in procs:
             p.kill()
             p.wait()
+
+
+def against(today: str, script: str, argv: list[str], patterns: dict[str, str], repeats: int = 1) -> dict:
+    """This checkout's ``bench/<script>`` and the same script of the checkout at ``today`` (e.g. the main branch's)
+    with the same arguments, each in a fresh process, in turn, ``repeats`` times: each run's figures read from its
+    output by ``patterns`` (name → a regular expression with one group, a number), as {side: {name: [values]}};
+    each run's output is printed. Both scripts import this checkout's harness (the same waits for a quiet
+    machine), each its own checkout's code."""
+    import re
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[1]
+    sides = {"this code": here, "today": Path(today).resolve()}
+    got: dict[str, dict[str, list[float]]] = {k: {n: [] for n in patterns} for k in sides}
+    for _ in range(repeats):
+        for side, root in sides.items():
+            run = (  # both scripts on this checkout's harness (its waits and its printing)
+                f"import runpy, sys; sys.path.insert(0, {str(here / 'bench')!r}); "
+                f"sys.argv = {[script, *argv]!r}; runpy.run_path({str(root / 'bench' / script)!r}, run_name='__main__')"
+            )
+            out = subprocess.run([sys.executable, "-c", run], cwd=root, capture_output=True, text=True)
+            print(f"--- {side} ({root}):\n{out.stdout}{out.stderr[-2000:] if out.returncode else ''}")
+            out.check_returncode()
+            for name, pattern in patterns.items():
+                got[side][name].append(float(re.findall(pattern, out.stdout)[-1]))
+    return got

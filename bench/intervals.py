@@ -57,7 +57,7 @@ from threadpoolctl import threadpool_limits
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from src.core import admissibility, ladder, verdicts  # noqa: E402
+from src.core import admissibility, ladder, ladderbase, verdicts  # noqa: E402
 from src.core.aggregate import BestSingle, MajorityVote, StackedLogit  # noqa: E402
 from src.core.decide import FLOOR_RULES, WINS, decide, reaches  # noqa: E402
 from src.core.evaluate import ClusterBootstrap, deployed, from_counts, indicators  # noqa: E402
@@ -218,7 +218,7 @@ def population(regime: str, seed: int = 12345, n_items: int = TRUTH_N) -> dict:
         d = [kappa_of(yb[i], p1[i]) - kappa_of(yb[i], p2[i]) for i in blocks]
         return float(np.std(d, ddof=1) / np.sqrt(len(blocks)))
 
-    op = ladder.LadderSettings()  # the operating point (κ₀, c, φ₀) of conf/analysis
+    op = ladderbase.LadderSettings()  # the operating point (κ₀, c, φ₀) of conf/analysis
     adm = admissibility.test(yb, v[b], op.kappa0, op.c, op.phi0)
     return {
         "stacked": k["stacked"],
@@ -274,7 +274,7 @@ def cmd_truth(args) -> None:
 
 def analyse(table: verdicts.VerdictTable, n_boot: int) -> dict:
     """The ladder on one panel: each statistic's estimate, refit interval and fixed-prediction interval."""
-    s = ladder.LadderSettings(n_boot=n_boot, abstention_contrast=False)
+    s = ladderbase.LadderSettings(n_boot=n_boot, abstention_contrast=False)
     with threadpool_limits(1):
         r = ladder.analyze_dataset(table, StackedLogit(), s, None).summary
     d, f, c = r["deltas"], r["deltas_fixed"], r["comparators"]["stacked"]["kappa"]
@@ -308,10 +308,10 @@ def cmd_timing(args) -> None:
         analyse(t, args.boot)
         whole = time.process_time() - t0
         y, cl, v = t.gold, t.clusters, t.votes
-        s = ladder.LadderSettings(n_boot=args.boot)
-        folds = ladder.checked_folds(y, cl, s)
+        s = ladderbase.LadderSettings(n_boot=args.boot)
+        folds = ladderbase.checked_folds(y, cl, s)
         res = ladder.analyze_dataset(
-            t, StackedLogit(), ladder.LadderSettings(n_boot=10, abstention_contrast=False), None
+            t, StackedLogit(), ladderbase.LadderSettings(n_boot=10, abstention_contrast=False), None
         )
         P = np.column_stack(list(res.predictions.values()) + [v])
         with threadpool_limits(1):
@@ -516,7 +516,7 @@ def cascade_population(regime: str, seed: int = 54321, n_items: int = TRUTH_N) -
     """κ of the cascade at each target share, its band and stacker fitted on one half of a large sample and
     applied to the other (the expensive judge: the simulator's ``frontier`` column, accuracy FRONTIER_ACCURACY), and
     the expensive judge's κ on the same half (Δκ paired on its items)."""
-    from src.studies.suite.cascade import Cascade, merge
+    from src.studies.suite.escalation import Cascade, merge
 
     r = REGIMES[regime]
     rng = np.random.default_rng(seed)
@@ -536,7 +536,7 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
     the expensive judge, B = ``n_boot``): per share, [κ, refit interval, fixed-prediction interval] and the same for
     Δκ (cascade − expensive judge); the CPU seconds of that call, and of the fixed-prediction analysis alone (the
     cross-fitted cascade and its percentile draws, the analysis before the refit)."""
-    from src.studies.suite import cascade
+    from src.studies.suite import cascade, escalation
     from src.studies.suite.reference import reference
 
     r = REGIMES[regime]
@@ -551,7 +551,7 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
         seed=seed,
         frontier_accuracy=FRONTIER_ACCURACY,
     )
-    s = ladder.LadderSettings(n_boot=n_boot)
+    s = ladderbase.LadderSettings(n_boot=n_boot)
     cfg = {
         "enabled": True,
         "expensive": "frontier",
@@ -567,7 +567,7 @@ def cascade_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
         t0 = time.process_time()
         d = cascade.dataset(ref, StackedLogit(), s, "frontier", np.array(CASCADE_SHARES), cfg, (0.0, 0.0), seed)
         t1 = time.process_time()
-        est = cascade.Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
+        est = escalation.Cascade(StackedLogit().set_params(n_votes=len(t.members)), CASCADE_SHARES)
         cf = cascade.crossfit_cascade(t.votes, t.gold, t.frontier, ref.design.folds, est, np.random.default_rng(seed))
         ClusterBootstrap(t.clusters, n_boot, 0).metrics(t.gold, np.vstack([cf["verdicts"], t.frontier]).T)
         t2 = time.process_time()
@@ -707,7 +707,7 @@ def report_cascade(cells: list[dict]) -> None:
 
 DECISIONS = RESULTS / "decisions.jsonl"
 DECISION_TRUTH = RESULTS / "decisions_truth.json"
-KAPPA_FLOOR = ladder.LadderSettings().kappa_floor  # 0.40, conf/analysis's kappa_floor
+KAPPA_FLOOR = ladderbase.LadderSettings().kappa_floor  # 0.40, conf/analysis's kappa_floor
 
 
 def better_arm(kappa_panel: float, kappa_single: float, floor: float = KAPPA_FLOOR) -> str:
@@ -735,7 +735,7 @@ def decision_truth(regime: str, n_items: int = TRUTH_N) -> dict:
 def decision_rep(regime: str, n: int, seed: int, n_boot: int) -> dict:
     """One panel analysed as ``python -m src.run`` does (:func:`src.core.ladder.analyze`, the abstention contrast
     off) and decided (:func:`src.core.decide.decide`) at κ_min = :data:`KAPPA_FLOOR` under each floor rule."""
-    s = ladder.LadderSettings(n_boot=n_boot, abstention_contrast=False)
+    s = ladderbase.LadderSettings(n_boot=n_boot, abstention_contrast=False)
     (summary,) = [r.summary for r in ladder.analyze(sample(regime, n, seed), StackedLogit(), s).values()]
     ds = {rule: decide(summary, KAPPA_FLOOR, rule) for rule in FLOOR_RULES}
     d = ds["estimate"]  # the call, admissibility and veto do not depend on the floor rule

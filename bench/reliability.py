@@ -2,7 +2,7 @@
 
     python bench/reliability.py [--kills 8] [--concurrent 3] [--skip PART ...] [--json out.json]
 
-Five parts, every one through the real commands (subprocesses), nothing mocked:
+Six parts, every one through the real commands (subprocesses), nothing mocked:
 
 1. **Bad inputs**: each malformed verdict table of ``tests/malformed.py`` through ``python -m src.run verdicts=…``,
    damaged verdict caches through ``python -m src.run`` on a copy of the committed cache, and bad arguments to
@@ -26,6 +26,14 @@ Five parts, every one through the real commands (subprocesses), nothing mocked:
    ``src.run``, ``src.data``, ``src.judges``, ``src.monitor``, ``src.registry``, ``src.predict`` and ``src.serve``,
    each with a timeout. Outcomes (``OUTCOMES_2``): one line, reported, read as meant (exit 0, the result
    checked), traceback, silent, hang, unclear.
+6. **The third battery** (``third``): the scoring server under hostile clients (headers or a body that never end,
+   a body over the limit, unknown top-level keys, a column named twice, lone surrogates, a monitor store that
+   cannot be written), runs a killed process left ``RUNNING``, an output naming its own input (``src.predict
+   --out``, ``src.run output=``, ``src.rate propose``'s labels template), a full disk (``RLIMIT_FSIZE``), one file
+   in many encodings through every command (a UTF-8 BOM, UTF-16, gzip under a ``.csv`` name, NFD ids, a bare
+   ``NaN``), a judge server not there, and commands that gave a traceback or Hydra's block (a run folder that
+   cannot be made, ``~dataset``, a dataset named by a path, a Python tag in a stacker file, ``propose`` with
+   budget 0). Outcomes: ``OUTCOMES_2``.
 """
 
 from __future__ import annotations
@@ -338,8 +346,13 @@ def judge_cmd(cache: Path, tables: Path, n: int) -> list[str]:
     ]
 
 
+def _minilm_files(cache: Path) -> list[Path]:
+    """The killed judge run's cache file(s): ``<cache>/<dataset>/minilm/<key>.jsonl``."""
+    return sorted(cache.glob("*/minilm/*.jsonl"))
+
+
 def records(cache: Path) -> list[dict]:
-    f = next((cache / "minilm").glob("*.jsonl"))
+    f = _minilm_files(cache)[0]
     return [json.loads(ln) for ln in f.read_text().splitlines() if ln.strip()]
 
 
@@ -385,7 +398,7 @@ def kills(tmp: Path, n_kills: int, n_items: int, seed: int = 0) -> dict:
 
 
 def _count(cache: Path) -> int:
-    files = list((cache / "minilm").glob("*.jsonl"))
+    files = _minilm_files(cache)
     return files[0].read_bytes().count(b"\n") if files else 0
 
 
@@ -1341,7 +1354,8 @@ import os, signal, sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from test_track import compose_cfg
 from src.mlops import tracking as track
-cfg = compose_cfg()
+from src.studies.checked import check_config
+cfg = check_config(compose_cfg())
 with track.start_run(cfg, "stacking"):
     with track.start_run(cfg, "stacking", tags={{"dataset": "d"}}):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -1409,6 +1423,35 @@ def third_store(tmp: Path) -> list[dict]:
         if items.read_bytes() != before:
             row["outcome"] = "silent"
         rows.append(row)
+    table_before = table.read_bytes()
+    p = run_case(
+        tmp, ["src.run", f"verdicts={table}", f"output={d}/x/../v.csv", "analysis=fast", "tracking.enabled=false"], 300
+    )
+    row = _row("runs and outputs (3)", "run output= naming its verdict table", p, needle="is the verdict table")
+    rows.append({**row, "outcome": "silent"} if table.read_bytes() != table_before else row)
+    (d / "pool.csv").write_text("item_id,p_hallucinated\n" + "".join(f"i{i},0.{i % 10}\n" for i in range(40)))
+    (d / "p.labels.csv").write_text("item_id,gold\n" + "".join(f"i{i},{i % 2}\n" for i in range(0, 40, 4)))
+    labels_before = (d / "p.labels.csv").read_bytes()
+    p = run_case(
+        tmp,
+        [
+            "src.rate",
+            "propose",
+            str(d / "pool.csv"),
+            "5",
+            "--labels",
+            str(d / "p.labels.csv"),
+            "--proposal",
+            str(d / "p.json"),
+        ],
+    )
+    row = _row(
+        "runs and outputs (3)",
+        "rate propose whose labels template is its --labels (a second round, the same --proposal)",
+        p,
+        needle="is the labels file",
+    )
+    rows.append({**row, "outcome": "silent"} if (d / "p.labels.csv").read_bytes() != labels_before else row)
     big = d / "big.jsonl"
     big.write_text(
         "".join(
@@ -1468,7 +1511,7 @@ def _panel_of(folder: Path, roster: dict, members: list[str]) -> Path:
     import numpy as np
 
     from src.core.aggregate import StackedLogit
-    from src.mlops import serving
+    from src.mlops import packaging, serving
 
     rng = np.random.default_rng(0)
     gold = rng.integers(0, 2, 300)
@@ -1476,7 +1519,7 @@ def _panel_of(folder: Path, roster: dict, members: list[str]) -> Path:
     model = serving.PanelModel(
         roster, serving.frame_configs(), "claim", StackedLogit(n_votes=len(members)).fit(X, gold), members
     )
-    return serving.save_model(model, folder)
+    return packaging.save_model(model, folder)
 
 
 def third_readers(tmp: Path) -> list[dict]:
@@ -1605,9 +1648,52 @@ def third_readers(tmp: Path) -> list[dict]:
     return rows
 
 
+def third_commands(tmp: Path) -> list[dict]:
+    """Where a traceback or Hydra's block stood in place of one line: a run folder that cannot be made, a config
+    without its dataset node, a dataset named by a path, a Python tag in a stacker file, a budget 0 to ``propose``."""
+    d = tmp / "tcommands"
+    (d / "conf" / "stacker").mkdir(parents=True)
+    (d / "a-file").write_text("x")
+    (d / "conf" / "stacker" / "tagged.yaml").write_text(
+        "_target_: src.core.aggregate.StackedLogit\nC: !!python/object/apply:os.system ['touch FLAG']\n"
+    )
+    (d / "pool.csv").write_text("item_id,p_hallucinated\n" + "".join(f"i{i},0.{i % 10}\n" for i in range(40)))
+    run = ["src.run", "analysis=fast", "tracking.enabled=false", f"output={d}/o.json"]
+    cases = [
+        (
+            "RAIM_HYDRA_DIR under a file (a run folder that cannot be made)",
+            [*run, "dataset=wice"],
+            {"RAIM_HYDRA_DIR": str(d / "a-file" / "sub")},
+            f"{d}/a-file/sub",
+        ),
+        ("~dataset (the dataset node removed)", [*run, "~dataset"], None, "no 'dataset' node"),
+        ("dataset=../../../../etc/hostname", [*run, "dataset=../../../../etc/hostname"], None, "no option"),
+        (
+            "a !!python/object/apply tag in a stacker file",
+            ["src.run", "--config-dir", str(d / "conf"), *run[1:], "stacker=tagged", "dataset=wice"],
+            None,
+            "tagged.yaml: YAML tag",
+        ),
+        (
+            "rate propose with a budget 0",
+            ["src.rate", "propose", str(d / "pool.csv"), "0", "--proposal", str(d / "p.json")],
+            None,
+            "budget 0 (the number of items to label, after POOL)",
+        ),
+    ]
+    rows = []
+    for name, args, env, needle in cases:
+        p = run_case(tmp, args, 300, env=env)
+        row = _row("commands (3)", name, p, needle=needle)
+        if (ROOT / "FLAG").exists():
+            row["outcome"] = "silent"  # code ran
+        rows.append(row)
+    return rows
+
+
 def third(tmp: Path) -> list[dict]:
     rows = []
-    for part in (third_server, third_store, third_readers):
+    for part in (third_server, third_store, third_readers, third_commands):
         t0 = time.time()
         rows += part(tmp)
         print(f"  {part.__name__}: {time.time() - t0:.0f} s", file=sys.stderr)

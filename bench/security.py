@@ -182,7 +182,7 @@ def model_cases(tmp: Path) -> list[dict]:
     from mlflow.tracking import MlflowClient
 
     from src.core.aggregate import StackedLogit
-    from src.mlops import artifact, serving
+    from src.mlops import artifact, packaging, serving
 
     work, flag = tmp / "models", tmp / "models" / "FLAG"
     work.mkdir()
@@ -192,7 +192,7 @@ def model_cases(tmp: Path) -> list[dict]:
     gold = rng.integers(0, 2, 300)
     X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in range(2)]).astype(float)
     with mlflow.start_run():
-        info = serving.log_stacker(StackedLogit().fit(X, gold), ["smollm135m", "lexical"])
+        info = packaging.log_stacker(StackedLogit().fit(X, gold), ["smollm135m", "lexical"])
     mv = mlflow.register_model(info.model_uri, "sec")
     MlflowClient().set_registered_model_alias("sec", "champion", mv.version)
     folder = Path(MlflowClient().get_logged_model(info.model_id).artifact_location.removeprefix("file://"))

@@ -16,13 +16,15 @@ from pathlib import Path
 import numpy as np
 from hydra import compose, initialize_config_dir
 
+from src.core import detector
 from src.core import injection as inj
 from src.io.paths import CONF_DIR, ROOT
-from src.studies import injection as study
+from src.studies.injection import items as study_items
 
 
 def detector_at(commit: str):
-    """src/core/injection.py as it was at ``commit``, loaded as a module of its own."""
+    """src/core/injection.py as it was at ``commit`` (where the detector lived before src/core/detector.py), loaded
+    as a module of its own."""
     text = subprocess.run(
         ["git", "show", f"{commit}:src/core/injection.py"], cwd=ROOT, check=True, capture_output=True, text=True
     ).stdout
@@ -38,10 +40,10 @@ def detector_at(commit: str):
 def main(commit: str) -> None:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=["roster=cpu", "injection.heldout_draws=0"])
-    recs = [r for cell in study.cells(cfg).values() for r in cell["items"]["clean"].to_dict("records")]
+    recs = [r for cell in study_items.cells(cfg).values() for r in cell["items"]["clean"].to_dict("records")]
     for name in ("dev", "heldout"):
-        attacks = study.written_set(ROOT / "data" / "injection" / f"{name}.jsonl")
-        for label, mod in ((commit, detector_at(commit)), ("now", inj)):
+        attacks = study_items.written_set(ROOT / "data" / "injection" / f"{name}.jsonl")
+        for label, mod in ((commit, detector_at(commit)), ("now", detector)):
             hits = np.array([[mod.scan(inj.plant(r, a)).flagged for r in recs] for a in attacks])
             print(
                 f"{name} set, detector {label}: {int(hits.sum())}/{hits.size} (attack, item) pairs flagged "

@@ -15,7 +15,7 @@ t() { local name=$1; shift; local s e; s=$(date +%s.%N); "$@" > "$J/$name.log" 2
       printf "%-22s rc=%d %7.1f s\n" "$name" "$rc" "$(echo "$e - $s" | bc)" | tee -a "$J/times.txt"; return $rc; }
 git clone -q "$SRC" "$R"
 cd "$R" && git log --oneline -1 | tee -a "$J/times.txt"
-export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 DVC_NO_ANALYTICS=1 OPENBLAS_CORETYPE=Haswell
+export MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=1 DVC_NO_ANALYTICS=1
 # 1. install and the main job
 t 1-setup bash scripts/setup.sh
 source .venv/bin/activate

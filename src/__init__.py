@@ -17,33 +17,9 @@ pay for scikit-learn and pandas until a name that needs them is used.
 from __future__ import annotations
 
 import importlib
-import os
-import platform
 from typing import Any
 
 __version__ = "0.2.0"
-
-
-def _same_kernels_everywhere() -> None:
-    """Pin OpenBLAS to its AVX2 (Haswell) kernels on an x86-64 CPU that has AVX2, unless the user chose a core type.
-
-    The AVX-512 kernels sum in another order, so the stacker's fits differ in their last bits from one CPU to the
-    next; where a member never changes its vote (a collinear design), those bits decide votes at p = 0.5 inside the
-    refit bootstrap and move its intervals in the fourth digit. With one kernel everywhere a clean clone's outputs
-    are the committed bytes on any AVX2 machine. It must run before NumPy loads OpenBLAS, hence here, in the
-    package's first module; ``OPENBLAS_CORETYPE`` set by the user is kept."""
-    if "OPENBLAS_CORETYPE" in os.environ or platform.machine().lower() not in ("x86_64", "amd64"):
-        return
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:  # not Linux: the kernel OpenBLAS picks is left as it is
-        return
-    if " avx2" in flags:
-        os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-
-
-_same_kernels_everywhere()
 
 _API = {
     # the verdict table (§2: one binary vote per member and item, abstention 0.5)

@@ -16,6 +16,7 @@ from src.io.trust import checked_command
 from src.mlops import tracking
 from src.present import injection as present
 from src.studies import injection
+from src.studies.checked import check_config
 
 log = logging.getLogger("raim.injection")
 
@@ -24,12 +25,13 @@ log = logging.getLogger("raim.injection")
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
+    settings = check_config(cfg)  # the one checked path: every group, before any work
     doc, out, fig = tracking.run_study(
-        cfg,
+        settings,
         "injection",
         injection.compute,
-        cfg.injection.output,
-        cfg.injection.figure,
+        settings.injection.output,
+        settings.injection.figure,
         present.injection_figure,
         injection.flat_metrics,
         tags=lambda d: {"datasets": ",".join(d["datasets"]), "complete": str(d["complete"]).lower()},

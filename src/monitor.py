@@ -15,6 +15,7 @@ from src.io.trust import checked_command
 from src.mlops import tracking
 from src.present import figures
 from src.studies import monitor
+from src.studies.checked import check_config
 
 log = logging.getLogger("raim.monitor")
 
@@ -23,12 +24,13 @@ log = logging.getLogger("raim.monitor")
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
+    settings = check_config(cfg)  # the one checked path: every group, before any work
     doc, out, fig = tracking.run_study(
-        cfg,
+        settings,
         "monitor",
         monitor.compute,
-        cfg.monitor.output,
-        cfg.monitor.figure,
+        settings.monitor.output,
+        settings.monitor.figure,
         figures.monitor_figure,
         monitor.summary_metrics,
         tags=lambda d: {"source": d["source"]},

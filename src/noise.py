@@ -13,20 +13,22 @@ from src.io.paths import CONF_DIR
 from src.io.trust import checked_command
 from src.mlops import tracking
 from src.present import figures
-from src.present.report import noise_section
+from src.present.noise import noise_section
 from src.studies import noise
+from src.studies.checked import check_config
 
 
 @checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
+    settings = check_config(cfg)  # the one checked path: every group, before any work
     doc, out, fig = tracking.run_study(
-        cfg,
+        settings,
         "noise",
         noise.compute,
-        cfg.noise.output,
-        Path(cfg.noise.figure),
+        settings.noise.output,
+        Path(settings.noise.figure),
         figures.noise_figure,
         noise.flat_metrics,
         tags=lambda d: {"datasets": ",".join(d["datasets"])},

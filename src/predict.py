@@ -18,7 +18,7 @@ the panel reads every vote from the cache — an item seen before is never judge
 judges nothing (a miss is an abstention, named in the ``uncached`` column).
 
 Each output row also says whether the item's text looks like a prompt injection aimed at the judges
-(``injection_flag``, ``injection_reasons``: :func:`src.core.injection.scan`; the panel model adds them), and what
+(``injection_flag``, ``injection_reasons``: :func:`src.core.detector.scan`; the panel model adds them), and what
 the decision path did with a flagged item (``injection_action``). By default a flagged item is not decided by the
 LLM members: it is **escalated** (label ``escalated``, no p and no verdict: for a person to decide);
 ``--injection-defence immune`` decides it by the members no instruction can address (the non-LLM judges), ``off``
@@ -44,7 +44,7 @@ import pandas as pd
 from src.core.errors import ArgumentParser, one_line
 from src.core.injection import DEFENCES
 from src.core.textfiles import normal_id
-from src.io.files import atomic_write_text
+from src.io.files import atomic_write_text, check_not_an_input
 from src.io.paths import ROOT
 from src.io.raw import RawRecordError, read_csv, read_jsonl, read_parquet
 from src.judges.ray_engine import add_engine_args, engine_from_args
@@ -100,7 +100,7 @@ def _check_fields(rec) -> None:
 
 def passed_through(keys) -> list[str]:
     """The fields of an item copied to the output beside its verdicts: ``gold``, ``cluster_id`` (the cluster a rate's
-    interval resamples, :mod:`src.studies.rate`) and every other id field (``<x>_id``, e.g. ``conversation_id``)."""
+    interval resamples, :mod:`src.studies.estimate`) and every other id field (``<x>_id``, e.g. ``conversation_id``)."""
     return [k for k in keys if k in PASSED_THROUGH or (str(k).endswith("_id") and k != "item_id")]
 
 
@@ -173,15 +173,6 @@ def write_output(out: pd.DataFrame, path: str | Path) -> Path:
     else:
         raise PredictError(f"--out {path}: write .jsonl or .csv")
     return atomic_write_text(path, text if text.endswith("\n") else text + "\n")
-
-
-def same_file(a: Path, b: Path) -> bool:
-    """Whether paths ``a`` and ``b`` name one file: the same file through a link or another spelling of its path
-    (``./x``, ``d/../x``), or one path whose file does not exist yet."""
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet): the same path once every link and '..' is resolved
-        return Path(a).resolve() == Path(b).resolve()
 
 
 def _cell(value: Any, fmt: str) -> str:
@@ -299,11 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["RAIM_THREADS"] = str(a.threads)
     if a.out is not None and a.out.suffix not in (".jsonl", ".csv"):
         raise PredictError(f"--out {a.out}: write .jsonl or .csv")
-    if a.out is not None and a.items is not None and same_file(a.out, a.items):
-        raise PredictError(
-            f"--out {a.out}: is the items file {a.items} itself; the predictions would replace the items: "
-            "write them to another file"
-        )
+    if a.out is not None:
+        check_not_an_input("--out", a.out, {"items file": a.items}, "the predictions")
     items = _items(a)
     check_server(a.tracking_uri or tracking_uri())
     mlflow.set_tracking_uri(a.tracking_uri or tracking_uri())

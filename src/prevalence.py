@@ -15,6 +15,7 @@ from src.io.trust import checked_command
 from src.mlops import tracking
 from src.present import figures
 from src.studies import prevalence
+from src.studies.checked import check_config
 
 log = logging.getLogger("raim.prevalence")
 
@@ -23,12 +24,13 @@ log = logging.getLogger("raim.prevalence")
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
+    settings = check_config(cfg)  # the one checked path: every group, before any work
     doc, out, fig = tracking.run_study(
-        cfg,
+        settings,
         "prevalence",
         prevalence.compute,
-        cfg.prevalence.output,
-        cfg.prevalence.figure,
+        settings.prevalence.output,
+        settings.prevalence.figure,
         figures.prevalence_figure,
         prevalence.flat_metrics,
         tags=lambda d: {"datasets": ",".join(d["datasets"])},

@@ -10,7 +10,8 @@ POOL is a scored table (a ``src.predict`` output, or any CSV / JSON Lines / Parq
 experiment that hold RAIM's assessment (``python -m src.traces judge``; ``--traces-filter`` narrows them, and
 ``--segment`` names a trace tag); gold is ``item_id, gold`` (0 / 1), or ``--labels traces``: the people's labels on the
 pool's traces (HUMAN feedback, conf/traces). ``propose --tag-traces`` tags the traces it proposes, so a person
-finds them in the MLflow UI. The methods, the proposal file and the study are :mod:`src.studies.rate` (maths:
+finds them in the MLflow UI. The files read are :mod:`src.studies.pool`, the proposal file
+:mod:`src.studies.proposal`, the methods :mod:`src.studies.estimate` and the study :mod:`src.studies.rate` (maths:
 :mod:`src.core.rates`).
 """
 
@@ -23,12 +24,13 @@ from pathlib import Path
 
 import hydra
 import numpy as np
-from omegaconf import OmegaConf
 
 from src.core import names
 from src.core.errors import ArgumentParser, one_line
-from src.io.files import atomic_write_text, to_json
+from src.core.rates import RateError
+from src.io.files import atomic_write_text, check_not_an_input, to_json
 from src.io.paths import CONF_DIR
+from src.io.settings import Settings
 from src.io.trust import commands_or_study
 from src.judges import tables
 from src.mlops import traces
@@ -36,7 +38,10 @@ from src.mlops import tracking as track
 from src.mlops.store import check_server, tracking_uri
 from src.present import rate as present
 from src.studies import rate as study
-from src.studies.checked import configured
+from src.studies.checked import check_config, configured
+from src.studies.estimate import estimate, plan_labels, text_table
+from src.studies.pool import Pool, one_prevalence, pool_of, read_labels, read_pool
+from src.studies.proposal import propose, read_proposal, template_path, write_proposal
 from src.studies.suite import cascade, cost
 
 log = logging.getLogger("raim.rate")
@@ -101,24 +106,36 @@ def parser() -> ArgumentParser:
     return ap
 
 
+def check_outputs(a: argparse.Namespace) -> None:
+    """Before any work: no file this command writes (``propose``'s proposal and its labels template, ``estimate
+    --out``) is one of the files it reads."""
+    labels = None if a.labels == TRACES_LABELS else a.labels
+    inputs = {"pool": None if a.pool.startswith(TRACES) else a.pool, "labels file": labels}
+    if a.command == "propose" and a.proposal:
+        proposal = Path(a.proposal)
+        check_not_an_input("--proposal", proposal, inputs, "the proposal")
+        check_not_an_input(f"--proposal {proposal} writes", template_path(proposal), inputs, "its labels template")
+    elif a.command == "estimate" and a.out:
+        check_not_an_input("--out", a.out, {**inputs, "proposal": a.proposal}, "the estimate")
+
+
 @one_line
 def cli(argv: list[str]) -> int:
     a = parser().parse_args(argv)
+    check_outputs(a)
     if a.pool.startswith(TRACES):
         pool, traced = traces_pool(a)
     else:
         pool, traced = (
-            study.read_pool(
-                a.pool, getattr(a, "segment", None), getattr(a, "window", None), a.train_prevalence, a.model
-            ),
+            read_pool(a.pool, getattr(a, "segment", None), getattr(a, "window", None), a.train_prevalence, a.model),
             None,
         )
     lab, y = labels_of(a, pool, traced)
     if a.command == "propose":
         if not a.proposal:
-            raise study.RateError("propose: name the proposal file to write with --proposal FILE.json")
-        doc = study.propose(pool, a.budget, a.seed, a.tau, lab)
-        out, template = study.write_proposal(doc, a.proposal)
+            raise RateError("propose: name the proposal file to write with --proposal FILE.json")
+        doc = propose(pool, a.budget, a.seed, a.tau, lab)
+        out, template = write_proposal(doc, a.proposal)
         print(
             f"{len(doc['proposed'])} item(s) to label (expected {a.budget}; {doc['already_labelled']} already "
             f"labelled) of {len(pool)}: proposal {out}, fill in {template} and run "
@@ -127,11 +144,11 @@ def cli(argv: list[str]) -> int:
         if a.tag_traces:
             tag_proposed(a, doc, out)
         return 0
-    proposal = study.read_proposal(a.proposal, pool) if a.proposal else None
+    proposal = read_proposal(a.proposal, pool) if a.proposal else None
     if lab is None:
         lab, y = np.zeros(len(pool), bool), np.full(len(pool), np.nan)
     if a.command == "plan":
-        doc = study.plan_labels(pool, lab, y, a.halfwidth, a.level, a.tau, proposal, a.prevalence, a.min_labels)
+        doc = plan_labels(pool, lab, y, a.halfwidth, a.level, a.tau, proposal, a.prevalence, a.min_labels)
         print(
             f"labels for a ±{a.halfwidth:g} interval ({round(100 * a.level)} %) on {len(pool)} items "
             f"(rate ≈ {doc['prevalence']:.3f}, from {doc['basis']}):"
@@ -141,9 +158,9 @@ def cli(argv: list[str]) -> int:
         print(f"note: {doc['note']}")
         return 0
     if a.labels is None:
-        raise study.RateError("estimate: no labels (--labels FILE); `python -m src.rate propose` says which items")
-    doc = study.estimate(pool, lab, y, proposal, a.level, a.threshold, a.min_labels, a.labeller, a.labels)
-    print(study.text_table(doc))
+        raise RateError("estimate: no labels (--labels FILE); `python -m src.rate propose` says which items")
+    doc = estimate(pool, lab, y, proposal, a.level, a.threshold, a.min_labels, a.labeller, a.labels)
+    print(text_table(doc))
     if a.out:
         atomic_write_text(a.out, to_json(doc))
     return 0
@@ -158,7 +175,7 @@ def unreachable(plan: dict, method: str) -> str:
     )
 
 
-def traces_pool(a) -> tuple[study.Pool, np.ndarray]:
+def traces_pool(a) -> tuple[Pool, np.ndarray]:
     """A ``traces:EXPERIMENT`` pool (every trace holding RAIM's assessment, ``--traces-filter`` applied; ``--segment``:
     a trace tag) and the people's labels on it (NaN where none: :func:`src.mlops.traces.label_of`)."""
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
@@ -175,13 +192,13 @@ def traces_pool(a) -> tuple[study.Pool, np.ndarray]:
         getattr(a, "segment", None),
     )
     if not got.trace_ids:
-        raise study.RateError(
+        raise RateError(
             f"{a.pool}: no trace holds RAIM's assessment {s.assessment.name!r} ({got.skipped} without): judge them "
             "first with `python -m src.traces judge`"
         )
-    prior = study.one_prevalence(a.pool, got.train_prevalence, "traces", "pass the stacker's with --train-prevalence")
+    prior = one_prevalence(a.pool, got.train_prevalence, "traces", "pass the stacker's with --train-prevalence")
     seg = None if got.segments is None else np.asarray(got.segments, dtype=object)
-    pool = study.pool_of(
+    pool = pool_of(
         a.pool,
         got.trace_ids,
         got.p,
@@ -196,19 +213,19 @@ def traces_pool(a) -> tuple[study.Pool, np.ndarray]:
     return pool, got.gold
 
 
-def labels_of(a, pool: study.Pool, traced: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+def labels_of(a, pool: Pool, traced: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(labelled mask, gold) of ``--labels``: a file, or ``traces`` (the labels read with a ``traces:`` pool)."""
     if a.labels != TRACES_LABELS:
-        return study.read_labels(a.labels, pool, a.labels_column) if a.labels else (None, None)
+        return read_labels(a.labels, pool, a.labels_column) if a.labels else (None, None)
     if traced is None:
-        raise study.RateError(f"--labels traces: the pool {a.pool} is not a traces:EXPERIMENT pool")
+        raise RateError(f"--labels traces: the pool {a.pool} is not a traces:EXPERIMENT pool")
     return ~np.isnan(traced), traced
 
 
 def tag_proposed(a, doc: dict, proposal) -> None:
     """Tag the proposed traces ``<traces.assessment.request_tag>=<the proposal's name>`` (one request per trace)."""
     if not a.pool.startswith(TRACES):
-        raise study.RateError(f"--tag-traces: the pool {a.pool} is not a traces:EXPERIMENT pool")
+        raise RateError(f"--tag-traces: the pool {a.pool} is not a traces:EXPERIMENT pool")
     s = traces.settings()
     value = Path(proposal).stem
     n = traces.tag(doc["proposed"], s.assessment.request_tag, value)
@@ -219,11 +236,11 @@ def tag_proposed(a, doc: dict, proposal) -> None:
     )
 
 
-def compute(cfg) -> dict:
+def compute(cfg: Settings) -> dict:
     """Config in, study document out: the ladder's stacker and analysis settings, the configured verdict table
     (:func:`src.run.load_table`) when ``rate.real``, the labeller (:func:`labeller`), the ``rate`` settings."""
     settings, stacker = configured(cfg)
-    s = OmegaConf.to_container(cfg.rate, resolve=True)
+    s = cfg.node("rate")
     study.check_study(s)  # before reading the table
     table = tables.load_table(cfg) if s["real"] else None
     who = labeller(cfg, table, s["labeller"]) if table is not None else None
@@ -232,12 +249,12 @@ def compute(cfg) -> dict:
         "verdicts": None if table is None else table.source,
         "members": None if table is None else table.members,
         "labeller": None if who is None else {"name": who[0], "chosen_as": who[1]},
-        "stacker": OmegaConf.to_container(cfg.stacker),
+        "stacker": cfg.node("stacker"),
     }
     return doc
 
 
-def labeller(cfg, table, wanted) -> tuple[str, str] | None:
+def labeller(cfg: Settings, table, wanted) -> tuple[str, str] | None:
     """The judge whose verdicts stand in for gold in the study's labeller regimes: none (null), a named member or
     frontier column, or ``auto`` — the frontier column, else the most expensive member by the suite's cost model
     (:func:`src.studies.suite.cascade.choose_expensive`, measured seconds per verdict from the verdict cache)."""
@@ -245,12 +262,12 @@ def labeller(cfg, table, wanted) -> tuple[str, str] | None:
         return None
     names = list(table.members) + ([table.frontier_name] if table.has_frontier else [])
     if wanted != "auto" and wanted not in names:
-        raise study.RateError(
+        raise RateError(
             f"rate.labeller={wanted!r}: neither a member nor the frontier column of "
             f"{table.source} (judges: {', '.join(names)}; or auto, or null)"
         )
     costs = cost.compute(
-        OmegaConf.to_container(cfg.suite.cost, resolve=True),
+        cfg.suite.cost,
         table.members,
         None,
         cost.measured_from_cache(cfg.paths.cache_dir, names),
@@ -280,8 +297,10 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     return out
 
 
-def run_study(cfg) -> None:
-    """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, MLflow run, JSON)."""
+def run_study(composed) -> None:
+    """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, MLflow run, JSON),
+    on the settings the composed config is checked into (:func:`src.studies.checked.check_config`)."""
+    cfg = check_config(composed)
     started = time.perf_counter()  # the wall time is logged, not written: rate.json is a DVC output
     doc, out, fig = track.run_study(
         cfg,

@@ -21,14 +21,14 @@ log = logging.getLogger("raim.report")
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> None:
-    check_config(cfg)  # every group, before any work
-    beyond = {name: (cfg[name].output, cfg[name].figure) for name in BEYOND if name in cfg}
+    s = check_config(cfg)  # the one checked path: every group, before any work
+    beyond = {name: (getattr(s, name).output, getattr(s, name).figure) for name in BEYOND}
     out = write(
-        cfg.output,
-        cfg.suite.output,
-        cfg.suite.figures_dir,
-        cfg.suite.report,
-        redraw=bool(cfg.get("redraw", False)),
+        s.output,
+        s.suite.output,
+        s.suite.figures_dir,
+        s.suite.report,
+        redraw=bool(s.top.redraw),
         beyond=beyond,
     )
     log.info("report written to %s", out)

@@ -19,7 +19,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from src.core.errors import one_line
-from src.io.files import atomic_write_text, check_output, write_json
+from src.io.files import atomic_write_text, check_not_an_input, check_output, write_json
 from src.io.paths import CONF_DIR
 from src.io.trust import checked_command
 from src.mlops.background import TrackingWorker
@@ -49,39 +49,40 @@ def log_members(results: dict) -> None:
 RESULTS_FILE, RUN_ID_FILE = "results.json", "mlflow_run_id"  # in the run's own folder, side by side
 
 
-def output_paths(cfg: DictConfig) -> list[Path]:
+def output_paths(output: str) -> list[Path]:
     """Where this run writes results.json: its own Hydra folder (each sweep job its own), and the pipeline's
     ``output`` (results/results.json, a DVC output) only when a single run names ``output=`` on its command line,
     as the DVC stage does. So ad-hoc runs and sweeps never overwrite the tracked file. The run's own folder comes
     last."""
 
     if not HydraConfig.initialized():
-        return [Path(cfg.output)]
+        return [Path(output)]
     hc = HydraConfig.get()
     own = Path(hc.runtime.output_dir) / RESULTS_FILE
     named = any(o.split("=", 1)[0].lstrip("+~") == "output" for o in hc.overrides.task)
     if named and hc.mode == RunMode.MULTIRUN:
-        log.info("output=%s is not used in a sweep: each job writes %s", cfg.output, own.name)
-    return [Path(cfg.output), own] if named and hc.mode != RunMode.MULTIRUN and Path(cfg.output) != own else [own]
+        log.info("output=%s is not used in a sweep: each job writes %s", output, own.name)
+    return [Path(output), own] if named and hc.mode != RunMode.MULTIRUN and Path(output) != own else [own]
 
 
 @checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
 def main(cfg: DictConfig) -> float:
-    outputs = output_paths(cfg)
+    outputs = output_paths(cfg.output)
     for path in outputs:
         check_output(path)
+        check_not_an_input("output=", path, {"verdict table": cfg.verdicts}, "results.json")
     from src.studies.checked import check_config  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
     from src.studies.stacking import analyse  # imported here, not at start-up: scikit-learn, SciPy, pandas ~1.5 s
 
-    check_config(cfg)  # every group, before any work
+    settings = check_config(cfg)  # the one checked path: every group, before any work
 
     # a tracked run loads MLflow in a worker forked beside the analysis (src.mlops.background), which then logs it;
     # forked once the analysis's libraries are loaded, it inherits them instead of importing them a second time
-    worker = TrackingWorker.start(cfg) if cfg.tracking.enabled else None
+    worker = TrackingWorker.start(settings) if settings.tracking.enabled else None
     try:
-        table, results, doc = analyse(cfg)
+        table, results, doc = analyse(settings)
     except BaseException:
         if worker is not None:
             worker.cancel()
@@ -95,26 +96,26 @@ def main(cfg: DictConfig) -> float:
             ", ".join(table.provenance["bad_cache_files"]),
         )
     run_id = None
-    if cfg.tracking.enabled:  # before results.json: a failed tracking leaves the previous results in place
+    if settings.tracking.enabled:  # before results.json: a failed tracking leaves the previous results in place
         if worker is not None:
             run_id = worker.log(table, results, doc)
         else:  # no os.fork here: logged in this process
             from src.mlops import tracking as track  # imported here, not at start-up: only a tracked run needs it
 
-            run_id = track.log_analysis(cfg, table, results, doc)
+            run_id = track.log_analysis(settings, table, results, doc)
     for path in outputs:  # results.json depends on the inputs only (a DVC output): the run id goes beside it
         write_json(doc, path)
     if run_id:
         atomic_write_text(outputs[-1].parent / RUN_ID_FILE, run_id + "\n")
-    if cfg.get("metrics") or cfg.get("betas"):  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
-        write_stage_files(doc, cfg.get("metrics"), cfg.get("betas"))
+    if settings.top.metrics or settings.top.betas:  # DVC stage files (dvc.yaml: +metrics=… +betas=…)
+        write_stage_files(doc, settings.top.metrics, settings.top.betas)
     print(
         "\n".join(
             ["", "RAIM summary", *summary_lines(doc), *skipped_lines(doc), f"results: {', '.join(map(str, outputs))}"]
         )
     )
     if run_id:
-        print(f"MLflow run {run_id}; compare runs with: {ui_command(cfg)}")
+        print(f"MLflow run {run_id}; compare runs with: {ui_command(settings.tracking)}")
     import numpy as np  # imported here, not at start-up: numpy ~0.2 s (the analysis above has loaded it)
 
     return float(np.mean([r.summary["comparators"]["stacked"]["kappa"]["estimate"] for r in results.values()]))

@@ -1,6 +1,6 @@
-"""``python -m src.serve``: the command line of :mod:`src.mlops.serving`."""
+"""``python -m src.serve``: the command line of :mod:`src.mlops.server`."""
 
-from src.mlops.serving import main
+from src.mlops.server import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

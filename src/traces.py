@@ -28,25 +28,24 @@ from pathlib import Path
 
 import hydra
 import pandas as pd
-from omegaconf import OmegaConf
 
 from src.core.errors import ArgumentParser, one_line
-from src.io.config import build
+from src.io.config import thaw
 from src.io.datasets import read_items
 from src.io.files import atomic_write_text, to_json
 from src.io.paths import CONF_DIR, ROOT
+from src.io.settings import Settings, TracesSettings
 from src.io.trust import commands_or_study
 from src.judges.ray_engine import add_engine_args, engine_from_args
 from src.judges.tables import frame_for, load_table
+from src.mlops import assessing, tracking
 from src.mlops import traces as mt
-from src.mlops import tracking
 from src.mlops.panels import Items, assign_frames, load_panel, predict
 from src.mlops.serving import SCORED_CACHE, decision_warning
 from src.mlops.store import check_server, tracking_uri
 from src.present import traces as present
 from src.studies import ensembles
-from src.studies.checked import configured
-from src.studies.settings import TracesSettings
+from src.studies.checked import check_config, configured
 
 log = logging.getLogger("raim.traces")
 
@@ -144,11 +143,11 @@ def judge(a: argparse.Namespace) -> int:
         out, _ = predict(panel, items, cache_dir, not a.no_compute, not a.no_progress, engine, require_cached=False)
         return out
 
-    def progress(r: mt.Report) -> None:
+    def progress(r: assessing.Report) -> None:
         if not a.no_progress:
             print(f"… {r.line()}", file=sys.stderr)
 
-    report, scored = mt.judge(
+    report, scored = assessing.judge(
         experiment, flt, s.mapping, panel, who, score, s.dataset, a.page_size or s.page_size, a.limit, progress
     )
     doc = {"experiment": a.experiment, "filter": flt, "model": who.model, "assessment": who.name, **report.as_dict()}
@@ -191,7 +190,7 @@ def labels(a: argparse.Namespace) -> int:
         f"{pool.skipped} trace(s) in the window hold no RAIM assessment): wrote {a.out}"
     )
     if a.table is not None:
-        table = mt.labelled_table(
+        table = assessing.labelled_table(
             experiment, flt, s, dict(zip(gold["item_id"], gold["gold"])), a.cache_dir or SCORED_CACHE
         )
         print(
@@ -210,14 +209,14 @@ def cli(argv: list[str]) -> int:
 # ------------------------------------------------------------------------------------------------- study
 
 
-def compute(cfg) -> dict:
+def compute(cfg: Settings) -> dict:
     """Config in, study document out (:mod:`src.studies.ensembles`): the ladder's stacker and analysis settings, the
     configured roster's verdict table, and MLflow's ensembles of its members as scorers over each dataset's items
     (:func:`src.mlops.scorers.ensemble_predictions`, reading the same verdict cache)."""
     from src.mlops import scorers  # imported here, not at start-up: mlflow.genai ~2 s
 
     settings_, stacker = configured(cfg)
-    s = build(TracesSettings, cfg.traces, "traces")
+    s = cfg.traces
     if cfg.verdicts:
         raise ensembles.EnsembleStudyError(
             f"verdicts={cfg.verdicts}: the traces study reads the roster's verdicts through MLflow scorers "
@@ -225,14 +224,14 @@ def compute(cfg) -> dict:
         )
     table = load_table(cfg)
     items = {name: benchmark_items(cfg, name, table) for name in table.by_dataset()}
-    roster = OmegaConf.to_container(cfg.roster, resolve=True)
+    roster = cfg.node("roster")
 
     def mlflow_side(name: str, members: list[str]):
         frame = frame_for(cfg, name)
         votes = scorers.Votes(
             {**roster, "members": [m for m in roster["members"] if m["name"] in members]},
-            {frame.name: OmegaConf.to_container(frame, resolve=True)},
-            frame.name,
+            {frame["name"]: thaw(frame)},
+            frame["name"],
             Path(cfg.paths.cache_dir),
             compute=False,
         )
@@ -243,21 +242,23 @@ def compute(cfg) -> dict:
     doc["meta"] = {
         "verdicts": table.source,
         "members": table.members,
-        "stacker": OmegaConf.to_container(cfg.stacker),
+        "stacker": cfg.node("stacker"),
         "mlflow": scorers.MLFLOW_VERSION,
     }
     return doc
 
 
-def benchmark_items(cfg, name: str, table) -> pd.DataFrame:
+def benchmark_items(cfg: Settings, name: str, table) -> pd.DataFrame:
     """The dataset's judged items (question, evidence, candidate) in the table's order, with their frame."""
     items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl").set_index("item_id", drop=False)
     ids = table.items.loc[table.items["dataset"] == name, "item_id"].astype(str)
-    return items.loc[ids].reset_index(drop=True).assign(dataset=name, frame=frame_for(cfg, name).name)
+    return items.loc[ids].reset_index(drop=True).assign(dataset=name, frame=frame_for(cfg, name)["name"])
 
 
-def run_study(cfg) -> None:
-    """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, run, JSON)."""
+def run_study(composed) -> None:
+    """The study entry's body (:func:`src.mlops.tracking.run_study`: outputs checked first, figure, run, JSON),
+    on the settings the composed config is checked into (:func:`src.studies.checked.check_config`)."""
+    cfg = check_config(composed)
     doc, out, fig = tracking.run_study(
         cfg,
         "traces",

@@ -18,9 +18,6 @@ CI_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
     "OMP_WAIT_POLICY": "PASSIVE",  # llama.cpp's OpenMP threads would otherwise spin on the shared cores
-    # OpenBLAS's AVX2 kernels on every x86-64 machine: its AVX-512 ones change last bits of the analysis
-    # outputs, and the pipeline tests compare a clone's `dvc repro` with the committed dvc.lock byte for byte
-    "OPENBLAS_CORETYPE": "Haswell",
 }
 for _k, _v in CI_ENV.items():
     os.environ.setdefault(_k, _v)
@@ -135,9 +132,11 @@ def one_worker_at_a_time(factory: pytest.TempPathFactory, name: str) -> Iterator
 
 @pytest.fixture(autouse=True)
 def _no_inherited_mlflow_experiment():
-    """``mlflow.set_experiment`` (src.mlops.tracking.setup) leaves the experiment's id in a module global and in
-    ``$MLFLOW_EXPERIMENT_ID``: an id of one test's store. Both are cleared after each test, so a later test that
-    opens a run in its own new store does not look for an experiment that store never had."""
+    """``mlflow.set_experiment`` (src.mlops.store.setup) leaves the experiment's id in a module global and in
+    ``$MLFLOW_EXPERIMENT_ID``: an id of one test's store. After each test the global is cleared and the variable
+    is what it was when the test started, so a later test that opens a run in its own new store does not look for
+    an experiment that store never had; a module-scoped store (test_track.tracking_store) set up before the test
+    restores both when it closes."""
     saved = os.environ.get("MLFLOW_EXPERIMENT_ID")
     yield
     import sys

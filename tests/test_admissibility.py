@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from src.core import admissibility, ladder, verdicts
+from src.core import admissibility, ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.studies import simulate
@@ -133,7 +133,7 @@ def test_a_tiny_panel_needs_two_competent_members(member_k, admitted):
 def test_a_two_member_roster_with_one_good_judge_is_not_admissible_on_the_ladder():
     """The same through the ladder on a simulated two-member roster: one good judge and one weak, decorrelated."""
     t = verdicts.validate(simulate.panel(100, 2, [0.85, 0.55], 0.0, dataset="two", seed=1))
-    r = ladder.analyze(t, StackedLogit(), ladder.LadderSettings(n_boot=50, abstention_contrast=False))["two"]
+    r = ladder.analyze(t, StackedLogit(), ladderbase.LadderSettings(n_boot=50, abstention_contrast=False))["two"]
     a = r.summary["admissibility"]
     assert a["members_at_kappa0"] == 1 and a["n_members"] == 2 and a["phi_bar"] < 0.4
     assert not a["admissible"] and "fewer than 2" in a["reason"]

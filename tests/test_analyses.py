@@ -13,7 +13,7 @@ from sklearn.linear_model import LogisticRegression
 
 from src.core import admissibility, verdicts
 from src.core.aggregate import StackedLogit
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.studies import simulate
 from src.studies.suite import budget, common, cost, loops, mechanism, panel, run_suite
 from src.studies.suite.reference import reference

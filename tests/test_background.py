@@ -15,6 +15,7 @@ from src.mlops import tracking as track
 from src.mlops.background import TrackingWorker
 from src.mlops.store import PROCESS_TAG
 from src.studies import stacking
+from src.studies.checked import check_config
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the worker forks")
 
@@ -23,7 +24,7 @@ def _analysed(tmp_path):
     cfg = compose_cfg(
         *analysis_overrides(write_panels(tmp_path / "verdicts.csv", ("good", "bad")), tmp_path / "r.json")
     )
-    return cfg, *stacking.analyse(cfg)
+    return cfg, *stacking.analyse(check_config(cfg))
 
 
 def _logged(run_id: str) -> dict:
@@ -48,10 +49,10 @@ def _logged(run_id: str) -> dict:
 def test_the_worker_logs_what_the_run_logs_in_its_own_process(tmp_path):
     with tracking_store(tmp_path):
         cfg, table, results, doc = _analysed(tmp_path)
-        worker = TrackingWorker.start(cfg)
+        worker = TrackingWorker.start(check_config(cfg))
         assert worker is not None and worker.pid != os.getpid()
         by_worker = worker.log(table, results, doc)
-        inline = track.log_analysis(cfg, table, results, doc)
+        inline = track.log_analysis(check_config(cfg), table, results, doc)
         assert by_worker != inline and mlflow.get_run(by_worker).info.status == "FINISHED"
         assert _logged(by_worker) == _logged(inline)
         for child in children(by_worker).values():  # the stacker model, loadable from the worker's run
@@ -65,8 +66,8 @@ def test_a_store_failure_in_the_worker_is_the_same_one_line(tmp_path, monkeypatc
     bad.write_text("not a sqlite database\n" * 100)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{bad}")
     with pytest.raises(RaimError) as inline:
-        track.log_analysis(cfg, table, results, doc)
-    worker = TrackingWorker.start(cfg)
+        track.log_analysis(check_config(cfg), table, results, doc)
+    worker = TrackingWorker.start(check_config(cfg))
     with pytest.raises(RaimError) as forked:
         worker.log(table, results, doc)
     assert str(forked.value) == str(inline.value) and "\n" not in str(forked.value)
@@ -75,7 +76,7 @@ def test_a_store_failure_in_the_worker_is_the_same_one_line(tmp_path, monkeypatc
 def test_a_cancelled_worker_exits_and_logs_nothing(tmp_path):
     with tracking_store(tmp_path) as uri:
         cfg, *_ = _analysed(tmp_path)
-        worker = TrackingWorker.start(cfg)
+        worker = TrackingWorker.start(check_config(cfg))
         worker.cancel()
         with pytest.raises(ChildProcessError):
             os.waitpid(worker.pid, os.WNOHANG)  # reaped

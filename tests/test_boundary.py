@@ -408,8 +408,9 @@ MEMBERS = ["m0", "m1", "m2"]
 def saved_models(tmp) -> dict:
     """A stacker over three members and a panel of the lexical judge that never computes (a cold cache), saved
     as model folders with their documents under ``tmp`` (``stacker``, ``panel``) and read back as ``src.serve`` reads
-    them (:func:`src.mlops.serving.load_model`, then MLflow's ``PyFuncModel`` around it)."""
+    them (:func:`src.mlops.packaging.load_model`, then MLflow's ``PyFuncModel`` around it)."""
     from src.core.aggregate import StackedLogit
+    from src.mlops import packaging
     from src.mlops import serving as serve
 
     rng = np.random.default_rng(0)
@@ -431,7 +432,7 @@ def saved_models(tmp) -> dict:
     panel.config = {"cache_dir": str(tmp / "cold-cache"), "compute": False, "monitor_store": ""}
     models = {"stacker": serve.StackerModel(stacker, MEMBERS), "panel": panel}
     return {
-        name: serve.pyfunc_model(serve.load_model(str(serve.save_model(model, tmp / name))))
+        name: packaging.pyfunc_model(packaging.load_model(str(packaging.save_model(model, tmp / name))))
         for name, model in models.items()
     }
 
@@ -440,9 +441,9 @@ def saved_models(tmp) -> dict:
 def strict_apps(tmp_path_factory):
     """RAIM's strict server (StrictInputs over MLflow's own scoring app, in process, as `src.serve` builds it) for
     :func:`saved_models`."""
-    from src.mlops import serving as serve
+    from src.mlops import server as strict_server
 
-    return {name: serve.strict_app(m) for name, m in saved_models(tmp_path_factory.mktemp("strict")).items()}
+    return {name: strict_server.strict_app(m) for name, m in saved_models(tmp_path_factory.mktemp("strict")).items()}
 
 
 def _one_line_400(status, body, *needles):
@@ -536,7 +537,7 @@ def test_a_no_compute_panel_on_a_cold_cache_abstains_instead_of_failing(strict_a
 
 
 def test_an_error_inside_the_model_is_answered_in_one_line_without_the_input_or_a_trace():
-    from src.mlops.serving import one_line_error
+    from src.mlops.server import one_line_error
 
     wrapped = {
         "error_code": "INVALID_PARAMETER_VALUE",
@@ -702,7 +703,7 @@ def test_a_spec_with_a_field_of_the_wrong_type_is_one_line(tmp_path, node, why):
 
 
 def test_a_stacker_feature_only_some_members_have_is_one_line(tmp_path):
-    from src.core.ladder import design_matrix
+    from src.core.ladderbase import design_matrix
 
     p = tmp_path / "t.csv"
     p.write_text(TABLE)  # a@logodds, no b@logodds

@@ -1,5 +1,5 @@
-"""The escalation cascade (src/studies/suite/cascade.py) on simulated panels whose answer is known, and on the committed
-`cpu` verdicts."""
+"""The escalation cascade (src/studies/suite/cascade.py, escalation.py) on simulated panels whose answer is known, and
+on the committed `cpu` verdicts."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from sklearn.base import clone
 from src.analyses.__main__ import flat_metrics
 from src.core import verdicts
 from src.core.aggregate import StackedLogit, crossfit
-from src.core.ladder import LadderSettings, dataset_folds
+from src.core.ladder import dataset_folds
+from src.core.ladderbase import LadderSettings
 from src.judges import tables
 from src.present import figures, report
 from src.studies import simulate
-from src.studies.suite import cascade, cost
+from src.studies.checked import check_config
+from src.studies.suite import cascade, cost, escalation
 from src.studies.suite.reference import reference, references
 
 CFG = {
@@ -70,7 +72,7 @@ def informative_doc(informative):
 def test_band_thresholds_escalate_the_target_share_exactly_despite_ties():
     conf = np.array([0.0, 0.0, 0.0, 0.1, 0.1, 0.2, 0.2, 0.2, 0.2, 0.4])
     shares = np.array([0.0, 0.05, 0.25, 0.3, 0.5, 0.77, 1.0])
-    tau, q = cascade.band_thresholds(conf, shares)
+    tau, q = escalation.band_thresholds(conf, shares)
     expected = (conf[None] < tau[:, None]).mean(1) + q * (conf[None] == tau[:, None]).mean(1)
     np.testing.assert_allclose(expected, shares, atol=1e-12)
     assert tau[0] == -np.inf and tau[-1] == np.inf
@@ -85,10 +87,10 @@ def test_band_thresholds_of_weighted_rows_are_those_of_the_items_repeated():
     conf = np.round(rng.choice([0.0, 0.05, 0.1, 0.2, 0.3, 0.45], (6, 9)), 2)
     w = rng.integers(0, 4, (6, 9)).astype(float)
     w[:, 0] += 1  # no empty draw
-    tau, q = cascade.band_thresholds(conf, shares, w)
+    tau, q = escalation.band_thresholds(conf, shares, w)
     assert tau.shape == q.shape == (6, len(shares))
     for b in range(6):
-        t1, q1 = cascade.band_thresholds(np.repeat(conf[b], w[b].astype(int)), shares)
+        t1, q1 = escalation.band_thresholds(np.repeat(conf[b], w[b].astype(int)), shares)
         np.testing.assert_array_equal(tau[b], t1)
         np.testing.assert_array_equal(q[b], q1)
 
@@ -97,8 +99,8 @@ def test_the_tie_draw_escalates_with_its_probability():
     """The seeded tie rule escalates an item at τ with probability q: over many seeds, :func:`escalation_prob`."""
     ref = _ref([0.7] * 5, 0.2, 0.9, n_clusters=60, seed=2, n_boot=10)
     X, y = ref.table.votes, ref.table.gold
-    est = cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.1, 0.3, 0.5)).fit(X, y)
-    prob = cascade.escalation_prob(est.confidence(X)[None], est.thresholds_[:, None], est.tie_prob_[:, None])
+    est = escalation.Cascade(StackedLogit(n_votes=X.shape[1]), (0.1, 0.3, 0.5)).fit(X, y)
+    prob = escalation.escalation_prob(est.confidence(X)[None], est.thresholds_[:, None], est.tie_prob_[:, None])
     assert ((prob > 0) & (prob < 1)).any()  # some items tie at τ
     seen = np.mean([clone(est).set_params(random_state=r).fit(X, y).escalate(X) for r in range(400)], axis=0)
     assert np.abs(seen - prob).max() < 0.1 and np.all(seen[prob == 0] == 0) and np.all(seen[prob == 1] == 1)
@@ -120,8 +122,8 @@ def _brute_refit(X, y, e, folds, boot, est, n_draws):
         for tr, te in folds:
             rep = np.repeat(tr, iw[tr].astype(int))
             f = clone(est).fit(X[rep], y[rep])
-            esc = cascade.escalation_prob(f.confidence(X[te])[None], f.thresholds_[:, None], f.tie_prob_[:, None])
-            pred = cascade.merge(f.stacker_.predict(X[te]).astype(float), e[te], esc)
+            esc = escalation.escalation_prob(f.confidence(X[te])[None], f.thresholds_[:, None], f.tie_prob_[:, None])
+            pred = escalation.merge(f.stacker_.predict(X[te]).astype(float), e[te], esc)
             out[b] += np.stack([iw[te] @ _cells(y[te], p, True) for p in pred])
     return out
 
@@ -146,7 +148,7 @@ def test_a_refit_draw_is_the_cascade_fitted_on_the_draws_repeated_items(stacker)
     refit = cascade.CascadeRefit(st, X, e, np.array(shares), folds)
     rb = RefitBootstrap(y, folds, boot)
     n = 5
-    brute = _brute_refit(X, y, e, folds, boot, cascade.Cascade(st, shares), n)
+    brute = _brute_refit(X, y, e, folds, boot, escalation.Cascade(st, shares), n)
     got = {r: rb.counts(rung)[:n] for r, rung in refit.rungs().items()}
     for i in range(len(shares)):
         np.testing.assert_allclose(got[i], brute[:, i], rtol=0, atol=1e-9)
@@ -205,7 +207,7 @@ def test_no_escalation_is_the_panel_and_full_escalation_the_expensive_judge(info
         t.gold,
         t.frontier,
         informative.design.folds,
-        cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 1.0)),
+        escalation.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 1.0)),
         np.random.default_rng(0),
     )
     np.testing.assert_array_equal(cf["panel"], informative.stacked)
@@ -263,7 +265,7 @@ def test_an_uninformative_panel_gains_only_what_random_escalation_gains():
 def test_thresholds_never_see_held_out_items(informative):
     t, folds = informative.table, informative.design.folds
     X, y, e = t.votes.copy(), t.gold.copy(), t.frontier.copy()
-    est = cascade.Cascade(StackedLogit(n_votes=X.shape[1]), tuple(cascade.grid(CFG)))
+    est = escalation.Cascade(StackedLogit(n_votes=X.shape[1]), tuple(cascade.grid(CFG)))
     base = cascade.crossfit_cascade(X, y, e, folds, est, np.random.default_rng(7))
     tr, te = folds[0]
     np.testing.assert_array_equal(base["tau"][0], clone(est).fit(X[tr], y[tr]).thresholds_)
@@ -326,7 +328,7 @@ def test_abstentions_of_the_expensive_judge_keep_the_panel_verdict():
     panel = np.array([0.0, 1.0, 1.0, 0.0])
     expensive = np.array([1.0, 0.5, 0.0, 0.5])
     esc = np.array([[True, True, True, False]])
-    np.testing.assert_array_equal(cascade.merge(panel, expensive, esc), [[1.0, 1.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(escalation.merge(panel, expensive, esc), [[1.0, 1.0, 0.0, 0.0]])
 
 
 # ------------------------------------------------------------------------------------- suite, figure, report
@@ -376,7 +378,7 @@ def test_cpu_cascade_on_the_committed_verdicts(compose_cfg):
 
     cfg = compose_cfg("judge.missing=skip")
     s, st = instantiate(cfg.analysis, _convert_="all"), instantiate(cfg.stacker, _convert_="all")
-    table = tables.load_table(cfg)
+    table = tables.load_table(check_config(cfg))
     measured = cost.measured_from_cache(cfg.paths.cache_dir, list(table.members))
     scfg = OmegaConf.to_container(cfg.suite, resolve=True)
     costs = cost.compute(scfg["cost"], table.members, None, measured, table.frontier_name)
@@ -407,7 +409,7 @@ def test_a_flagged_item_escalates_at_every_share_and_is_counted(informative):
         t.gold,
         t.frontier,
         informative.design.folds,
-        cascade.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 0.1, 1.0)),
+        escalation.Cascade(StackedLogit(n_votes=X.shape[1]), (0.0, 0.1, 1.0)),
         np.random.default_rng(0),
         flagged,
     )
@@ -444,5 +446,5 @@ def test_the_suite_reads_the_flags_of_the_shipped_items_text(compose_cfg):
     df = pd.DataFrame(
         {"item_id": ids, "cluster_id": ids, "dataset": ["expertqa"] * 4, "gold": [1, 0, 0, 1], "m1": [1, 0, 0, 1]}
     )
-    flags = shipped_flags(compose_cfg(), verdicts.validate(df))
+    flags = shipped_flags(check_config(compose_cfg()), verdicts.validate(df))
     assert flags == {"expertqa-00609-neg": True, "expertqa-00975-pos": True, "expertqa-00000-pos": False}

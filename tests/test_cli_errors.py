@@ -59,12 +59,12 @@ CASES = {
     ),
     "registry: unknown roster": (
         lambda t: ["src.registry", "log-panel", "--roster", "nope", "--stacker-uri", "models:/x@y"],
-        "no roster 'nope'",
+        "no option 'nope' in the 'roster' group (options: ablation_no_gemma, cpu, openai_server,",
     ),
     "run: output is a directory": (lambda t: ["src.run", f"output={t}", "tracking.enabled=false"], "is a directory"),
     "run: bad judge.missing": (
         lambda t: ["src.run", "judge.missing=sometimes", "tracking.enabled=false", f"output={t}/r.json"],
-        "judge.missing='sometimes'",
+        "judge: missing='sometimes' is not Literal['error', 'judged_only', 'skip', 'auto'] (JudgeSettings)",
     ),
     "analyses: verdicts file missing": (
         lambda t: ["src.analyses", f"verdicts={t}/none.csv", "tracking.enabled=false"],

@@ -8,7 +8,7 @@ import json
 import pandas as pd
 import pytest
 
-from src.core import decide, ladder, verdicts
+from src.core import decide, ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
 from src.studies import simulate
 
@@ -121,12 +121,12 @@ def test_a_paying_panel_under_the_floor_is_not_deployed():
 def test_the_floor_is_a_setting_distinct_from_kappa0():
     s = summary(stacked=0.52, single=0.45, call="tie")
     assert decide.decide(s, 0.40).action == "single" and decide.decide(s, 0.50).action == "none"
-    assert ladder.LadderSettings().kappa_floor == 0.40 != ladder.LadderSettings().kappa0
+    assert ladderbase.LadderSettings().kappa_floor == 0.40 != ladderbase.LadderSettings().kappa0
     with pytest.raises(decide.FloorError, match=r"analysis.kappa_floor=2: must be in \[-1, 1\]"):
         decide.decide(s, 2)
     # checked before any work, by the ladder's settings check, with the same rule
     with pytest.raises(decide.FloorError, match=r"analysis.kappa_floor=2: must be in \[-1, 1\]"):
-        ladder.check_settings(ladder.LadderSettings(kappa_floor=2), StackedLogit())
+        ladderbase.check_settings(ladderbase.LadderSettings(kappa_floor=2), StackedLogit())
 
 
 def test_undefined_phi_and_missing_kappa_are_said_not_crashed():
@@ -144,7 +144,7 @@ def test_results_json_carries_the_decision_per_dataset():
         ignore_index=True,
     )
     t = verdicts.validate(frame)
-    s = ladder.LadderSettings(n_boot=200, core=["good", "bad"], abstention_contrast=False)
+    s = ladderbase.LadderSettings(n_boot=200, core=["good", "bad"], abstention_contrast=False)
     doc = json.loads(json.dumps(ladder.to_json(ladder.analyze(t, StackedLogit(), s), s), default=float))
     good, bad = doc["datasets"]["good"]["decision"], doc["datasets"]["bad"]["decision"]
     assert list(doc["datasets"]["good"])[0] == "decision" and doc["settings"]["kappa_floor"] == 0.40

@@ -22,9 +22,10 @@ from test_track import QUIET, compose_cfg, free_port, tracking_store
 from src import predict
 from src.core.aggregate import StackedLogit
 from src.judges import weights
-from src.mlops import registry
+from src.mlops import packaging, registry
 from src.mlops import serving as serve
 from src.mlops import tracking as track
+from src.studies.checked import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "simulated-panel.csv"
@@ -75,7 +76,7 @@ def store(tmp_path_factory):
             ),
         ):
             with mlflow.start_run(tags={**tags, **extra}):
-                uris[name] = serve.log_stacker(fitted(1), ["lexical"], decision=decision).model_uri
+                uris[name] = packaging.log_stacker(fitted(1), ["lexical"], decision=decision).model_uri
         yield {"uri": uri, "tmp": tmp, **uris}
 
 
@@ -128,14 +129,13 @@ def test_predict_warns_and_records_when_the_models_run_did_not_decide_panel(stor
 def test_a_panel_model_carries_its_stackers_decision(store, tmp_path):
     import mlflow
 
+    from src.io.config import thaw
     from src.judges.config import load_roster
 
     with tracking_store(store["tmp"]):
-        from omegaconf import OmegaConf
-
-        roster = OmegaConf.to_container(load_roster("tiny"), resolve=True)
+        roster = thaw(load_roster("tiny"))
         with mlflow.start_run():
-            uri = serve.log_panel(roster, fitted(1), ["lexical"], cache_dir=tmp_path / "c", decision=NONE).model_uri
+            uri = packaging.log_panel(roster, fitted(1), ["lexical"], cache_dir=tmp_path / "c", decision=NONE).model_uri
         out = mlflow.pyfunc.load_model(uri).predict(
             pd.DataFrame({"evidence": ["Paris is in France."], "candidate": ["Paris is in Spain."]})
         )
@@ -197,7 +197,7 @@ def test_a_missing_weight_package_is_one_line_naming_the_install_command(store, 
     assert "RAIM_MODELS=all bash scripts/setup.sh" in str(e.value) and "\n" not in str(e.value)
     with tracking_store(store["tmp"]):
         with mlflow.start_run(tags={"roster": "cpu", "dataset": "wice", "frame": "auto", "kind": "stacking"}):
-            uri = serve.log_stacker(fitted(2), ["qwen05b", "lexical"], decision=NONE).model_uri
+            uri = packaging.log_stacker(fitted(2), ["qwen05b", "lexical"], decision=NONE).model_uri
         capsys.readouterr()  # MLflow's own chatter while logging
         code, out, err = cli(
             capsys, predict.main, "--model-uri", uri, *ITEM, "--cache-dir", str(tmp_path / "cache"), "--no-progress"
@@ -232,8 +232,8 @@ def test_an_analysis_run_and_its_dataset_runs_carry_those_names(tmp_path):
         )
         from src.studies import stacking
 
-        table, results, doc = stacking.analyse(cfg)
-        run_id = track.log_analysis(cfg, table, results, doc)
+        table, results, doc = stacking.analyse(check_config(cfg))
+        run_id = track.log_analysis(check_config(cfg), table, results, doc)
         parent = mlflow.get_run(run_id)
         kids = mlflow.search_runs(
             search_all_experiments=True, output_format="list", filter_string=f"tags.mlflow.parentRunId = '{run_id}'"

@@ -85,8 +85,8 @@ def test_readme_is_a_front_door():
 
 
 def test_ci_runs_the_readmes_whole_suite_command():
-    """.ci/run calls the test command the README writes for the whole suite (on both cores, the slowest tests
-    printed), and the getting-started page writes the same one."""
+    """.ci/run calls the test command the README writes for the whole suite (on both cores, the ten slowest tests
+    printed at the end), and the getting-started page writes the same one."""
     pattern = re.compile(r"^(python -m pytest [^#]*?)\s+# the whole suite", re.MULTILINE)
     command = pattern.search((ROOT / "README.md").read_text(encoding="utf-8"))
     assert command, "README: no `python -m pytest …  # the whole suite …` line"

@@ -21,7 +21,7 @@ from src import predict
 from src.core import verdicts
 from src.core.errors import RaimError
 from src.io import datasets
-from src.studies import rate
+from src.studies.pool import Pool, read_labels, read_pool
 
 CAFE = "caf\u00e9-1"  # é precomposed (NFC); its NFD spelling is "cafe" + U+0301
 
@@ -86,10 +86,10 @@ TEXTS: dict[str, dict[str, str]] = {  # reader -> format -> the plain UTF-8 text
 POOL = TEXTS["pool"]["csv"]
 
 
-def _pool(tmp: Path) -> rate.Pool:
+def _pool(tmp: Path) -> Pool:
     path = tmp / "the-pool.csv"
     path.write_text(POOL, encoding="utf-8")
-    return rate.read_pool(path)
+    return read_pool(path)
 
 
 def _built(path: Path) -> dict:
@@ -107,11 +107,9 @@ READERS: dict[str, Callable[[Path], object]] = {  # reader -> what it read, comp
     "verdict table": lambda p: (lambda t: (t.items.to_dict("list"), t.votes.tolist()))(verdicts.load(p)),
     "raw records": _built,
     "items": lambda p: (lambda i: (i.frame.to_dict("list"), i.passed.to_dict("list")))(predict.read_items(p)),
-    "pool": lambda p: (lambda q: (q.item_ids.tolist(), np.round(q.p, 6).tolist(), q.clusters.tolist()))(
-        rate.read_pool(p)
-    ),
+    "pool": lambda p: (lambda q: (q.item_ids.tolist(), np.round(q.p, 6).tolist(), q.clusters.tolist()))(read_pool(p)),
     "labels": lambda p: (lambda lab: (lab[0].tolist(), np.nan_to_num(lab[1], nan=-1).tolist()))(
-        rate.read_labels(p, _pool(p.parent))
+        read_labels(p, _pool(p.parent))
     ),
     "dataset items": lambda p: datasets.read_items(p).to_dict("list"),
 }

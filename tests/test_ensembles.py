@@ -14,13 +14,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from src.core import ladder
+from src.core import ladder, ladderbase
 from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN, validate
+from src.io.config import thaw
 from src.studies import ensembles
+from src.studies.checked import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = ladder.LadderSettings(n_boot=300, seed=0)
+SETTINGS = ladderbase.LadderSettings(n_boot=300, seed=0)
 
 
 def simulated(n_clusters: int = 120, seed: int = 0, abstain: float = 0.05):
@@ -104,8 +106,8 @@ def expertqa(tmp_path_factory):
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=["dataset=expertqa"])
-    table = load_table(cfg)
-    return cfg, table, traces.benchmark_items(cfg, "expertqa", table)
+    table = load_table(check_config(cfg))
+    return cfg, table, traces.benchmark_items(check_config(cfg), "expertqa", table)
 
 
 def test_mlflow_make_scorer_ensemble_over_raim_member_scorers(expertqa):
@@ -115,12 +117,10 @@ def test_mlflow_make_scorer_ensemble_over_raim_member_scorers(expertqa):
     from src.mlops import scorers, traces
 
     cfg, table, items = expertqa
-    t, _ = ladder.active_members(table)
-    frame = frame_for(cfg, "expertqa")
+    t, _ = ladderbase.active_members(table)
+    frame = frame_for(check_config(cfg), "expertqa")
     roster = OmegaConf.to_container(cfg.roster, resolve=True)
-    votes = scorers.Votes(
-        roster, {frame.name: OmegaConf.to_container(frame)}, frame.name, ROOT / cfg.paths.cache_dir, False
-    )
+    votes = scorers.Votes(roster, {frame["name"]: thaw(frame)}, frame["name"], ROOT / cfg.paths.cache_dir, False)
     s = traces.settings()
     preds, refused, seen = scorers.ensemble_predictions(
         votes, items, list(t.members), ["majority_vote", "mean"], 0.5, s.mapping, "expertqa"

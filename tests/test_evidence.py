@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from src.core import decide, ladder, verdicts
+from src.core import decide, ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
 from src.core.evaluate import ABSTAIN, ClusterBootstrap, deployed, from_counts, indicators, kappa
 from src.core.ladder import refit_delta
@@ -21,8 +21,10 @@ STRONG_WEAK = [0.95, 0.625, 0.60, 0.60, 0.575]  # κ 0.90 among four of κ 0.15�
 
 def _analyse(df: pd.DataFrame, n_boot: int = 200) -> dict:
     t = verdicts.validate(df)
-    (r,) = ladder.analyze(t, StackedLogit(), ladder.LadderSettings(n_boot=n_boot, abstention_contrast=False)).values()
-    doc = ladder.to_json({"d": r}, ladder.LadderSettings(n_boot=n_boot))
+    (r,) = ladder.analyze(
+        t, StackedLogit(), ladderbase.LadderSettings(n_boot=n_boot, abstention_contrast=False)
+    ).values()
+    doc = ladder.to_json({"d": r}, ladderbase.LadderSettings(n_boot=n_boot))
     return {"table": t, "result": r, "summary": doc["datasets"]["d"], "doc": doc}
 
 
@@ -134,7 +136,7 @@ def test_the_refit_draws_deploy_the_same_choice(abstaining):
     t = abstaining["table"]
     y, clusters = t.gold, t.clusters
     rb = RefitBootstrap(
-        y, ladder.checked_folds(y, clusters, ladder.LadderSettings()), ClusterBootstrap(clusters, 50, 0)
+        y, ladderbase.checked_folds(y, clusters, ladderbase.LadderSettings()), ClusterBootstrap(clusters, 50, 0)
     )
     rungs = {"best_cv": rb.best_cv(t.votes, 0.5), "best_cv_deployed": rb.best_cv(t.votes, 0.5, as_deployed=True)}
     assert rungs["best_cv"].abstains and not rungs["best_cv_deployed"].abstains

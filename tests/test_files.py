@@ -88,3 +88,45 @@ def test_the_tracked_beta_table_writes_rounding_noise_as_zero():
     }
     rows = beta_rows(doc)
     assert rows["beta"].tolist() == [0.0, 0.52] and rows["beta_full"].tolist() == [0.0, 0.53]
+
+
+# Pairs of the same statistic computed under OpenBLAS's Haswell and SkylakeX kernels (the studies' JSON files
+# before floats were written by rule): monitor's reference SE, a rate cell's bias (cancellation: 1e-12 relative),
+# a prevalence window bound, PPI++ against ppi_py (rounding noise), the suite's fixed-effects coefficient.
+KERNEL_PAIRS = [
+    (0.02230506435673454, 0.022305064356734537),
+    (8.061902904955398e-06, 8.061902904971051e-06),
+    (8.737221823861086e-05, 8.737221823859767e-05),
+    (1.6653345369377348e-16, 2.7755575615628914e-16),
+    (1.0373986471863048, 1.037398647186303),
+    (992.4790653539578, 992.4790653539587),
+]
+
+
+def test_a_json_result_does_not_hang_on_the_last_bits_of_its_floats():
+    """The same statistic computed in another summation order is written as the same bytes (every JSON result
+    goes through to_json): its last bits are not part of the result."""
+    from src.io.files import to_json
+
+    for a, b in KERNEL_PAIRS:
+        assert to_json({"x": a, "xs": [a, -a]}) == to_json({"x": b, "xs": [b, -b]}), (a, b)
+
+
+def test_written_floats_keep_seven_significant_digits_down_to_the_ninth_decimal():
+    """The rule (docs/data.md): 7 significant digits, never finer than 1e-9; noise under 5e-10 is 0, −0 is 0;
+    values with fewer digits, integers, booleans and null are written as they are; rounding twice changes
+    nothing (a document read and written again keeps its bytes)."""
+    import json
+
+    from src.io.files import to_json, written_float
+
+    assert written_float(992.4790653539578) == 992.4791
+    assert written_float(1.9454876793) == 1.945488
+    assert written_float(3.734684515948285e-08) == 3.7e-08  # a p-value: 9 decimals leave 2 digits
+    assert written_float(6e-10) == 1e-09 and written_float(4.9e-10) == 0.0
+    assert str(written_float(-2.7e-17)) == "0.0" and str(written_float(-0.0)) == "0.0"
+    assert written_float(0.435) == 0.435 and written_float(80612.65745421071) == 80612.66
+    doc = {"n": 200, "ok": True, "none": None, "p": [0.1, 0.30000000000000004, float("nan")], "big": 12345678.9}
+    text = to_json(doc)
+    assert json.loads(text) == {"n": 200, "ok": True, "none": None, "p": [0.1, 0.3, None], "big": 12345680.0}
+    assert to_json(json.loads(text)) == text

@@ -1,4 +1,4 @@
-"""The scoring server under hostile clients (src/mlops/serving.py, src/mlops/limits.py): headers or a body that never
+"""The scoring server under hostile clients (src/mlops/server.py, src/mlops/limits.py): headers or a body that never
 end, bodies over the limit, unknown top-level keys, lone surrogates, a column named twice, a numeric prevalence;
 and a monitor store that cannot be written. RAIM's strict app over MLflow's own scoring app, in process
 (``_asgi``) or behind the real uvicorn server on 127.0.0.1 (``running``), for models saved and loaded through
@@ -19,7 +19,7 @@ from test_boundary import _asgi, _one_line_400, saved_models
 from test_track import free_port
 
 from src.io import votestore
-from src.mlops import serving as serve
+from src.mlops import server as strict_server
 from src.mlops.limits import MIB, Limits
 
 ROW = {"m0": 1, "m1": 0, "m2": 1}
@@ -29,23 +29,23 @@ FAST = Limits(header_timeout_s=0.5, body_timeout_s=0.5, max_body_bytes=MIB)
 @pytest.fixture(scope="module")
 def apps(tmp_path_factory):
     """The strict apps of :func:`test_boundary.saved_models` under the default limits."""
-    return {name: serve.strict_app(m) for name, m in saved_models(tmp_path_factory.mktemp("apps")).items()}
+    return {name: strict_server.strict_app(m) for name, m in saved_models(tmp_path_factory.mktemp("apps")).items()}
 
 
 @pytest.fixture(scope="module")
 def fast(tmp_path_factory):
     """The strict app of :func:`test_boundary.saved_models`' stacker under :data:`FAST` limits."""
-    return serve.strict_app(saved_models(tmp_path_factory.mktemp("fast"))["stacker"], FAST)
+    return strict_server.strict_app(saved_models(tmp_path_factory.mktemp("fast"))["stacker"], FAST)
 
 
 @contextlib.contextmanager
 def running(app, limits: Limits):
-    """``app`` behind uvicorn with RAIM's server configuration (:func:`src.mlops.serving.server_config`), in a
+    """``app`` behind uvicorn with RAIM's server configuration (:func:`src.mlops.server.server_config`), in a
     thread; yields its port."""
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(serve.server_config(app, "127.0.0.1", port, limits))
+    server = uvicorn.Server(strict_server.server_config(app, "127.0.0.1", port, limits))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.time() + 30
@@ -189,7 +189,7 @@ def test_a_store_that_cannot_be_written_is_visible_in_the_answer_the_health_and_
     blocker.write_text("x")  # a file where the store's folder should be: nothing can be created there
     monkeypatch.setenv(votestore.STORE_ENV, str(blocker / "votes.sqlite"))
     monkeypatch.delenv(votestore.FAILURE_ENV, raising=False)
-    app = serve.strict_app(saved_models(tmp_path)["stacker"], FAST)
+    app = strict_server.strict_app(saved_models(tmp_path)["stacker"], FAST)
     with running(app, FAST) as port:
         status, health = get(port, "/health")
         assert status == 200 and health["monitor"]["status"] == "ok" and health["monitor"]["unrecorded_rows"] == 0
@@ -216,7 +216,7 @@ def test_a_store_that_cannot_be_written_is_visible_in_the_answer_the_health_and_
 def test_an_unknown_monitor_setting_stops_the_server_at_start(tmp_path, monkeypatch):
     monkeypatch.setenv(votestore.FAILURE_ENV, "maybe")
     with pytest.raises(votestore.MonitorError, match="'maybe' is not one of \\['answer', 'refuse'\\]"):
-        serve.strict_app(saved_models(tmp_path)["stacker"])
+        strict_server.strict_app(saved_models(tmp_path)["stacker"])
 
 
 def test_the_command_line_s_limits_reach_the_server(tmp_path):

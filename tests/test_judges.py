@@ -449,11 +449,11 @@ def test_rosters_compose_and_instantiate_without_loading(name):
         ident = be.identity()
         assert ident["backend"] and json.dumps(ident)
     if name == "paper":
-        assert len(names) == 10 and r.frontier.backend.model == "claude-sonnet-4-6"
+        assert len(names) == 10 and r["frontier"]["backend"]["model"] == "claude-sonnet-4-6"
     if "no_gemma" in name:
         assert not any("gemma" in n for n in names)
     if name == "cpu":
-        fams = {m.family for m in r.members}
+        fams = {m["family"] for m in r["members"]}
         assert {"MiniLM-similarity", "lexical-support"} <= fams and len(names) == 6
 
 

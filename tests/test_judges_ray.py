@@ -78,6 +78,7 @@ except (ModuleNotFoundError, FileNotFoundError) as e:  # pragma: no cover
 from src.io.datasets import read_dataset  # noqa: E402
 from src.judges.config import load_frame_cfgs, load_roster  # noqa: E402
 from src.judges.runner import cluster_subsample, verdict_table  # noqa: E402
+from src.studies.checked import check_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +288,7 @@ def test_src_run_judges_on_ray_with_judge_engine_ray(cluster, compose_cfg, tmp_p
         "analysis=fast",
         "tracking.enabled=false",
     )
-    table = tables.load_table(cfg)
+    table = tables.load_table(check_config(cfg))
     assert len(table.items) == 8 and table.members == ["smollm135m", "lexical"]
     cache = table.provenance["cache"]["truthfulqa"]
     assert all(cache[m]["cached"] == 8 for m in table.members)

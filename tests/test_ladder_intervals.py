@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from scipy.stats import norm
 
-from src.core import ladder, verdicts
+from src.core import ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators, interval, paired_delta
 from src.core.refit import RefitBootstrap, fisher_interval, gradients
@@ -28,7 +28,7 @@ def _table(seed=3, n_clusters=80, datasets=("sim",)):
 @pytest.fixture(scope="module")
 def result():
     t = _table()
-    return t, ladder.analyze(t, StackedLogit(), ladder.LadderSettings(n_boot=300))["sim"]
+    return t, ladder.analyze(t, StackedLogit(), ladderbase.LadderSettings(n_boot=300))["sim"]
 
 
 def test_calls_read_the_corrected_refit_interval_and_the_fixed_ones_are_kept(result):
@@ -36,7 +36,7 @@ def test_calls_read_the_corrected_refit_interval_and_the_fixed_ones_are_kept(res
     s = r.summary
     y, clusters = t.gold, t.clusters
     boot = ClusterBootstrap(clusters, 300, 0)
-    folds = ladder.checked_folds(y, clusters, ladder.LadderSettings())
+    folds = ladderbase.checked_folds(y, clusters, ladderbase.LadderSettings())
     rb = RefitBootstrap(y, folds, boot)
     rungs = {"stacked": rb.stacked(t.votes, 1.0, 0.5), "best_cv": rb.best_cv(t.votes, 0.5)}
     chunks = list(rb.draws(rungs))
@@ -66,7 +66,7 @@ def test_calls_read_the_corrected_refit_interval_and_the_fixed_ones_are_kept(res
     # a rung nothing was fitted for keeps its percentile interval
     assert s["comparators"]["majority"]["kappa"]["ci"] == s["comparators"]["majority"]["kappa"]["ci_fixed"]
     # the decision reads the corrected call against the CV-best single as deployed (its abstentions answered)
-    doc = ladder.to_json({"sim": r}, ladder.LadderSettings(n_boot=300))
+    doc = ladder.to_json({"sim": r}, ladderbase.LadderSettings(n_boot=300))
     assert doc["datasets"]["sim"]["decision"]["delta_ci"] == s["deltas"]["best_cv_deployed"]["kappa"]["ci"]
 
 
@@ -77,7 +77,7 @@ def test_the_correction_lies_between_the_fixed_and_the_refit_variance(result):
     s = r.summary
     y, clusters = t.gold, t.clusters
     boot = ClusterBootstrap(clusters, 300, 0)
-    rb = RefitBootstrap(y, ladder.checked_folds(y, clusters, ladder.LadderSettings()), boot)
+    rb = RefitBootstrap(y, ladderbase.checked_folds(y, clusters, ladderbase.LadderSettings()), boot)
     k_st = from_counts(rb.counts(rb.stacked(t.votes, 1.0, 0.5)))["kappa"]
     k_st -= from_counts(rb.counts(rb.best_cv(t.votes, 0.5)))["kappa"]
     fixed = boot.metrics(y, np.column_stack([r.predictions["stacked"], r.predictions["best_cv"]]))["kappa"]
@@ -96,7 +96,7 @@ def test_the_correction_lies_between_the_fixed_and_the_refit_variance(result):
 def test_holm_families_are_a_setting(mode, families):
     t = _table(n_clusters=40, datasets=("a", "b", "c"))
     res = ladder.analyze(
-        t, StackedLogit(), ladder.LadderSettings(n_boot=60, core=["a"], holm=mode, abstention_contrast=False)
+        t, StackedLogit(), ladderbase.LadderSettings(n_boot=60, core=["a"], holm=mode, abstention_contrast=False)
     )
     for name, fam in zip("abc", families):
         s = res[name].summary
@@ -109,8 +109,8 @@ def test_holm_families_are_a_setting(mode, families):
 
 
 def test_holm_setting_is_checked():
-    with pytest.raises(ladder.AnalysisError, match=r"^analysis.holm='some': must be one of core, separate, all$"):
-        ladder.check_settings(ladder.LadderSettings(holm="some"), StackedLogit())
+    with pytest.raises(ladderbase.AnalysisError, match=r"^analysis.holm='some': must be one of core, separate, all$"):
+        ladderbase.check_settings(ladderbase.LadderSettings(holm="some"), StackedLogit())
 
 
 def test_admissibility_is_read_with_its_uncertainty():
@@ -131,7 +131,7 @@ def test_admissibility_is_read_with_its_uncertainty():
         for b in range(len(w))
     ]
     assert share == pytest.approx(np.mean(loop))
-    s = ladder.analyze(t, StackedLogit(), ladder.LadderSettings(n_boot=200))["sim"].summary
+    s = ladder.analyze(t, StackedLogit(), ladderbase.LadderSettings(n_boot=200))["sim"].summary
     a = s["admissibility"]
     assert 0 <= a["admitted_share"] <= 1
     assert a["members_uncertain"] == [m for m, v in s["members"].items() if v["kappa_ci"][0] < 0.30 <= v["kappa_ci"][1]]

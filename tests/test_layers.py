@@ -90,3 +90,17 @@ def _in_try(path: Path, target: ast.AST) -> bool:
         ):
             return True
     return False
+
+
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_over_600_lines():
+    """A module holds one concept: past 600 lines it has become several rooms (split it by concept, the way
+    ``present/rate.py`` sits beside ``present/injection.py``)."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / "src").rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"

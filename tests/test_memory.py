@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_ladder_intervals import _table
 
-from src.core import ladder, memory
+from src.core import ladder, ladderbase, memory
 from src.core.aggregate import StackedLogit
 
 GLIBC = sys.platform.startswith("linux") and ctypes.util.find_library("c") is not None
@@ -45,7 +45,7 @@ def test_the_ladder_trims_once_per_dataset_and_builds_one_subset_at_a_time(monke
         raise AssertionError("by_dataset() holds every subset at once")
 
     monkeypatch.setattr(type(table), "by_dataset", no_dict)
-    results = ladder.analyze(table, StackedLogit(), ladder.LadderSettings(n_boot=50))
+    results = ladder.analyze(table, StackedLogit(), ladderbase.LadderSettings(n_boot=50))
     assert sorted(results) == ["a", "b", "c"] and len(trims) == 3
 
 
@@ -59,7 +59,7 @@ def test_each_dataset_yields_what_by_dataset_holds():
 
 def test_a_result_keeps_no_view_of_the_whole_vote_matrix():
     table = _table(datasets=("a", "b"))
-    results = ladder.analyze(table, StackedLogit(), ladder.LadderSettings(n_boot=50))
+    results = ladder.analyze(table, StackedLogit(), ladderbase.LadderSettings(n_boot=50))
     for r in results.values():
         for name, pred in r.predictions.items():
             assert pred is None or pred.base is None or pred.base.size == pred.size, name

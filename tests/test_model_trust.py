@@ -18,7 +18,7 @@ from test_cli_errors import cli
 from test_track import children, log_simulated, tracking_store
 
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
-from src.mlops import artifact, registry, serving
+from src.mlops import artifact, packaging, registry, serving
 
 MEMBERS = [f"m{j:02d}" for j in range(8)]
 
@@ -64,7 +64,7 @@ def logged(tmp_path_factory):
     with tracking_store(tmp) as uri:
         stacker = fitted()
         with mlflow.start_run():
-            info = serving.log_stacker(stacker, ["a", "b", "c"])
+            info = packaging.log_stacker(stacker, ["a", "b", "c"])
         location = MlflowClient().get_logged_model(info.model_id).artifact_location
         folder = tmp / "folder"
         shutil.copytree(location.removeprefix("file://"), folder)
@@ -82,7 +82,7 @@ def logged(tmp_path_factory):
 )
 def test_a_stacker_rebuilt_from_its_document_predicts_bit_for_bit(make):
     stacker = make()
-    doc = serving.document_of(serving.StackerModel(stacker, ["a", "b", "c"]))
+    doc = packaging.document_of(serving.StackerModel(stacker, ["a", "b", "c"]))
     again, rebuilt = artifact.parse(artifact.dumps(doc), "doc")
     X = np.array([[1, 0, 0.5], [0, 0, 0], [1, 1, 1], [0.5, 0.5, 0.5]], dtype=float)
     assert np.array_equal(rebuilt.predict_proba(X), stacker.predict_proba(X))
@@ -90,7 +90,7 @@ def test_a_stacker_rebuilt_from_its_document_predicts_bit_for_bit(make):
 
 
 def _doc(**change) -> bytes:
-    raw = json.loads(artifact.dumps(serving.document_of(serving.StackerModel(fitted(), ["a", "b", "c"]))))
+    raw = json.loads(artifact.dumps(packaging.document_of(serving.StackerModel(fitted(), ["a", "b", "c"]))))
     for path, value in change.items():
         node = raw
         *parents, last = path.split("__")
@@ -127,7 +127,7 @@ def test_a_panel_documents_roster_is_checked_against_the_backends_allow_list(com
 
     roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
     model = serving.PanelModel(roster, serving.frame_configs(), "claim", fitted(), ["smollm135m", "lexical", "x"])
-    doc = json.loads(artifact.dumps(serving.document_of(model)))
+    doc = json.loads(artifact.dumps(packaging.document_of(model)))
     doc["roster"]["members"].append({"name": "x", "backend": {"_target_": "os.system", "command": "touch F"}})
     with pytest.raises(Exception, match="not a judge backend RAIM ships"):
         artifact.parse(json.dumps(doc).encode(), "panel")
@@ -138,10 +138,10 @@ def test_a_model_folder_that_would_run_code_is_read_from_its_document_only(logge
     folder = tmp_path / "model"
     shutil.copytree(logged["folder"], folder)
     plant(folder, flag)
-    inner = serving.load_model(str(folder))
+    inner = packaging.load_model(str(folder))
     X = pd.DataFrame({"a": [1.0, 0.0], "b": [1.0, 0.0], "c": [1.0, 0.5]})
     expected = logged["stacker"].predict_proba(X.to_numpy())[:, 1]
-    assert np.array_equal(serving.pyfunc_model(inner).predict(X)["p_hallucinated"].to_numpy(float), expected)
+    assert np.array_equal(packaging.pyfunc_model(inner).predict(X)["p_hallucinated"].to_numpy(float), expected)
     assert not flag.exists()
 
 
@@ -152,7 +152,7 @@ def test_a_folder_without_a_document_is_refused_before_anything_runs(logged, tmp
     plant(folder, flag)
     (folder / "artifacts" / artifact.DOCUMENT).unlink()
     with pytest.raises(artifact.ModelRefused, match="no artifacts/raim_model.json"):
-        serving.load_model(str(folder))
+        packaging.load_model(str(folder))
     assert not flag.exists()
 
 
@@ -162,15 +162,15 @@ def test_a_logged_models_document_changed_in_the_store_is_refused(logged, tmp_pa
 
     with tracking_store(tmp_path):
         with mlflow.start_run():
-            info = serving.log_stacker(fitted(), ["a", "b", "c"])
-        assert isinstance(serving.load_model(info.model_uri), serving.StackerModel)
+            info = packaging.log_stacker(fitted(), ["a", "b", "c"])
+        assert isinstance(packaging.load_model(info.model_uri), serving.StackerModel)
         location = Path(MlflowClient().get_logged_model(info.model_id).artifact_location.removeprefix("file://"))
         doc = location / "artifacts" / artifact.DOCUMENT
         raw = json.loads(doc.read_text())
         raw["stacker"]["intercept"] += 5.0  # every item "hallucinated": a quiet sabotage
         doc.write_text(json.dumps(raw))
         with pytest.raises(artifact.ModelRefused, match="changed since it was recorded"):
-            serving.load_model(info.model_uri)
+            packaging.load_model(info.model_uri)
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_promotion_records_the_digest_and_serve_refuses_a_document_changed_after
         flag = tmp_path / "FLAG"
         folder = _version_folder("trust-good")
         plant(folder, flag)  # the pickle and the loader replaced: RAIM never reads them
-        model = serving.load_model("models:/trust-good@champion")
+        model = packaging.load_model("models:/trust-good@champion")
         assert model.columns == MEMBERS and not flag.exists()
         doc = folder / "artifacts" / artifact.DOCUMENT
         doc.write_bytes(doc.read_bytes().replace(b'"threshold": 0.5', b'"threshold": 0.99'))

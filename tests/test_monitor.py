@@ -23,10 +23,12 @@ from src.core import drift, errors
 from src.core.aggregate import StackedLogit
 from src.core.verdicts import ABSTAIN
 from src.io import votestore
-from src.mlops import serving as serve
-from src.present import report
+from src.mlops import packaging
+from src.present.monitor import monitor_section
 from src.studies import monitor, simulate
-from src.studies import rate as rate_study
+from src.studies.checked import check_config
+from src.studies.estimate import segment_rates
+from src.studies.pool import read_labels, read_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 MEMBERS = ["m00", "m01", "m02"]
@@ -54,7 +56,7 @@ def stacker_model(tmp_path_factory):
     X = np.column_stack([np.where(rng.random(300) < 0.8, gold, 1 - gold) for _ in MEMBERS]).astype(float)
     with tracking_store(tmp):
         with mlflow.start_run():
-            uri = serve.log_stacker(StackedLogit(n_votes=3).fit(X, gold), MEMBERS).model_uri
+            uri = packaging.log_stacker(StackedLogit(n_votes=3).fit(X, gold), MEMBERS).model_uri
         yield mlflow.pyfunc.load_model(uri)
 
 
@@ -111,7 +113,7 @@ def test_served_panel_records_votes_and_item_ids_never_the_text(tmp_path, compos
     stacker = StackedLogit(n_votes=2).fit(np.column_stack([gold, gold]).astype(float), gold)
     with tracking_store(tmp_path):
         with mlflow.start_run():
-            uri = serve.log_panel(roster, stacker, names, default_frame="claim").model_uri
+            uri = packaging.log_panel(roster, stacker, names, default_frame="claim").model_uri
         store = tmp_path / "votes.sqlite"
         model = mlflow.pyfunc.load_model(
             uri, model_config={"cache_dir": str(tmp_path / "cache"), "compute": False, "monitor_store": str(store)}
@@ -214,7 +216,7 @@ def _cfg(compose_cfg, *extra):
 @pytest.mark.parametrize("scenario", ["accuracy", "abstain", "prevalence"])
 def test_replay_flags_the_change_within_the_stated_delay_and_not_before(compose_cfg, scenario):
     cfg = _cfg(compose_cfg, f"monitor.replay.scenario={scenario}", "monitor.evaluation.scenarios=[none]")
-    doc = monitor.compute(cfg)
+    doc = monitor.compute(check_config(cfg))
     change, rep = doc["stream"]["change"], doc["replay"]
     assert change == cfg.monitor.replay.stable_items
     assert rep["false_alarms"] == {"panel": [], "prevalence": []}
@@ -229,10 +231,12 @@ def test_replay_flags_the_change_within_the_stated_delay_and_not_before(compose_
 
 
 def test_a_stable_stream_raises_no_alarm(compose_cfg):
-    doc = monitor.compute(_cfg(compose_cfg, "monitor.replay.scenario=none", "monitor.evaluation.scenarios=[none]"))
+    doc = monitor.compute(
+        check_config(_cfg(compose_cfg, "monitor.replay.scenario=none", "monitor.evaluation.scenarios=[none]"))
+    )
     assert doc["alarms"] == {"panel": [], "prevalence": []}
     assert doc["evaluation"]["none"]["false_alarm_seeds"] == 0
-    text = "\n".join(report.monitor_section(doc))
+    text = "\n".join(monitor_section(doc))
     assert "panel alarms at items none, prevalence alarms at none" in text and "| none | — | 0/1 |" in text
 
 
@@ -246,12 +250,12 @@ def test_store_source_reads_a_recorded_stream_against_a_verdict_table(compose_cf
     votestore.record(tmp_path / "s.sqlite", "stacker", MEMBERS, votes, p[:, 1], stream["item_id"])
     source = [f"verdicts={tmp_path / 'cal.csv'}", "monitor.source=store", f"monitor.store={tmp_path / 's.sqlite'}"]
     cfg = compose_cfg(*source, "monitor.window=100", "monitor.prevalence.reference_items=200")
-    doc = monitor.compute(cfg)
+    doc = monitor.compute(check_config(cfg))
     assert doc["stream"]["n"] == 600 and doc["members"] == MEMBERS and "evaluation" not in doc
     assert doc["alarms"]["panel"] and min(doc["alarms"]["panel"]) > 300
     assert any("abstain/m00" in d for w in doc["windows"] for d in w["departures"])
     with pytest.raises(errors.MonitorError, match="monitor.calibration.dataset: 'nope' not among"):
-        monitor.compute(compose_cfg(*source, "monitor.calibration.dataset=nope"))
+        monitor.compute(check_config(compose_cfg(*source, "monitor.calibration.dataset=nope")))
 
 
 def test_a_window_with_gold_labels_reports_its_rate_with_an_interval(compose_cfg, tmp_path):
@@ -267,12 +271,12 @@ def test_a_window_with_gold_labels_reports_its_rate_with_an_interval(compose_cfg
     labelled[["item_id", "gold"]].to_csv(tmp_path / "gold.csv", index=False)
     source = [f"verdicts={tmp_path / 'cal.csv'}", "monitor.source=store", f"monitor.store={tmp_path / 's.sqlite'}"]
     cfg = compose_cfg(*source, "monitor.window=100", "monitor.step=100", f"monitor.labels={tmp_path / 'gold.csv'}")
-    windows = monitor.compute(cfg)["windows"]
+    windows = monitor.compute(check_config(cfg))["windows"]
     first = windows[0]
     assert first["rate_labels"] == 25 and first["rate_ppi_lo"] <= first["rate_ppi"] <= first["rate_ppi_hi"]
-    pool = rate_study.read_pool(tmp_path / "s.sqlite")
-    lab, y = rate_study.read_labels(tmp_path / "gold.csv", pool)
-    want = rate_study.segment_rates(pool, np.arange(100), lab, y, None, 0.95, 0.5)["ppi"].row()
+    pool = read_pool(tmp_path / "s.sqlite")
+    lab, y = read_labels(tmp_path / "gold.csv", pool)
+    want = segment_rates(pool, np.arange(100), lab, y, None, 0.95, 0.5)["ppi"].row()
     assert [first["rate_ppi"], first["rate_ppi_lo"], first["rate_ppi_hi"]] == pytest.approx(
         [want["estimate"], *want["ci"]]
     )
@@ -280,14 +284,14 @@ def test_a_window_with_gold_labels_reports_its_rate_with_an_interval(compose_cfg
     assert all(w["rate_labels"] == 5 and w["rate_ppi"] is None for w in windows[1:])
     (tmp_path / "bad.csv").write_text("item_id,gold\nnope,1\n")
     with pytest.raises(errors.RaimError, match=r"bad.csv.*field 'item_id': 'nope' is not an item of the pool"):
-        monitor.compute(compose_cfg(*source, f"monitor.labels={tmp_path / 'bad.csv'}"))
+        monitor.compute(check_config(compose_cfg(*source, f"monitor.labels={tmp_path / 'bad.csv'}")))
 
 
 def test_bad_settings_are_named(compose_cfg):
-    with pytest.raises(errors.MonitorError, match=r"monitor.replay.scenario: 'drift' is not one of"):
-        monitor.compute(_cfg(compose_cfg, "monitor.replay.scenario=drift"))
+    with pytest.raises(errors.RaimError, match=r"monitor.replay: scenario='drift' is not Literal"):
+        monitor.compute(check_config(_cfg(compose_cfg, "monitor.replay.scenario=drift")))
     with pytest.raises(errors.MonitorError, match=r"monitor.alpha: 1.5 must be in \(0, 1\)"):
-        monitor.compute(_cfg(compose_cfg, "monitor.alpha=1.5"))
+        monitor.compute(check_config(_cfg(compose_cfg, "monitor.alpha=1.5")))
     with pytest.raises(errors.MonitorError, match=r"stream: 100 items, fewer than one window"):
         drift.DriftMonitor(window=200).fit(np.array([[0.0], [1.0]]), np.array([0, 1])).windows(
             np.zeros((100, 1)), np.full(100, 0.5)

@@ -136,6 +136,7 @@ def test_run_with_judge_compute_scores_the_misses_with_a_progress_bar(added, tmp
         ROOT,
         env,
     )
-    assert "lexical: 100%" in ran.stderr and "40/40" in ran.stderr  # the tqdm bar of the one member computed
-    assert "smollm135m:" not in ran.stderr  # fully cached: nothing to compute, no bar
+    # the tqdm bar of the one member computed, named with its dataset and its place in the roster
+    assert "newbench lexical (2/2): 100%" in ran.stderr and "40/40" in ran.stderr
+    assert "smollm135m" not in ran.stderr  # fully cached: nothing to compute, no bar
     assert len(next((tmp_path / "cache" / "newbench" / "lexical").glob("*.jsonl")).read_text().splitlines()) == 40

@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 from src.core import verdicts
 from src.core.aggregate import BestSingle, NoiseRobustStackedLogit, StackedLogit, cluster_folds, crossfit
 from src.core.evaluate import kappa
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.studies import noise, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -347,18 +347,19 @@ def test_entry_point_writes_json_figure_and_mlflow_run(tmp_path):
 
 
 def test_the_robust_stacker_is_logged_and_served_like_the_plain_one(tmp_path, monkeypatch, sim):
-    """`stacker=logreg_robust` runs are logged with their stacker as a pyfunc model (src.mlops.serving.log_stacker): it
-    must load, predict its own input example and give the robust stacker's probabilities."""
+    """`stacker=logreg_robust` runs are logged with their stacker as a pyfunc model
+    (src.mlops.packaging.log_stacker): it must load, predict its own input example and give the robust stacker's
+    probabilities."""
     import mlflow
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'm.db'}")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'm.db'}")
     X, y, cols = sim.votes, sim.gold, list(sim.members)
     st = NoiseRobustStackedLogit(flip_rates=(0.1, 0.2)).fit(X, y)
     with mlflow.start_run():
-        info = serve.log_stacker(st, cols, pd.DataFrame(X[:5], columns=cols))
-    assert serve.self_check(info.model_uri) is None
+        info = packaging.log_stacker(st, cols, pd.DataFrame(X[:5], columns=cols))
+    assert packaging.self_check(info.model_uri) is None
     out = mlflow.pyfunc.load_model(info.model_uri).predict(pd.DataFrame(X[:20], columns=cols))
     assert out["p_hallucinated"].to_numpy(float) == pytest.approx(st.predict_proba(X[:20])[:, 1])

@@ -22,6 +22,7 @@ from test_track import QUIET, tracking_store
 
 from src import predict
 from src.core.aggregate import StackedLogit
+from src.mlops import packaging
 from src.mlops import serving as serve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,15 +77,17 @@ def store(tmp_path_factory):
     with tracking_store(tmp) as uri:
         tags = {"roster": "tiny", "dataset": "wice", "frame": "auto", "kind": "stacking"}
         with mlflow.start_run(tags=tags) as run:
-            info = serve.log_stacker(stacker, NAMES)
+            info = packaging.log_stacker(stacker, NAMES)
             mlflow.set_tag("stacker_model_uri", info.model_uri)
         mv = mlflow.register_model(info.model_uri, "raim-stacker-test")
         MlflowClient().set_registered_model_alias("raim-stacker-test", "champion", mv.version)
         with mlflow.start_run(tags=tags):
-            other = serve.log_stacker(fitted(["a", "b"]), ["a", "b"]).model_uri
+            other = packaging.log_stacker(fitted(["a", "b"]), ["a", "b"]).model_uri
         roster = OmegaConf.to_container(compose_cfg("roster=tiny").roster, resolve=True)
         with mlflow.start_run():
-            panel = serve.log_panel(roster, stacker, NAMES, default_frame="claim", cache_dir=tmp / "cache").model_uri
+            panel = packaging.log_panel(
+                roster, stacker, NAMES, default_frame="claim", cache_dir=tmp / "cache"
+            ).model_uri
         yield {
             "uri": uri,
             "tmp": tmp,
@@ -286,7 +289,7 @@ def test_without_compute_a_miss_abstains_and_nothing_cached_is_one_line(store, j
 
 
 def test_cluster_and_id_columns_reach_the_output_and_the_rate_keeps_the_clusters(store, judged, capsys, tmp_path):
-    from src.studies import rate
+    from src.studies.pool import read_pool
 
     rows = [{**it, "cluster_id": f"doc-{i // 2}", "conversation_id": f"conv-{i}"} for i, it in enumerate(ITEMS)]
     items = write_jsonl(tmp_path / "clustered.jsonl", rows)
@@ -297,7 +300,7 @@ def test_cluster_and_id_columns_reach_the_output_and_the_rate_keeps_the_clusters
     scored = [json.loads(x) for x in out_file.read_text().splitlines()]
     assert [r["cluster_id"] for r in scored] == ["doc-0", "doc-0", "doc-1"]
     assert [r["conversation_id"] for r in scored] == ["conv-0", "conv-1", "conv-2"]
-    assert rate.read_pool(out_file).clusters.tolist() == ["doc-0", "doc-0", "doc-1"]
+    assert read_pool(out_file).clusters.tolist() == ["doc-0", "doc-0", "doc-1"]
 
 
 def test_out_naming_the_items_file_itself_is_refused(capsys, tmp_path, monkeypatch):

@@ -183,7 +183,7 @@ def test_windows_hold_the_prevalence_and_respect_the_bootstrap():
 @pytest.fixture(scope="module")
 def sim_doc():
     """The study on a simulated admissible panel only (no real table), small settings."""
-    from src.core.ladder import LadderSettings
+    from src.core.ladderbase import LadderSettings
 
     s = {
         "prevalences": [0.05, 0.2],
@@ -301,11 +301,12 @@ def test_entry_point_on_the_committed_caches(tmp_path, compose_cfg):
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """A stacker logged as MLflow logs it (src.mlops.serving.log_stacker), and one logged the old way: a signature
+    """A stacker logged as MLflow logs it (src.mlops.packaging.log_stacker), and one logged the old way: a signature
     without parameters and a stacker without ``train_prevalence_``."""
     import mlflow
     from test_track import tracking_store
 
+    from src.mlops import packaging
     from src.mlops import serving as serve
 
     rng = np.random.default_rng(0)
@@ -315,12 +316,12 @@ def logged(tmp_path_factory):
     cols = ["a", "b", "c"]
     old = StackedLogit(n_votes=3).fit(X, gold)
     del old.train_prevalence_
-    sig = serve.stacker_signature(cols, 3)
+    sig = packaging.stacker_signature(cols, 3)
     sig.params = None
     with tracking_store(tmp_path_factory.mktemp("prev-serve")):
         with mlflow.start_run():
-            new_uri = serve.log_stacker(st, cols).model_uri
-            old_uri = serve._log_pyfunc(
+            new_uri = packaging.log_stacker(st, cols).model_uri
+            old_uri = packaging._log_pyfunc(
                 "old", serve.StackerModel(old, cols), sig, pd.DataFrame([[1.0] * 3, [0.0] * 3], columns=cols)
             ).model_uri
         yield {

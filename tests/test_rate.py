@@ -1,4 +1,4 @@
-"""Hallucination rates with valid intervals (src/core/rates.py, src/studies/rate.py, src/rate.py): known answers,
+"""Hallucination rates with valid intervals (src/core/rates.py, src/studies/, src/rate.py): known answers,
 the authors' packages as references, coverage on fast simulations, the tool's files and its one-line errors."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from src.core.aggregate import StackedLogit
 from src.core.rates import RateError
 from src.io import votestore
 from src.studies import rate as study
+from src.studies.estimate import ESTIMAND, NO_CLUSTERS, em_rates, plan_labels
+from src.studies.pool import Pool, read_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -230,7 +232,7 @@ def test_coverage_on_a_fast_simulation(sources):
     f, y, t, codes = sources["anticorrelated"].draw(R, N, q, rng)
     lab = study.uniform_labels(R, N, n, rng)
     assert 0.925 <= _coverage(rates.ppi(y, f, lab), q) <= 0.975  # λ → 0: never worse than the labels alone
-    assert _coverage(rates.naive(f), q) < 0.05 and _coverage(study.em_rates(f, t, 0.95), q) < 0.05
+    assert _coverage(rates.naive(f), q) < 0.05 and _coverage(em_rates(f, t, 0.95), q) < 0.05
 
 
 def test_clustered_traffic_needs_the_cluster_robust_interval(sources):
@@ -264,15 +266,15 @@ def test_the_plan_reaches_its_half_width(sources):
     f, y, t, codes = sources["admissible"].draw(1, 4000, 0.15, rng)
     f, y = f[0], y[0]
     first = study.uniform_labels(1, 4000, 300, rng)[0]  # a first uniform sample the plan is read from
-    pool = study.Pool("sim", np.array([f"i{i}" for i in range(4000)], dtype=object), f)
-    plan = study.plan_labels(pool, first, np.where(first, y, np.nan), 0.03)
+    pool = Pool("sim", np.array([f"i{i}" for i in range(4000)], dtype=object), f)
+    plan = plan_labels(pool, first, np.where(first, y, np.nan), 0.03)
     n = plan["labels"]["ppi"]
     assert n is not None and plan["labels"]["classical"] > n
     lab = study.uniform_labels(400, 4000, n, rng)
     half = np.median(rates.ppi(np.tile(y, (400, 1)), np.tile(f, (400, 1)), lab).width) / 2
     assert half == pytest.approx(0.03, rel=0.15)
-    model = study.plan_labels(
-        study.Pool("sim", pool.item_ids, f, train_prevalence=0.5), np.zeros(4000, bool), np.full(4000, np.nan), 0.03
+    model = plan_labels(
+        Pool("sim", pool.item_ids, f, train_prevalence=0.5), np.zeros(4000, bool), np.full(4000, np.nan), 0.03
     )
     assert model["basis"].startswith("the stacker's posteriors") and model["labels"]["classical"] > 0
 
@@ -360,7 +362,7 @@ def test_estimate_warns_when_the_pool_has_no_clusters(pool_files, capsys):
         text = capsys.readouterr().out
         doc = json.loads((tmp / "o.json").read_text())
         assert ("warning: the pool has no cluster_id" in text) is warned, name
-        assert doc["pool"]["warnings"] == ([study.NO_CLUSTERS] if warned else []), name
+        assert doc["pool"]["warnings"] == ([NO_CLUSTERS] if warned else []), name
 
 
 def test_propose_then_estimate_with_the_proposal(pool_files, capsys):
@@ -487,6 +489,42 @@ def test_plan_out_of_reach_and_a_zero_budget_say_what_to_do(pool_files, capsys):
     )
 
 
+def test_a_file_it_writes_naming_a_file_it_reads_is_refused(pool_files, capsys):
+    """``propose``'s proposal or its labels template, ``estimate --out``: never one of the pool, the labels or the
+    proposal read (a second round's ``--labels p.labels.csv`` with the same ``--proposal p.json`` would empty the
+    labels just filled in); one line before any work, the files untouched."""
+    tmp, _, _ = pool_files
+    pool, gold = tmp / "pool.csv", tmp / "gold.csv"
+    assert run_cli("propose", str(pool), "50", "--proposal", str(tmp / "p.json")) == 0
+    labelled = tmp / "p.labels.csv"
+    labelled.write_text(labelled.read_text().replace(",\n", ",1\n"))  # labels filled in
+    before = {f: f.read_bytes() for f in (pool, gold, labelled, tmp / "p.json")}
+    (tmp / "sub").mkdir()
+    capsys.readouterr()
+    for args, words in [
+        (["propose", str(pool), "50", "--labels", str(labelled), "--proposal", str(tmp / "p.json")], "labels file"),
+        (["propose", str(pool), "50", "--proposal", str(tmp / "sub" / ".." / "pool.csv")], "pool"),
+        (["estimate", str(pool), "--labels", str(gold), "--out", str(gold)], "labels file"),
+        (
+            [
+                "estimate",
+                str(pool),
+                "--labels",
+                str(gold),
+                "--proposal",
+                str(tmp / "p.json"),
+                "--out",
+                str(tmp / "p.json"),
+            ],
+            "proposal",
+        ),
+    ]:
+        assert run_cli(*args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"is the {words} " in err and "would replace it" in err, err
+    assert {f: f.read_bytes() for f in before} == before
+
+
 @pytest.mark.parametrize("case", list(BAD))
 def test_bad_labels_are_one_line_exit_2(pool_files, capsys, case):
     tmp, ids, y = pool_files
@@ -576,19 +614,19 @@ def test_served_and_predicted_rows_carry_the_prior_their_p_assumes(tmp_path):
     assert stacked_output(stacker, X, "0.1")["train_prevalence"].tolist() == [0.1] * 4  # p was shifted to 0.1
     out.insert(0, "item_id", [f"i{k}" for k in range(4)])
     out.to_csv(tmp_path / "predicted.csv", index=False)
-    assert study.read_pool(tmp_path / "predicted.csv").train_prevalence == stacker.train_prevalence_
+    assert read_pool(tmp_path / "predicted.csv").train_prevalence == stacker.train_prevalence_
     mixed = out.assign(train_prevalence=[0.5, 0.5, 0.3, None])  # two stackers' rows in one table
     mixed.to_csv(tmp_path / "mixed.csv", index=False)
     with pytest.raises(
         RateError, match=r"field 'train_prevalence': the items disagree \(0.3…0.5\); pass the stacker's"
     ):
-        study.read_pool(tmp_path / "mixed.csv")
+        read_pool(tmp_path / "mixed.csv")
     del stacker.train_prevalence_  # a stacker pickled before it recorded its training share: unknown, not a guess
     old = stacked_output(stacker, X)
     assert old["train_prevalence"].isna().all()
     old.insert(0, "item_id", [f"i{k}" for k in range(4)])
     old.to_csv(tmp_path / "old.csv", index=False)
-    assert study.read_pool(tmp_path / "old.csv").train_prevalence is None  # then --train-prevalence gives it
+    assert read_pool(tmp_path / "old.csv").train_prevalence is None  # then --train-prevalence gives it
 
 
 def test_a_store_records_the_training_prevalence_and_an_old_store_gains_the_column(tmp_path):
@@ -606,15 +644,15 @@ def test_a_store_records_the_training_prevalence_and_an_old_store_gains_the_colu
     )
     con.commit()
     con.close()
-    assert study.read_pool(old).train_prevalence is None  # nothing recorded it: --train-prevalence is needed
+    assert read_pool(old).train_prevalence is None  # nothing recorded it: --train-prevalence is needed
     votestore.record(old, "m", ["a", "b"], np.array([[1.0, 1.0]]), [0.9], ["n1"], ts=1.7e9, train_prevalence=0.5)
     stream = votestore.read_store(old, ["a", "b"])
     assert np.isnan(stream.train_prevalence[0]) and stream.train_prevalence[1] == 0.5
-    assert study.read_pool(old).train_prevalence == 0.5
+    assert read_pool(old).train_prevalence == 0.5
     votestore.record(old, "m2", ["a", "b"], np.array([[0.0, 0.0]]), [0.1], ["n2"], ts=1.7e9, train_prevalence=0.3)
     with pytest.raises(RateError, match=r"field 'train_prevalence': the rows disagree \(0.3…0.5\)"):
-        study.read_pool(old)
-    assert study.read_pool(old, model="m2").train_prevalence == 0.3
+        read_pool(old)
+    assert read_pool(old, model="m2").train_prevalence == 0.3
 
 
 def test_a_served_panel_records_its_prior_in_the_store(tmp_path, monkeypatch):
@@ -725,7 +763,7 @@ def test_the_report_section_reads_the_document():
 
     doc = {
         "settings": {"pool": 100, "prevalences": [0.1], "labels": [50], "replicates": 10, "level": 0.95},
-        "estimand": study.ESTIMAND,
+        "estimand": ESTIMAND,
         "regimes": {},
         "summary": {},
         "crosscheck": {"ppi_py": {"max_abs_diff": None, "clustered_coverage": {}}, "cje": {}},
@@ -741,3 +779,16 @@ def test_the_report_section_reads_the_document():
     lines = present.rate_section(doc)
     assert lines[0].startswith("## How much of the traffic hallucinates?")
     assert any("| sim | PPI++ | 0.950–0.950 (1/1) |" in ln for ln in lines)
+
+
+def test_the_ppi_py_crosscheck_says_when_its_difference_is_rounding_noise():
+    """ppi_py and RAIM's PPI++ are the same estimator: their difference (~1e-16, another summation order) is
+    written 0 in rate.json, and the statement says so instead of printing 0.0e+00; a real difference is shown."""
+    from src.io.files import to_json
+
+    doc = {"summary": {}, "crosscheck": {"ppi_py": {"max_abs_diff": 1.6e-15, "cells": 300, "clustered_coverage": {}}}}
+    written = json.loads(to_json(doc))
+    noise = "ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ below 1e-9 (rounding noise, written 0) over"
+    assert study.statements(written) == [f"{noise} 300 cells"]
+    doc["crosscheck"]["ppi_py"]["max_abs_diff"] = 2.5e-6
+    assert study.statements(doc) == ["ppi_py.ppi_mean_ci: largest difference from RAIM's PPI++ 2.5e-06 over 300 cells"]

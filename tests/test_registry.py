@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ from test_track import QUIET, ROOT, children, log_simulated, tracking_store
 from src.core.evidence import comparison
 from src.mlops import registry
 from src.studies import stacking
+from src.studies.checked import check_config
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
     import mlflow
     from test_track import GOOD, simulate
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
 
     df = simulate.panel(150, 2, dataset="good", seed=1, **GOOD)
     df.insert(4, "silent", pd.array([pd.NA] * len(df), dtype="Int64"))  # a judge that never voted here
@@ -209,12 +209,12 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
         from src.mlops import tracking as track
 
         cfg = compose_cfg(*analysis_overrides(tmp_path / "v.csv", tmp_path / "r.json"))
-        table, results, doc = stacking.analyse(cfg)
+        table, results, doc = stacking.analyse(check_config(cfg))
         assert doc["datasets"]["good"]["excluded_members"] == ["silent"]
-        rid = track.log_analysis(cfg, table, results, doc)
+        rid = track.log_analysis(check_config(cfg), table, results, doc)
         mv = registry.promote(rid, dataset="good")
         uri = f"models:/{mv.name}@champion"
-        assert serve.self_check(uri) is None
+        assert packaging.self_check(uri) is None
         model = mlflow.pyfunc.load_model(uri)
         assert model.metadata.get_input_schema().input_names() == [f"m{j:02d}" for j in range(8)]
         example = model.metadata.load_input_example(mlflow.artifacts.download_artifacts(uri))
@@ -225,6 +225,7 @@ def test_a_panel_with_a_silent_judge_promotes_a_model_that_predicts_its_own_exam
 def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
     import mlflow
 
+    from src.mlops import packaging
     from src.mlops import serving as serve
 
     with tracking_store(tmp_path):
@@ -233,8 +234,8 @@ def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
         cols = [f"m{j:02d}" for j in range(8)] + ["ghost"]  # one column more than the stacker was fitted on
         example = pd.DataFrame([[1.0] * 9, [0.0] * 9], columns=cols)
         with mlflow.start_run(run_id=kid):
-            info = serve._log_pyfunc(
-                "broken", serve.StackerModel(results["good"].stacker, cols), serve.stacker_signature(cols), example
+            info = packaging._log_pyfunc(
+                "broken", serve.StackerModel(results["good"].stacker, cols), packaging.stacker_signature(cols), example
             )
             mlflow.set_tag("stacker_model_uri", info.model_uri)
         with pytest.raises(registry.PromotionRefused) as e:
@@ -243,7 +244,7 @@ def test_refuses_a_logged_stacker_that_cannot_predict_its_example(tmp_path):
         assert "n_features_in=8, but it has 9 columns" in str(e.value) and "\n" not in str(e.value)
         with pytest.raises(ValueError, match="cannot be logged"):  # and RAIM itself never logs such a model
             with mlflow.start_run():
-                serve.log_stacker(results["good"].stacker, cols, example)
+                packaging.log_stacker(results["good"].stacker, cols, example)
 
 
 @pytest.mark.parametrize(
@@ -313,7 +314,8 @@ def _forged_run(
     """A hand-made run: ``tags``, JSON ``artifacts``, and (``stacker_of``) its own copy of that dataset's stacker."""
     import mlflow
 
-    from src.mlops import serving as serve
+    from src.io.files import to_json
+    from src.mlops import packaging
     from src.mlops import tracking as track
 
     exp = (
@@ -322,11 +324,11 @@ def _forged_run(
         else mlflow.get_run(forge["run_id"]).info.experiment_id
     )
     with mlflow.start_run(experiment_id=exp, tags=tags or {}) as run:
-        for name, doc in (artifacts or {}).items():
-            mlflow.log_text(json.dumps(doc), name)
+        for name, doc in (artifacts or {}).items():  # written as RAIM writes its JSON (a copy of its bytes)
+            mlflow.log_text(to_json(doc), name)
         if stacker_of:
             example = track.stacker_example(forge["by"][stacker_of], forge["results"][stacker_of])
-            info = serve.log_stacker(forge["results"][stacker_of].stacker, list(example.columns), example)
+            info = packaging.log_stacker(forge["results"][stacker_of].stacker, list(example.columns), example)
             mlflow.set_tag("stacker_model_uri", info.model_uri)
     return run.info.run_id
 

@@ -1,5 +1,5 @@
-"""The figures (src/present/figures.py), the generated report (src/present/report.py) that opens with the deployment decision,
-and the suite/report entry points end to end."""
+"""The figures (src/present/figures.py), the generated report (src/present/report.py and the section modules
+beside it) that opens with the deployment decision, and the suite/report entry points end to end."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from src.core import ladder, verdicts
+from src.core import ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
-from src.present import figures, report
+from src.present import cost, decision, figures, markdown, report
+from src.present import ladder as ladder_tables
 from src.studies import simulate
 from src.studies.suite import run_suite
 
@@ -70,7 +71,7 @@ def _docs_for(frame) -> tuple[dict, dict | None]:
         t = verdicts.load(frame, frontier="frontier")
     else:
         t = verdicts.validate(frame, frontier="frontier")
-    s = ladder.LadderSettings(n_boot=100, core=["spread", "dominant"])
+    s = ladderbase.LadderSettings(n_boot=100, core=["spread", "dominant"])
     res = ladder.analyze(t, StackedLogit(), s)
     results = json.loads(
         json.dumps(
@@ -154,8 +155,8 @@ def test_report_opens_with_one_decision_per_dataset(docs, drawn, tmp_path):
 def test_the_kappa_of_nothing_deployed_names_the_better_of_the_two():
     s = {"comparators": {"stacked": {"kappa": {"estimate": 0.12}}}, "selected": {"oracle": "m03"}}
     none = {"action": "none", "member": None}
-    assert report.kappa_of({**none, "kappa": 0.12}, s) == "stacked panel (the better)"
-    assert report.kappa_of({**none, "kappa": 0.23}, s) == "CV-best single m03 (the better)"
+    assert decision.kappa_of({**none, "kappa": 0.12}, s) == "stacked panel (the better)"
+    assert decision.kappa_of({**none, "kappa": 0.23}, s) == "CV-best single m03 (the better)"
 
 
 def test_an_older_results_json_is_decided_by_the_report(docs, tmp_path):
@@ -175,13 +176,13 @@ def test_an_older_results_json_is_decided_by_the_report(docs, tmp_path):
 def test_ladder_tables_name_the_chosen_single_judges(docs):
     results, _ = docs
     s = results["datasets"]["dominant"]
-    row = _rows(report.table1(results), "dominant")[0].split(" | ")
+    row = _rows(ladder_tables.table1(results), "dominant")[0].split(" | ")
     best_avg, best_cv, oracle = row[5:8]
     assert best_cv == f"{s['comparators']['best_cv']['kappa']['estimate']:.3f} (m00)" and oracle.endswith("(m00)")
     assert best_avg.endswith(f"({s['selected']['best_avg']})")
     folds = {"best_cv_per_fold": ["a", "b", "a", "a", "b"]}
-    assert report.chosen({"selected": folds}, "best_cv") == "a 3/5, b 2/5"
-    ladder_k = report.method_ladder(results, "kappa")
+    assert ladder_tables.chosen({"selected": folds}, "best_cv") == "a 3/5, b 2/5"
+    ladder_k = ladder_tables.method_ladder(results, "kappa")
     assert any(line.startswith("| best single (CV) |") and "(m00)" in line for line in ladder_k.splitlines())
 
 
@@ -195,10 +196,10 @@ def test_dash_cells_say_why(docs):
         "labels_per_record": 2.0,
         "records": {"50": {"cost": 100.0, "break_even_items": None}},
     }
-    text = report.cost_section(suite)
+    text = cost.cost_section(suite)
     assert "| 50 | $100 | — |" in text
     assert "—: never: the panel costs $14.02 per 1k items, the frontier judge $2.52" in text
-    assert report.dash_note([["a", "1"]], "why") == "" and report.dash_note([["a", "—"]], "why") == "\n\n—: why"
+    assert markdown.dash_note([["a", "1"]], "why") == "" and markdown.dash_note([["a", "—"]], "why") == "\n\n—: why"
 
 
 def test_no_figure_without_datasets(tmp_path):

@@ -153,7 +153,7 @@ def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, c
 
     from src import predict
     from src.core.aggregate import StackedLogit
-    from src.mlops import serving as serve
+    from src.mlops import packaging
 
     monkeypatch.setenv("RAIM_OPENAI_BASE_URL", chat_api)
     monkeypatch.setenv("RAIM_OPENAI_MODEL", "my-model")
@@ -165,7 +165,7 @@ def test_predict_runs_a_stacker_of_this_roster_against_the_server(compose_cfg, c
     ITEMS[["item_id", "evidence", "candidate", "gold"]].to_csv(items, index=False)
     with tracking_store(tmp_path):
         with mlflow.start_run(tags={"roster": "openai_server", "frame": "claim"}):
-            uri = serve.log_stacker(stacker, ["served", "lexical"]).model_uri
+            uri = packaging.log_stacker(stacker, ["served", "lexical"]).model_uri
         code = predict.main(
             [
                 str(items),

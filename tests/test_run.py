@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 from src.core import verdicts
-from src.core.ladder import COMPARATORS
+from src.core.ladderbase import COMPARATORS
 from src.core.verdicts import VerdictError
 from src.judges import tables
 from src.studies import simulate, stacking
+from src.studies.checked import check_config
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
 
@@ -82,28 +83,28 @@ def test_cli_writes_results_json(table_csv, tmp_path):
 def test_dataset_filter_and_errors(compose_cfg, table_csv, tmp_path):
     cfg = compose_cfg(f"verdicts={table_csv}", "analysis=fast", "dataset=medhallu")
     with pytest.raises(VerdictError, match="no rows with dataset == 'medhallu'"):
-        tables.load_table(cfg)
+        tables.load_table(check_config(cfg))
     cfg = compose_cfg(f"verdicts={tmp_path / 'missing.csv'}")
     with pytest.raises(VerdictError, match="not found"):
-        tables.load_table(cfg)
+        tables.load_table(check_config(cfg))
 
 
 def test_stacker_group_switches_abstention_encoding(compose_cfg, table_csv):
     cfg = compose_cfg(
         f"verdicts={table_csv}", "analysis=fast", "stacker=logreg_categorical", "analysis.abstention_contrast=false"
     )
-    _, results, doc = stacking.analyse(cfg)
+    _, results, doc = stacking.analyse(check_config(cfg))
     names = doc["datasets"]["sim0"]["stacker"]["features"]
     assert names[:2] == ["m00=1", "m01=1"] and "m00=abstain" in names
 
 
 def test_members_that_never_voted_are_set_aside(tmp_path):
-    from src.core import ladder, verdicts
+    from src.core import ladder, ladderbase, verdicts
     from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=60, accuracies=[0.9, 0.8, 0.7], seed=2)
     df["m02"] = None  # e.g. an evidence-based judge on an ungrounded set, or a member not run yet
-    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))["sim"].summary
+    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=50))["sim"].summary
     assert res["excluded_members"] == ["m02"] and set(res["members"]) == {"m00", "m01"}
     assert res["admissibility"]["n_members"] == 2 and res["selected"]["best_avg"] == "m00"
 
@@ -124,13 +125,15 @@ def cache_copy(tmp_path):
 
 
 def _wice(compose_cfg, cache, *extra):
-    return compose_cfg(
-        "dataset=wice",
-        f"paths.cache_dir={cache}",
-        "analysis=fast",
-        "tracking.enabled=false",
-        "analysis.abstention_contrast=false",
-        *extra,
+    return check_config(
+        compose_cfg(
+            "dataset=wice",
+            f"paths.cache_dir={cache}",
+            "analysis=fast",
+            "tracking.enabled=false",
+            "analysis.abstention_contrast=false",
+            *extra,
+        )
     )
 
 
@@ -159,7 +162,7 @@ def test_items_without_a_cached_verdict_stop_the_run_unless_judged_only_is_asked
         "dropped": 170,
         "missing_per_judge": {"qwen05b": 170},
     }
-    with pytest.raises(verdicts.RaimError, match="judge.missing='maybe'"):
+    with pytest.raises(verdicts.RaimError, match="missing='maybe' is not"):
         tables.load_table(_wice(compose_cfg, cache_copy, "judge.missing=maybe"))
 
 
@@ -187,7 +190,7 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
     cfg = compose_cfg(
         "dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false", "judge.missing=skip"
     )
-    table = tables.load_table(cfg)
+    table = tables.load_table(check_config(cfg))
     assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
     skipped = table.provenance["skipped"]
     assert (
@@ -199,7 +202,7 @@ def test_skip_leaves_an_unjudged_dataset_out_whole_and_names_it(compose_cfg, cac
     _drop_dataset(cache_copy, "truthfulqa")
     _drop_dataset(cache_copy, "expertqa")
     with pytest.raises(tables.MissingVerdicts, match="medhallu: 200 of 200 items"):  # nothing left to analyse
-        tables.load_table(cfg)
+        tables.load_table(check_config(cfg))
 
 
 def test_verdicts_of_another_rosters_judge_say_why_they_are_not_read(
@@ -229,7 +232,7 @@ def test_verdicts_of_another_rosters_judge_say_why_they_are_not_read(
         tables.load_table(_wice(compose_cfg, cache_copy))
     assert f"(missing per judge: smollm135m 200); {why}; compute them with `" in str(refused.value)
     cfg = compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
-    assert tables.load_table(cfg).provenance["skipped"]["wice"]["reason"].endswith(why)
+    assert tables.load_table(check_config(cfg)).provenance["skipped"]["wice"]["reason"].endswith(why)
     both = tmp_path / "conf"  # a user's copy of tiny beside it: both are named
     shutil.copytree(shipped_conf, both)
     tiny_text = (both / "roster" / "tiny.yaml").read_text()
@@ -246,7 +249,9 @@ def test_by_default_a_list_leaves_an_unjudged_set_out_and_a_set_asked_by_name_st
     fails the headline `python -m src.run` (and every sweep) with exit 2; asking for that set alone still does."""
     _drop_dataset(cache_copy, "wice", members={"smollm135m"})
     table = tables.load_table(
-        compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
+        check_config(
+            compose_cfg("dataset=all", f"paths.cache_dir={cache_copy}", "analysis=fast", "tracking.enabled=false")
+        )
     )
     assert sorted(set(table.items["dataset"])) == ["expertqa", "medhallu", "truthfulqa"]
     assert table.provenance["skipped"]["wice"]["command"].endswith("--members smollm135m --compute")
@@ -346,8 +351,8 @@ def test_bad_cache_lines_are_counted_in_mlflow(compose_cfg, cache_copy, tmp_path
     f.write_text(f.read_text() + "42\n[]\n")
     with tracking_store(tmp_path):
         cfg = _wice(compose_cfg, cache_copy, "tracking.enabled=true")
-        table, results, doc = stacking.analyse(cfg)
-        rid = track.log_analysis(cfg, table, results, doc)
+        table, results, doc = stacking.analyse(check_config(cfg))
+        rid = track.log_analysis(check_config(cfg), table, results, doc)
         r = mlflow.get_run(rid)
         assert r.data.metrics["cache/bad_lines"] == 2.0
         report = json.loads(mlflow.artifacts.load_text(f"runs:/{rid}/verdict_cache_report.json"))
@@ -416,13 +421,13 @@ def test_cli_run_on_the_committed_caches_ends_with_a_summary_and_no_mlflow_chatt
 
 def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
     """Stop-9 defect: a member that voted on 2 of 193 items (κ 1.0 there) became the oracle and the CV-best."""
-    from src.core import ladder
+    from src.core import ladder, ladderbase
     from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=100, accuracies=[0.75, 0.7, 0.65], rho=0.2, seed=3)
     df["lucky"] = pd.array([pd.NA] * len(df), dtype="Int64")
     df.loc[[0, 1], "lucky"] = df.loc[[0, 1], "gold"]  # right on the two items it judged
-    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=100))["sim"].summary
+    res = ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=100))["sim"].summary
     sel = res["selected"]
     assert "lucky" not in sel["best_cv_per_fold"] and sel["oracle"] != "lucky" and sel["best_avg"] != "lucky"
     assert sel["ineligible"] == {"lucky": "coverage 0.010 < 0.5"}
@@ -432,14 +437,14 @@ def test_a_member_that_barely_voted_is_not_a_single_judge_comparator():
 
 def test_best_on_average_needs_coverage_on_every_dataset():
     """Stop-9 defect: best_avg picked a member that voted on one dataset only: κ 0 with [0, 0] elsewhere."""
-    from src.core import ladder
+    from src.core import ladder, ladderbase
     from src.core.aggregate import StackedLogit
 
     a = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.95], rho=0.2, dataset="a", seed=1)
     b = simulate.panel(n_clusters=80, accuracies=[0.7, 0.6, 0.55], rho=0.2, dataset="b", seed=2)
     b["m02"] = pd.array([pd.NA] * len(b), dtype="Int64")  # m02 judges only dataset a
     res = ladder.analyze(
-        verdicts.validate(pd.concat([a, b], ignore_index=True)), StackedLogit(), ladder.LadderSettings(n_boot=100)
+        verdicts.validate(pd.concat([a, b], ignore_index=True)), StackedLogit(), ladderbase.LadderSettings(n_boot=100)
     )
     for name in ("a", "b"):
         sel = res[name].summary["selected"]
@@ -449,11 +454,29 @@ def test_best_on_average_needs_coverage_on_every_dataset():
 
 
 def test_a_dataset_with_no_eligible_member_is_one_clear_error():
-    from src.core import ladder
+    from src.core import ladder, ladderbase
     from src.core.aggregate import StackedLogit
 
     df = simulate.panel(n_clusters=60, accuracies=[0.8, 0.7], rho=0.2, abstain_rate=0.7, seed=5)
-    with pytest.raises(ladder.AnalysisError, match=r"dataset 'sim': no member answers at least 0.5 of the items"):
-        ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50))
-    ok = ladder.analyze(verdicts.validate(df), StackedLogit(), ladder.LadderSettings(n_boot=50, min_coverage=0.2))
+    with pytest.raises(ladderbase.AnalysisError, match=r"dataset 'sim': no member answers at least 0.5 of the items"):
+        ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=50))
+    ok = ladder.analyze(verdicts.validate(df), StackedLogit(), ladderbase.LadderSettings(n_boot=50, min_coverage=0.2))
     assert ok["sim"].summary["selected"]["min_coverage"] == 0.2
+
+
+def test_output_naming_the_verdict_table_itself_is_refused(tmp_path):
+    """``output=`` naming the ``verdicts=`` table (the same path, another spelling, a link) would replace the table
+    with results.json: one line before any work, the table untouched."""
+    from test_cli_errors import cli
+
+    table = tmp_path / "v.csv"
+    shutil.copy(ROOT / "examples" / "simulated-panel.csv", table)
+    before = table.read_bytes()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.csv").symlink_to(table)
+    for out in (table, tmp_path / "sub" / ".." / "v.csv", tmp_path / "link.csv"):
+        p = cli(tmp_path, "src.run", f"verdicts={table}", f"output={out}", "tracking.enabled=false", "analysis=fast")
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+        assert lines[0].startswith(f"error: output= {out}: is the verdict table {table} itself"), lines[0]
+    assert table.read_bytes() == before

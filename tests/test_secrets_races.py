@@ -26,10 +26,12 @@ from test_judges_servers import reply_json
 
 from src.io import config
 from src.io import files as fsutil
+from src.io.config import thaw
 from src.mlops import redact, store
 from src.mlops import tracking as track
 from src.present import stagefiles
 from src.studies import simulate
+from src.studies.checked import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {"MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
@@ -228,7 +230,7 @@ def _compose(*overrides: str):
     ],
 )
 def test_nothing_in_the_composed_default_config_is_redacted(overrides):
-    data = track.to_container(_compose(*overrides))
+    data = thaw(check_config(_compose(*overrides)).composed)
     assert redact.scrub(data, secrets=[]) == data
     assert config.flatten(redact.scrub(data, secrets=[])) == config.flatten(data)
 
@@ -243,7 +245,7 @@ def test_start_run_keeps_the_git_commit_and_redacts_user_tags(tmp_path, monkeypa
         with (
             store.quiet_mlflow(),
             track.start_run(
-                _compose("roster=cpu"), "test", tags={"note": SECRETS["groq"], "model_sha256": HEX64}
+                check_config(_compose("roster=cpu")), "test", tags={"note": SECRETS["groq"], "model_sha256": HEX64}
             ) as run,
         ):
             rid = run.info.run_id
@@ -264,6 +266,11 @@ def small_verdicts(tmp_path_factory) -> Path:
     return path
 
 
+SERVED_KEY = "roster.members.0.backend.api_key"
+"""The override that gives conf/roster/openai_server.yaml's served judge its key: the one place a composed config
+legitimately holds a secret (every other group refuses a key it does not know, ``+judge.api_key`` included)."""
+
+
 @pytest.mark.parametrize("mode", ["run", "multirun"])
 @pytest.mark.slow
 def test_hydra_run_folder_holds_no_secret(tmp_path, small_verdicts, mode):
@@ -279,7 +286,8 @@ def test_hydra_run_folder_holds_no_secret(tmp_path, small_verdicts, mode):
         "analysis.n_boot=50",
         "tracking.enabled=false",
         f"output={tmp_path}/r.json",
-        f"+judge.api_key={FAKE_ANTHROPIC}",
+        "roster=openai_server",  # a served judge's key: where a config holds a secret (its roster member's api_key)
+        f"{SERVED_KEY}={FAKE_ANTHROPIC}",
     ]
     p = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -290,10 +298,10 @@ def test_hydra_run_folder_holds_no_secret(tmp_path, small_verdicts, mode):
     assert [str(f) for f in files if FAKE_ANTHROPIC.encode() in f.read_bytes()] == []
     saved = list((tmp_path / "hydra").rglob(".hydra/config.yaml"))  # the record of the run stays, scrubbed
     assert len(saved) == 1 and "api_key: '***'" in saved[0].read_text()
-    assert "+judge.api_key=***" in saved[0].with_name("overrides.yaml").read_text()
+    assert f"{SERVED_KEY}=***" in saved[0].with_name("overrides.yaml").read_text()
     if mode == "multirun":
         sweep = next((tmp_path / "hydra" / "multirun").iterdir())
-        assert (sweep.stat().st_mode & 0o777) == 0o700 and "+judge.api_key=***" in (sweep / "multirun.yaml").read_text()
+        assert (sweep.stat().st_mode & 0o777) == 0o700 and f"{SERVED_KEY}=***" in (sweep / "multirun.yaml").read_text()
 
 
 # -------------------------------------------------------------------------- concurrent runs on a new store
@@ -306,6 +314,7 @@ from hydra import compose, initialize_config_dir
 
 from src.mlops import store
 from src.mlops import tracking as track
+from src.studies.checked import check_config
 tmp = Path(sys.argv[1])
 with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=None):
     cfg = compose(config_name="config", overrides=[f"tracking.uri=sqlite:///{tmp}/new.db"])
@@ -313,7 +322,7 @@ with initialize_config_dir(config_dir=str(Path.cwd() / "conf"), version_base=Non
 while not (tmp / "go").exists():  # everyone imported: start together
     time.sleep(0.005)
 with store.quiet_mlflow():
-    store.setup(cfg)
+    store.setup(check_config(cfg).tracking)
     with mlflow.start_run():
         mlflow.log_metric("x", 1.0)
 """
@@ -534,23 +543,25 @@ def test_one_line_errors_and_debug_tracebacks_are_scrubbed(monkeypatch, capsys):
     assert SHORT not in str(e.value) and "pw12345" not in str(e.value) and "https://***@h/v1" in str(e.value)
 
 
-HYDRA_CASES = {  # what goes wrong → the overrides (and env) of a src.run that prints it
-    "composition error": (["judge.api_key=SECRET"], {}, "To append to your config use +judge.api_key=***"),
-    "job error": (
-        ["+judge.api_key=SECRET", "analysis.seed=abc"],
+HYDRA_CASES = {  # what goes wrong → the overrides (and env) of a src.run that prints it; KEY= is the served key
+    "composition error": (["judge.api_key=SECRET"], {}, "error: override 'judge.api_key=***': judge has no key"),
+    "refused key": (
+        ["+judge.api_key=SECRET"],
         {},
-        "error: conf/analysis/fast.yaml: seed='abc' is not int",
+        "error: config.yaml: judge: unknown key 'api_key' for JudgeSettings",
     ),
-    "job error, HYDRA_FULL_ERROR": (
-        ["+judge.api_key=SECRET", "analysis.seed=abc"],
-        {"HYDRA_FULL_ERROR": "1"},
-        "Traceback",
+    "refused header": (
+        ["+roster.members.0.backend.headers.Authorization=Bearer SECRET"],
+        {},
+        "unknown key 'headers' for OpenAICompatBackend",
     ),
-    "sweep job error": (["-m", "+judge.api_key=SECRET,SECRET2", "analysis.seed=abc"], {}, "Launching 2 jobs"),
-    "bad command line": (["+judge.api_key=SECRET,SECRET2", "-m", "x=1"], {}, "unrecognized arguments"),
-    "RAIM error, RAIM_DEBUG": (["+judge.api_key=SECRET", "analysis.kappa_floor=2"], {"RAIM_DEBUG": "1"}, "FloorError"),
-    "--info": (["+judge.api_key=SECRET", "--info"], {}, "api_key: ***"),
-    "--cfg job": (["+judge.api_key=SECRET", "--cfg", "job"], {}, "api_key: ***"),
+    "job error": (["KEY=SECRET", "analysis.seed=abc"], {}, "error: conf/analysis/fast.yaml: seed='abc' is not int"),
+    "job error, HYDRA_FULL_ERROR": (["KEY=SECRET", "analysis.seed=abc"], {"HYDRA_FULL_ERROR": "1"}, "Traceback"),
+    "sweep job error": (["-m", "KEY=SECRET,SECRET2", "analysis.seed=abc"], {}, "Launching 2 jobs"),
+    "bad command line": (["KEY=SECRET,SECRET2", "-m", "x=1"], {}, "unrecognized arguments"),
+    "RAIM error, RAIM_DEBUG": (["KEY=SECRET", "analysis.kappa_floor=2"], {"RAIM_DEBUG": "1"}, "FloorError"),
+    "--info": (["KEY=SECRET", "--info"], {}, "api_key: ***"),
+    "--cfg job": (["KEY=SECRET", "--cfg", "job"], {}, "api_key: ***"),
 }
 
 
@@ -562,7 +573,7 @@ def test_nothing_hydra_prints_holds_an_override_secret(tmp_path, small_verdicts,
     env = {**os.environ, **QUIET, "RAIM_HYDRA_DIR": str(tmp_path / "hydra"), **extra}
     for k in ("RAIM_DEBUG", "HYDRA_FULL_ERROR"):
         env.setdefault(k, "") if k in extra else env.pop(k, None)
-    args = [o.replace("SECRET", secret) for o in overrides]
+    args = [o.replace("SECRET", secret).replace("KEY=", f"{SERVED_KEY}=") for o in overrides]
     flags = ["-m"] if args[0] == "-m" else []
     p = subprocess.run(
         [
@@ -574,6 +585,7 @@ def test_nothing_hydra_prints_holds_an_override_secret(tmp_path, small_verdicts,
             "analysis=fast",
             "analysis.n_boot=20",
             "tracking.enabled=false",
+            "roster=openai_server",
             *args[len(flags) :],
         ],
         cwd=ROOT,
@@ -646,12 +658,14 @@ def _contents(files: list[Path]) -> Iterator[tuple[str, bytes]]:
 @pytest.mark.slow  # every command that writes or logs, then a grep of everything: ~3 min here
 def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
     """Unique fake keys in every place the docs name — the environment (RAIM_OPENAI_API_KEY, OPENAI_API_KEY,
-    ANTHROPIC_API_KEY, HF_TOKEN), overrides (``+judge.api_key=…``, a swept one, ``Authorization=Bearer …``), the
-    base URL's password — through every command that writes or logs: ``src.run`` (a single run that judges
-    through the served judge, a ``-m`` sweep), ``src.track params``, the registry's ``log-panel``,
-    ``src.predict`` on the panel model, and the studies on the committed caches. Then the whole worktree, the
-    Hydra folders, the MLflow store (its raw bytes and its SQL dump), every artifact (pickles included, raw
-    bytes) and everything printed: no key anywhere. The keys did reach the server, each as it should."""
+    ANTHROPIC_API_KEY, HF_TOKEN), overrides (the served judge's ``roster.members.0.backend.api_key=…``, a swept
+    one, a short one below every shape rule), the base URL's password, and the overrides a strict config refuses
+    (``+judge.api_key=…``, ``Authorization=Bearer …``: one line that echoes neither) — through every command that
+    writes or logs: ``src.run`` (a single run that judges through the served judge, a ``-m`` sweep, a refused
+    run), ``src.track params``, the registry's ``log-panel``, ``src.predict`` on the panel model, and the studies
+    on the served verdicts. Then the whole worktree, the Hydra folders, the MLflow store (its raw bytes and its
+    SQL dump), every artifact (pickles included, raw bytes) and everything printed: no key anywhere. The keys did
+    reach the server, each as it should."""
     import mlflow
 
     tag = rnd(6)
@@ -666,6 +680,7 @@ def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
             "SWEPT",
             "BEARER",
             "URLPW",
+            "REFUSED",
         )
     }
     keys["BEARER"] = "b" + tag  # shorter than every shape rule
@@ -688,15 +703,16 @@ def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
     url_env.pop("RAIM_OPENAI_API_KEY")  # a password in the URL, and no key beside it
     printed: list[str] = []
 
-    def run(*args: str, environ: dict = env) -> subprocess.CompletedProcess:
+    def run(*args: str, environ: dict = env, rc: int = 0) -> subprocess.CompletedProcess:
         p = subprocess.run(
             [sys.executable, "-m", *args], cwd=ROOT, env=environ, capture_output=True, text=True, timeout=600
         )
         printed.append(p.stdout + p.stderr)
-        assert p.returncode == 0, (args, p.stderr[-3000:])
+        assert p.returncode == rc, (args, p.stderr[-3000:])
         return p
 
-    secret_overrides = [f"+judge.api_key={keys['OVERRIDE']}", f"+judge.headers.Authorization=Bearer {keys['BEARER']}"]
+    served_key = f"{SERVED_KEY}={keys['BEARER']}"  # the served judge's key, given on the command line
+    refused = [f"+judge.api_key={keys['REFUSED']}", f"+judge.headers.Authorization=Bearer {keys['REFUSED']}"]
     judged = [
         "roster=openai_server",
         "dataset=wice",
@@ -706,31 +722,35 @@ def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
         "analysis.n_boot=50",
         f"paths.tables_dir={tmp_path / 'tables'}",
     ]
-    # a single run that judges through the served judge (HTTP Basic from the URL), then a sweep (Bearer key)
+    # runs that judge through the served judge: HTTP Basic from the URL, the Bearer key from the environment (half
+    # the items), a sweep whose swept override key judges the rest; then a run its refused keys stop in one line
     run(
         "src.run",
         *judged,
         f"paths.cache_dir={tmp_path / 'cache1'}",
         f"output={tmp_path / 'results.json'}",
-        *secret_overrides,
         environ=url_env,
     )
+    basic = "Basic " + base64.b64encode(f"bob:{keys['URLPW']}".encode()).decode()
+    assert set(JudgeAPI.auth) == {basic}
+    run("src.run", *judged, f"paths.cache_dir={tmp_path / 'cache2'}", "judge.per_dataset=30")
+    assert set(JudgeAPI.auth) == {basic, f"Bearer {keys['RAIM_OPENAI_API_KEY']}"}
     run(
         "src.run",
         "-m",
         *judged,
         f"paths.cache_dir={tmp_path / 'cache2'}",
+        f"{SERVED_KEY}={keys['OVERRIDE']},{keys['SWEPT']}",
         "stacker.C=0.1,10",
-        f"+judge.api_key={keys['OVERRIDE']},{keys['SWEPT']}",
-        secret_overrides[1],
     )
-    basic = "Basic " + base64.b64encode(f"bob:{keys['URLPW']}".encode()).decode()
-    assert set(JudgeAPI.auth) == {basic, f"Bearer {keys['RAIM_OPENAI_API_KEY']}"}
+    assert set(JudgeAPI.auth) == {basic, *(f"Bearer {keys[k]}" for k in ("RAIM_OPENAI_API_KEY", "OVERRIDE"))}
+    stop = run("src.run", *judged, f"paths.cache_dir={tmp_path / 'cache3'}", *refused, rc=2).stderr
+    assert len(stop.splitlines()) == 1 and "error: config.yaml: judge: unknown keys 'api_key', 'headers'" in stop
     run(
         "src.track",
         "params",
         "roster=openai_server",
-        *secret_overrides,
+        served_key,
         "--out",
         str(tmp_path / "params.yaml"),
         environ={**url_env, "RAIM_OPENAI_API_KEY": keys["RAIM_OPENAI_API_KEY"]},
@@ -774,7 +794,7 @@ def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
         str(tmp_path / "pred.jsonl"),
         "--no-progress",
     )
-    # the studies, on the committed caches, with the overrides' keys
+    # the studies, on the sweep's served verdicts, with the served judge's key on the command line
     study_out = {
         "prevalence": ["prevalence.n_boot=5", "prevalence.n_draws=2", "prevalence.simulations=[]"],
         "monitor": [
@@ -798,7 +818,9 @@ def test_no_planted_key_reaches_any_file_or_output_of_any_command(tmp_path):
             *shrink,
             f"{study}.output={tmp_path / study}.json",
             f"{study}.figure={tmp_path / study}.png",
-            *secret_overrides,
+            *judged[:3],
+            f"paths.cache_dir={tmp_path / 'cache2'}",
+            served_key,
         )
     assert (tmp_path / "pred.jsonl").is_file() and (store / "mlflow.db").is_file()
 

@@ -14,7 +14,7 @@ from test_track import compose_cfg, free_port, log_simulated, post_json, server,
 
 from src.core.aggregate import StackedLogit
 from src.core.errors import RaimError
-from src.mlops import registry
+from src.mlops import packaging, registry
 from src.mlops import serving as serve
 
 MEMBERS = [f"m{j:02d}" for j in range(8)]
@@ -118,7 +118,7 @@ def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
     )
     with tracking_store(champion["tmp"]):
         with mlflow.start_run():
-            uri = serve.log_stacker(stacker, names).model_uri
+            uri = packaging.log_stacker(stacker, names).model_uri
     env = {**os.environ, "MLFLOW_TRACKING_URI": champion["uri"], "PATH": "/usr/bin:/bin"}
     p = subprocess.run(
         [
@@ -151,7 +151,7 @@ def test_log_panel_command_logs_a_panel_model_of_a_logged_stacker(champion):
         # new items' verdicts go to their own cache, never to the committed benchmark cache (a DVC dependency)
         assert inner.config["cache_dir"] == str(serve.SCORED_CACHE.resolve())
         assert inner.config["injection_defence"] == "immune"  # what it does with a flagged item, chosen when logged
-        assert serve.load_model(run.data.tags["panel_model_uri"]).config["injection_defence"] == "immune"
+        assert packaging.load_model(run.data.tags["panel_model_uri"]).config["injection_defence"] == "immune"
         assert serve.SCORED_CACHE != ROOT / "verdicts" / "cache"
 
 
@@ -265,7 +265,7 @@ def panel(champion):
     stacker = StackedLogit(n_votes=len(names)).fit(X, gold)
     with tracking_store(champion["tmp"]):
         with mlflow.start_run():
-            info = serve.log_panel(
+            info = packaging.log_panel(
                 roster, stacker, names, default_frame="claim", cache_dir=champion["tmp"] / "unused-cache"
             )
         yield {"uri": info.model_uri, "roster": roster, "names": names, "stacker": stacker}
@@ -336,7 +336,7 @@ def test_panel_model_without_compute_abstains_on_a_miss(panel, tmp_path, monkeyp
 
 def test_panel_model_refuses_a_stacker_of_another_roster(panel):
     with pytest.raises(RaimError, match=r"votes with member\(s\) \['a', 'b'\] that roster 'tiny' does not have"):
-        serve.log_panel(panel["roster"], panel["stacker"], ["a", "b"])
+        packaging.log_panel(panel["roster"], panel["stacker"], ["a", "b"])
     model = serve.PanelModel(panel["roster"], {}, "claim", panel["stacker"], panel["names"])
     with pytest.raises(ValueError, match="candidate"):
         model.items(pd.DataFrame({"question": ["q"]}))
@@ -354,7 +354,7 @@ def test_panel_runs_exactly_the_members_its_stacker_was_fitted_on(panel, champio
     one = StackedLogit(n_votes=1).fit(np.array([[0.0], [1.0], [0.0], [1.0]]), np.array([0, 1, 0, 1]))
     with tracking_store(champion["tmp"]):
         with mlflow.start_run():
-            info = serve.log_panel(panel["roster"], one, [llm], cache_dir=tmp_path / "cache")
+            info = packaging.log_panel(panel["roster"], one, [llm], cache_dir=tmp_path / "cache")
         model = mlflow.pyfunc.load_model(info.model_uri)
     inner = model.unwrap_python_model()
     assert [m["name"] for m in inner.roster["members"]] == [llm] and inner.columns == [llm]

@@ -1,8 +1,9 @@
-"""Traces in, assessments out (src/traces.py, src/mlops/traces.py, src/io/traces.py, src/mlops/scorers.py): the mapping
-from a trace to an item and every reason a trace is not one; a real sqlite MLflow store holding traces written
-with mlflow.tracing (CHAIN root, RETRIEVER spans), judged by a real panel model (the lexical judge, stacked) through
-the verdict cache; assessments written once, overridden by another model, read back by src.rate with the people's
-labels; RAIM as scorers of mlflow.genai.evaluate and inside MLflow's make_scorer_ensemble."""
+"""Traces in, assessments out (src/traces.py, src/mlops/traces.py, src/mlops/assessing.py, src/io/traces.py,
+src/mlops/scorers.py): the mapping from a trace to an item and every reason a trace is not one; a real sqlite MLflow
+store holding traces written with mlflow.tracing (CHAIN root, RETRIEVER spans), judged by a real panel model (the
+lexical judge, stacked) through the verdict cache; assessments written once, overridden by another model, read back
+by src.rate with the people's labels; RAIM as scorers of mlflow.genai.evaluate and inside MLflow's
+make_scorer_ensemble."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from conftest import one_worker_at_a_time
 from test_track import tracking_store
 
 from src.io.traces import SKIP_REASONS, Skip, TraceMapping, TraceView, candidate_of, question_of, to_item
+from src.mlops import assessing
 from src.mlops import traces as mt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +135,7 @@ def test_labels_read_as_gold_and_a_bad_one_is_one_line():
 
 def test_items_of_one_client_request_are_scored_in_separate_batches():
     items = [{"item_id": i} for i in ("a", "b", "a", "c", "a")]
-    assert mt.unique_batches(items) == [[0, 1, 3], [2], [4]]
+    assert assessing.unique_batches(items) == [[0, 1, 3], [2], [4]]
 
 
 # ---------------------------------------------------------------------------------------- a real store
@@ -237,7 +239,7 @@ def store(tmp_path_factory):
     import mlflow
     from mlflow import MlflowClient
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
     from src.mlops.store import artifact_root
 
     tmp = tmp_path_factory.mktemp("traces")
@@ -246,11 +248,11 @@ def store(tmp_path_factory):
             experiment_id=mlflow.create_experiment("models", artifact_location=artifact_root(uri, "m"))
         )
         with mlflow.start_run():
-            info = serve.log_panel(ROSTER, fitted(0), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
+            info = packaging.log_panel(ROSTER, fitted(0), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
         mv = mlflow.register_model(info.model_uri, "raim-panel-test")
         MlflowClient().set_registered_model_alias("raim-panel-test", "champion", mv.version)
         with mlflow.start_run():
-            other = serve.log_panel(ROSTER, fitted(1), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
+            other = packaging.log_panel(ROSTER, fitted(1), NAMES, default_frame="def_on", cache_dir=tmp / "cache")
         ids = write_traces("app")
         yield {
             "uri": uri,
@@ -261,8 +263,9 @@ def store(tmp_path_factory):
         }
 
 
-def judged(capsys, store, *extra: str) -> str:
-    """``python -m src.traces judge`` on the `app` experiment with the champion, into the store's cache; its stdout."""
+def judged(capsys, store, *extra: str, experiment: str = "app") -> str:
+    """``python -m src.traces judge`` on an experiment (`app`) with the champion, into the store's cache; its
+    stdout."""
     from src import traces
 
     code, out, err = run(
@@ -270,7 +273,7 @@ def judged(capsys, store, *extra: str) -> str:
         traces,
         "judge",
         "--experiment",
-        "app",
+        experiment,
         "--model-uri",
         store["model"],
         "--no-progress",
@@ -432,21 +435,26 @@ def test_bad_requests_are_one_line(store, capsys, tmp_path):
 
 def test_raim_in_one_line_of_mlflow_genai_evaluate(store, capsys):
     """The stacked panel and each member as scorers: on the experiment's traces (evidence from the RETRIEVER spans)
-    and on plain rows (evidence from the inputs' context); p equals the panel model's own on the same item."""
+    and on plain rows (evidence from the inputs' context); p equals the panel model's own on the same item. Its
+    traces are its own: evaluate writes each scorer's feedback on them (a second RAIM assessment where the command
+    wrote one), and the module's `app` traces keep the assessments the other tests expect."""
     import mlflow
 
     from src.mlops.panels import load_panel
     from src.mlops.scorers import raim_scorers
 
-    judged(capsys, store)  # the traces judged and cached by the command; the scorers then only read the cache
+    before = {i: len(t.info.assessments) for i, t in traces_of().items()}
+    ids = write_traces("evaluate-app")  # its experiment set: evaluate copies another experiment's traces (ids lost)
+    # the traces judged and cached by the command; the scorers then only read the cache
+    judged(capsys, store, experiment="evaluate-app")
     scorers = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache", compute=False)
     assert [s.name for s in scorers] == ["raim_hallucination", "raim_lexical", "raim_minilm"]
-    exp = mlflow.set_experiment("app").experiment_id  # evaluate copies another experiment's traces (ids lost)
+    exp = mlflow.get_experiment_by_name("evaluate-app").experiment_id
     result = mlflow.genai.evaluate(data=mlflow.search_traces(locations=[exp]), scorers=scorers)
     rows = result.result_df.set_index("trace_id")
     panel = load_panel(store["model"]).model
     for k, (q, ev, cand) in enumerate(FACTS):
-        tid = store["ids"][f"good{k}"]
+        tid = ids[f"good{k}"]
         item = {"item_id": f"req-{k}", "question": q, "evidence": ev, "candidate": cand, "dataset": "traces"}
         want = panel.predict(
             None, pd.DataFrame([{**item, "frame": "def_on"}]), {"cache_dir": str(store["tmp"] / "cache")}
@@ -455,11 +463,12 @@ def test_raim_in_one_line_of_mlflow_genai_evaluate(store, capsys):
         for m in NAMES:
             assert rows.loc[tid, f"raim_{m}/value"] == bool(want[m].iloc[0])
     for reason in ("no_retriever_span", "no_documents", "non_text_output"):
-        assert reason in rows.loc[store["ids"][reason], "raim_hallucination/error_message"]
+        assert reason in rows.loc[ids[reason], "raim_hallucination/error_message"]
     plain = [{"inputs": {"question": FACTS[2][0], "context": FACTS[2][1]}, "outputs": FACTS[2][2]}]
     fresh = raim_scorers(store["model"], cache_dir=store["tmp"] / "cache", members=False)  # judges the miss
     got = mlflow.genai.evaluate(data=plain, scorers=fresh).result_df
     assert 0.5 < got["raim_hallucination/value"].iloc[0] <= 1  # the aspirin answer has no support in its evidence
+    assert {i: len(t.info.assessments) for i, t in traces_of().items()} == before
 
 
 @pytest.mark.slow
@@ -568,10 +577,10 @@ def test_a_run_that_dies_keeps_what_it_wrote_and_the_next_finishes_it(store, cap
     """The store fails on the third assessment: the two written stay, the command stops; the re-run writes the
     other two and nothing twice."""
     from src import traces
-    from src.mlops import traces as mt
+    from src.mlops import assessing
 
     ids = write_traces("crash-app")
-    real, calls = mt.write, []
+    real, calls = assessing.write, []
 
     def failing(trace, fb):
         calls.append(trace.info.trace_id)
@@ -579,11 +588,11 @@ def test_a_run_that_dies_keeps_what_it_wrote_and_the_next_finishes_it(store, cap
             raise OSError("disk full")
         return real(trace, fb)
 
-    monkeypatch.setattr(mt, "write", failing)
+    monkeypatch.setattr(assessing, "write", failing)
     base = ["judge", "--experiment", "crash-app", "--model-uri", store["model"], "--no-progress", "--page-size", "2"]
     code, _, err = run(capsys, traces, *base, "--cache-dir", str(store["tmp"] / "cache"))
     assert code == 2 and "disk full" in err
-    monkeypatch.setattr(mt, "write", real)
+    monkeypatch.setattr(assessing, "write", real)
     code, out, err = run(capsys, traces, *base, "--cache-dir", str(store["tmp"] / "cache"))
     assert code == 0, err
     assert "2 assessed, 2 already assessed by this model" in out

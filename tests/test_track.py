@@ -7,6 +7,7 @@ helpers at the top are shared with test_registry / test_serve / test_pipeline.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,11 +23,13 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
-from src.mlops import redact, store
-from src.mlops import serving as serve
+from src.io.config import composed, freeze
+from src.io.files import written_float
+from src.mlops import packaging, redact, store
 from src.mlops import tracking as track
 from src.present import stagefiles
 from src.studies import simulate, stacking
+from src.studies.checked import check_config
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = {
@@ -70,10 +73,15 @@ def analysis_overrides(verdicts: Path, out: Path) -> list[str]:
 
 @contextlib.contextmanager
 def tracking_store(path: Path):
-    """Point MLflow (and any subprocess) at a fresh sqlite store under ``path``; restore afterwards."""
+    """Point MLflow (and any subprocess) at a fresh sqlite store under ``path``; restore afterwards, the active
+    experiment too: ``mlflow.set_experiment`` (src.mlops.store.setup) keeps an id of this store in a module global
+    and in ``$MLFLOW_EXPERIMENT_ID``, which a module-scoped store would otherwise leave to every later test (a run
+    opened in another new store would look for an experiment that store never had)."""
     import mlflow
+    from mlflow.tracking import fluent
 
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", *QUIET)}
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_ID", *QUIET)}
+    active = fluent._active_experiment_id
     uri = f"sqlite:///{path / 'mlflow.db'}"
     os.environ.update({"MLFLOW_TRACKING_URI": uri, **QUIET})
     mlflow.set_tracking_uri(uri)
@@ -86,12 +94,18 @@ def tracking_store(path: Path):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        fluent._active_experiment_id = active
         mlflow.set_tracking_uri(None)
 
 
 def log_simulated(tmp: Path, which=("good", "bad"), extra: tuple[str, ...] = ()):
-    """Analyse simulated panels and log them; returns (parent run id, cfg, table, results, doc)."""
-    cfg = compose_cfg(*analysis_overrides(write_panels(tmp / "verdicts.csv", which), tmp / "results.json"), *extra)
+    """Analyse simulated panels and log them; returns (parent run id, settings, table, results, doc). ``extra``:
+    overrides of keys the checked path refuses (secrets under keys of their own), placed in the composed config
+    the run logs, as scrubbing's second line behind that refusal."""
+    overrides = analysis_overrides(write_panels(tmp / "verdicts.csv", which), tmp / "results.json")
+    cfg = check_config(compose_cfg(*overrides))
+    if extra:
+        cfg = dataclasses.replace(cfg, composed=freeze(composed(compose_cfg(*overrides, *extra))))
     table, results, doc = stacking.analyse(cfg)
     return track.log_analysis(cfg, table, results, doc), cfg, table, results, doc
 
@@ -180,15 +194,34 @@ def logged(tmp_path_factory):
 # ---------------------------------------------------------------------------------------------- tests
 
 
+def test_a_store_s_experiment_stays_inside_it(tmp_path):
+    """A run opened in a new store after :func:`tracking_store` closed lands in that store's default experiment,
+    not in an experiment id of the closed store."""
+    import mlflow
+
+    before = os.environ.get("MLFLOW_EXPERIMENT_ID")
+    with tracking_store(tmp_path):
+        mlflow.set_experiment(experiment_id=mlflow.create_experiment("mine"))
+        mlflow.set_experiment("another")
+    assert os.environ.get("MLFLOW_EXPERIMENT_ID") == before
+    (tmp_path / "new").mkdir()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'new' / 'mlflow.db'}")
+    try:
+        with mlflow.start_run() as run:
+            assert run.info.experiment_id == "0"
+    finally:
+        mlflow.set_tracking_uri(None)
+
+
 def test_tracking_uri_env_wins_and_relative_sqlite_is_repo_absolute(monkeypatch):
     cfg = compose_cfg()
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    assert store.tracking_uri(cfg) == f"sqlite:///{ROOT / 'mlflow.db'}"
-    assert store.artifact_root(store.tracking_uri(cfg)) == (ROOT / "mlruns" / "raim").as_uri()
+    assert store.tracking_uri(check_config(cfg).tracking) == f"sqlite:///{ROOT / 'mlflow.db'}"
+    assert store.artifact_root(store.tracking_uri(check_config(cfg).tracking)) == (ROOT / "mlruns" / "raim").as_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:////tmp/elsewhere/x.db")
-    assert store.tracking_uri(cfg) == "sqlite:////tmp/elsewhere/x.db"
+    assert store.tracking_uri(check_config(cfg).tracking) == "sqlite:////tmp/elsewhere/x.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
-    assert store.tracking_uri(cfg) == "http://127.0.0.1:5000"
+    assert store.tracking_uri(check_config(cfg).tracking) == "http://127.0.0.1:5000"
     assert store.artifact_root("http://127.0.0.1:5000") is None
 
 
@@ -374,10 +407,10 @@ def test_model_pins_are_the_installed_versions_so_mlflows_check_is_skipped_while
     import mlflow.pyfunc
     from mlflow.utils import environment
 
-    pins = dict(r.split("==") for r in serve.pip_requirements())
+    pins = dict(r.split("==") for r in packaging.pip_requirements())
     assert pins == {name: version(name) for name in pins}
     before = [m.warn_dependency_requirement_mismatches for m in (environment, mlflow.pyfunc)]
-    with serve._pins_from_this_environment():
+    with packaging._pins_from_this_environment():
         assert environment.warn_dependency_requirement_mismatches is not before[0]
         assert mlflow.pyfunc.warn_dependency_requirement_mismatches is not before[1]
     assert [m.warn_dependency_requirement_mismatches for m in (environment, mlflow.pyfunc)] == before
@@ -406,8 +439,8 @@ def test_start_run_nests_under_active_run_and_logs_figures(tmp_path):
     fig.write_bytes(b"\x89PNG fake")
     with tracking_store(tmp_path):
         cfg = compose_cfg("dataset=wice", "stacker=logreg_categorical")
-        with track.start_run(cfg, "budget", tags={"budget": 50}) as parent:
-            with track.start_run(cfg, "budget", tags={"budget": 100}) as child:
+        with track.start_run(check_config(cfg), "budget", tags={"budget": 50}) as parent:
+            with track.start_run(check_config(cfg), "budget", tags={"budget": 100}) as child:
                 assert track.log_figures([fig, tmp_path / "missing.png"]) == ["fig.png"]
         got = mlflow.get_run(child.info.run_id)
         assert got.data.tags["mlflow.parentRunId"] == parent.info.run_id
@@ -438,12 +471,12 @@ def test_the_store_is_set_up_once_per_run(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "_experiment_id", lambda *a: calls.append(a) or real(*a))
     with tracking_store(tmp_path):
         cfg = compose_cfg()
-        with track.start_run(cfg, "stacking"):
+        with track.start_run(check_config(cfg), "stacking"):
             for name in ("a", "b", "c"):
-                with track.start_run(cfg, "stacking", tags={"dataset": name}, run_name=name):
+                with track.start_run(check_config(cfg), "stacking", tags={"dataset": name}, run_name=name):
                     track.log_metrics({"x": 1.0}, {"y": [1.0, 2.0]})
         assert len(calls) == 1
-        with track.start_run(cfg, "stacking"):  # a new run sets up again
+        with track.start_run(check_config(cfg), "stacking"):  # a new run sets up again
             pass
         assert len(calls) == 2
 
@@ -453,9 +486,10 @@ import os, signal, sys
 sys.path[:0] = [{root!r}, {tests!r}]
 from test_track import compose_cfg
 from src.mlops import tracking as track
+from src.studies.checked import check_config
 cfg = compose_cfg()
-with track.start_run(cfg, "stacking") as run:
-    with track.start_run(cfg, "stacking", tags={{"dataset": "d"}}):
+with track.start_run(check_config(cfg), "stacking") as run:
+    with track.start_run(check_config(cfg), "stacking", tags={{"dataset": "d"}}):
         print(run.info.run_id, flush=True)
         {then}
 """
@@ -505,7 +539,7 @@ def test_runs_a_killed_process_left_running_are_closed_by_the_next_run(tmp_path,
         running = client.search_runs(["0", *[e.experiment_id for e in client.search_experiments()]], "")
         assert sum(r.info.status == "RUNNING" for r in running) == 4  # two of each process
         capsys.readouterr()
-        with track.start_run(compose_cfg(), "stacking") as new:
+        with track.start_run(check_config(compose_cfg()), "stacking") as new:
             pass
         note = capsys.readouterr().err
         assert "note: closed 2 MLflow run(s) left RUNNING by a process that is gone, as KILLED" in note
@@ -562,16 +596,16 @@ def test_tags_are_read_off_values_alike_under_src_run_and_the_dvc_stage(shipped_
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=["stacker.C=0.5", "analysis=fast"], return_hydra_config=True)
+    params_yaml = OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "hydra"})
     HydraConfig.instance().set_config(cfg)
     try:
-        as_run = track.choices(cfg)
+        as_run = track.choices(check_config(params_yaml))
     finally:
         HydraConfig.instance().cfg = None
-    params_yaml = OmegaConf.create({k: v for k, v in OmegaConf.to_container(cfg).items() if k != "hydra"})
-    assert track.choices(params_yaml) == as_run
+    assert track.choices(check_config(params_yaml)) == as_run
     assert as_run["stacker"] == "logreg (C=0.5)" and as_run["analysis"] == "fast" and as_run["roster"] == "cpu"
-    assert track.choices(compose_cfg("stacker=logreg_categorical"))["stacker"] == "logreg_categorical"
-    byo = track.choices(compose_cfg("verdicts=/tmp/v.csv", "roster=tiny"))
+    assert track.choices(check_config(compose_cfg("stacker=logreg_categorical")))["stacker"] == "logreg_categorical"
+    byo = track.choices(check_config(compose_cfg("verdicts=/tmp/v.csv", "roster=tiny")))
     assert "roster" not in byo and byo["verdicts"] == "/tmp/v.csv"
 
 
@@ -611,9 +645,8 @@ def test_stage_files_and_judge_args(logged, tmp_path):
     m = json.loads((tmp_path / "m.json").read_text())
     assert m["good"]["admissible"] is True and m["bad"]["admissible"] is False
     assert (m["good"]["decision"], m["bad"]["decision"], m["bad"]["decision_member"]) == ("panel", "single", "m00")
-    assert (
-        m["good"]["stacked"]["kappa"]
-        == logged["doc"]["datasets"]["good"]["comparators"]["stacked"]["kappa"]["estimate"]
+    assert m["good"]["stacked"]["kappa"] == written_float(  # written by the rule of every JSON result
+        logged["doc"]["datasets"]["good"]["comparators"]["stacked"]["kappa"]["estimate"]
     )
     b = pd.read_csv(tmp_path / "b.csv")
     assert set(b["dataset"]) == {"good", "bad"} and len(b) == 2 * 9
@@ -626,17 +659,17 @@ def test_every_logged_stacker_of_a_real_run_predicts_its_own_example(tmp_path):
     import mlflow
     from mlflow.models import Model
 
-    from src.mlops import serving as serve
+    from src.mlops import packaging
 
     with tracking_store(tmp_path):
         cfg = compose_cfg("analysis=fast", "analysis.abstention_contrast=false", f"output={tmp_path}/r.json")
-        table, results, doc = stacking.analyse(cfg)
-        rid = track.log_analysis(cfg, table, results, doc)
+        table, results, doc = stacking.analyse(check_config(cfg))
+        rid = track.log_analysis(check_config(cfg), table, results, doc)
         kids = children(rid)
         assert set(kids) == {"medhallu", "wice", "truthfulqa", "expertqa"}
         for name, kid in kids.items():
             uri = kid.data.tags["stacker_model_uri"]
-            assert serve.self_check(uri) is None, name
+            assert packaging.self_check(uri) is None, name
             path = mlflow.artifacts.download_artifacts(uri)
             example = Model.load(path).load_input_example(path)
             model = mlflow.pyfunc.load_model(path)
@@ -667,7 +700,7 @@ def test_a_study_checks_its_outputs_before_any_work(tmp_path):
     compute, draw, metrics = _study_parts(tmp_path, computed)
     cfg = compose_cfg("tracking.enabled=false")
     with pytest.raises(track.RaimError, match="is a directory"):
-        track.run_study(cfg, "study", compute, tmp_path, tmp_path / "s.png", draw, metrics)
+        track.run_study(check_config(cfg), "study", compute, tmp_path, tmp_path / "s.png", draw, metrics)
     assert not computed and not (tmp_path / "s.png").exists()
 
 
@@ -680,7 +713,7 @@ def test_a_failed_tracking_leaves_the_previous_study_json_in_place(tmp_path, mon
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/not_a_dir/m.db")  # the store cannot be made
     cfg = compose_cfg()
     with pytest.raises(track.RaimError) as e:  # the store's folder is a file: one line naming the store
-        track.run_study(cfg, "study", compute, out, tmp_path / "s.png", draw, metrics)
+        track.run_study(check_config(cfg), "study", compute, out, tmp_path / "s.png", draw, metrics)
     assert str(e.value).startswith(f"MLflow tracking at sqlite:///{tmp_path}/not_a_dir/m.db failed (")
     assert str(e.value).endswith("nothing was written to study.json (tracking.enabled=false runs without MLflow)")
     assert computed and json.loads(out.read_text()) == {"previous": True}

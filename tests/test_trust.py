@@ -163,6 +163,55 @@ def test_an_option_is_a_name_in_its_group_never_a_path(conf):
     assert "did you mean 'wice'" in refused(["dataset=wic"], conf)
 
 
+def own_folder(tmp_path: Path, option: str, text: str, group: str = "dataset") -> Path:
+    """A user's own config folder, outside conf/, holding one option: what ``hydra.searchpath`` adds."""
+    folder = tmp_path / "own_conf"
+    (folder / group).mkdir(parents=True, exist_ok=True)
+    (folder / group / f"{option}.yaml").write_text(text)
+    return folder
+
+
+def test_an_option_on_the_search_path_is_found_and_named_among_the_options(tmp_path):
+    # a name no user's own conf/dataset/ holds (docs/own-benchmark.md's example is newbench)
+    own = own_folder(tmp_path, "searchbench", (ROOT / "tests" / "fixtures" / "newbench" / "newbench.yaml").read_text())
+    check_sources(["dataset=searchbench", f"hydra.searchpath=[file://{own}]"])
+    check_sources(["dataset=searchbench", f"hydra.searchpath=[{own}]"])  # a plain path is a folder to Hydra too
+    assert "no option 'searchbench'" in refused(["dataset=searchbench"], CONF_DIR)
+    msg = refused(["dataset=searchbenc", f"hydra.searchpath=[file://{own}]"], CONF_DIR, "no option 'searchbenc'")
+    assert "searchbench" in msg.split("options: ", 1)[1] and "did you mean 'searchbench'" in msg
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("# @package _global_\nhydra:\n  callbacks:\n    x: {_target_: uuid._get_command_stdout}\n", ("@package",)),
+        ("hydra:\n  job_logging:\n    root: {level: INFO}\n", ("`hydra` node",)),
+        ("name: x\nsystem: {_target_: builtins.open}\n", ("refused",)),
+        ("defaults:\n  - override /hydra/job_logging: none\n", ("defaults",)),
+    ],
+)
+def test_a_file_on_the_search_path_is_data_as_conf_s_are(tmp_path, text, words):
+    own = own_folder(tmp_path, "evil", text)
+    refused(["dataset=evil", f"hydra.searchpath=[file://{own}]"], CONF_DIR, "own_conf/dataset/evil.yaml", *words)
+    (own / "hydra" / "job_logging").mkdir(parents=True)
+    (own / "hydra" / "job_logging" / "evil.yaml").write_text("version: 1\n")
+    refused([f"hydra.searchpath=[file://{own}]"], CONF_DIR, "hydra", "folder")
+
+
+@pytest.mark.parametrize(
+    "value, words",
+    [
+        ("[pkg://src]", ("'pkg://src' is refused", "folders only")),
+        ("[file:///nonexistent/raim/conf]", ("no such folder",)),
+        ("[structured://]", ("'structured://' is refused",)),
+        ("file:///tmp", ("a list of folders",)),
+    ],
+)
+def test_a_search_path_entry_that_is_not_a_folder_is_refused(value, words):
+    """A ``pkg://`` entry reads a Python package's files, which the check cannot see before Hydra does."""
+    refused([f"hydra.searchpath={value}"], CONF_DIR, "hydra.searchpath", *words)
+
+
 def test_the_command_line_is_read_as_hydra_reads_it():
     cl = command_line(["-cd", "/x", "--config-name=params", "--cfg", "job", "a=1", "-m", "b=2"])
     assert cl.config_name == "params" and cl.search[1] == Path("/x") and cl.overrides == ("a=1", "b=2")
@@ -297,6 +346,43 @@ def test_every_entry_refuses_a_hostile_node_in_every_group_in_one_line(tmp_path,
         one_line_refusal(cli(tmp_path, entry, case, "tracking.enabled=false", env=env), flag)
 
 
+def test_an_option_on_the_search_path_is_composed(tmp_path):
+    """A dataset kept in the user's own folder (``hydra.searchpath=[file://…]``) reaches the composed config."""
+    spec = (ROOT / "tests" / "fixtures" / "newbench" / "newbench.yaml").read_text()
+    own = own_folder(tmp_path, "searchbench", spec)  # conf/ comes first: a name no user's conf/dataset/ holds
+    p = cli(tmp_path, "src.run", "dataset=searchbench", f"hydra.searchpath=[file://{own}]", "--cfg", "job")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "title: New benchmark" in p.stdout and "newbench/newbench.json" in p.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["src.run", "src.analyses"])
+def test_a_hostile_file_on_the_search_path_is_refused_in_one_line(tmp_path, entry):
+    """The routes a file in the user's own folder could take around the check: a global package configuring
+    Hydra's callbacks, a node that runs a command, a dataset builder outside the allow-list."""
+    flag = tmp_path / FLAG
+    own = own_folder(tmp_path, "glob", f"# @package _global_\nhydra:\n  callbacks:\n    x:\n{_indent(hostile(flag))}")
+    own_folder(tmp_path, "evil", hostile(flag))
+    own_folder(tmp_path, "alien", f"name: alien\nframe: def_on\nbuilder:\n{_indent(hostile(flag), 2)}")
+    own_folder(tmp_path, "outside", "name: outside\nframe: def_on\nbuilder: {_target_: uuid._get_command_stdout}\n")
+    cases = [
+        ("glob", "dataset/glob.yaml: an `# @package` directive is refused"),
+        ("evil", "dataset/evil.yaml: _target_: a `_target_` here is refused"),
+        ("alien", "dataset/alien.yaml: builder._args_: Hydra's instantiation key '_args_' is refused"),
+        ("outside", "builder: _target_ 'uuid._get_command_stdout' is not a dataset builder RAIM ships"),
+    ]
+    for option, words in cases:
+        p = cli(tmp_path, entry, f"dataset={option}", f"hydra.searchpath=[file://{own}]", "tracking.enabled=false")
+        line = one_line_refusal(p, flag)
+        assert words in line, line
+    p = cli(tmp_path, entry, "dataset=wice", "hydra.searchpath=[pkg://src]", "tracking.enabled=false")
+    assert "'pkg://src' is refused" in one_line_refusal(p, flag)
+
+
+def _indent(text: str, n: int = 6) -> str:
+    return "".join(" " * n + line + "\n" for line in text.splitlines())
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_every_entry_refuses_a_hostile_params_yaml_in_one_line(tmp_path, entry):
@@ -329,12 +415,13 @@ def test_every_entry_answers_hydras_errors_in_one_line(tmp_path, entry, override
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_a_run_folder_hydra_cannot_make_is_one_line(tmp_path, entry):
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(locked / "sub")})
-    if os.geteuid() == 0:  # root writes anywhere: a path under a file cannot be made by anyone
-        (tmp_path / "file").write_text("")
-        p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(tmp_path / "file" / "sub")})
+    if os.geteuid() == 0:  # root writes anywhere (a locked folder would run the whole command): a path under a
+        (tmp_path / "file").write_text("")  # file cannot be made by anyone
+        unmakeable = tmp_path / "file" / "sub"
+    else:
+        (tmp_path / "locked").mkdir(mode=0o500)
+        unmakeable = tmp_path / "locked" / "sub"
+    p = cli(tmp_path, entry, "tracking.enabled=false", env={"RAIM_HYDRA_DIR": str(unmakeable)})
     line = one_line_refusal(p, tmp_path / FLAG)
     assert "sub" in line or "file" in line, line
 

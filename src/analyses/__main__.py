@@ -20,21 +20,21 @@ from src.core.names import metric_name
 from src.io import files
 from src.io.datasets import read_items
 from src.io.paths import CONF_DIR
+from src.io.settings import Settings
 from src.io.trust import checked_command
 from src.judges import tables
 from src.mlops import tracking as track
 from src.present import figures
 from src.studies.checked import check_config, configured
 from src.studies.suite import cascade, cost, run_suite
-from src.studies.suite.settings import suite_settings
 
 log = logging.getLogger("raim.suite")
 
 
-def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
+def compute(cfg: Settings) -> tuple[dict, dict | None]:
     """(suite document, results.json document or None) for the configured table."""
     settings, stacker = configured(cfg)
-    suite = suite_settings(cfg.suite)
+    suite = cfg.suite
     table = tables.load_table(cfg)
     measured = None
     if not cfg.verdicts and suite.cost.use_measured:
@@ -47,7 +47,7 @@ def compute(cfg: DictConfig) -> tuple[dict, dict | None]:
     return doc, results
 
 
-def shipped_flags(cfg: DictConfig, table) -> dict[str, bool]:
+def shipped_flags(cfg: Settings, table) -> dict[str, bool]:
     """{item_id: flagged as a prompt injection} for the table's items whose text a shipped balanced set
     (``paths.datasets_dir``) holds (the cascade escalates them: :func:`src.studies.suite.cascade.item_flags`)."""
     ids = set(table.items["item_id"].astype(str))
@@ -93,8 +93,8 @@ def flat_metrics(doc: dict) -> dict[str, float]:
 @checked_command
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
 @one_line
-def main(cfg: DictConfig) -> None:
-    check_config(cfg)  # every group, before any work
+def main(composed: DictConfig) -> None:
+    cfg = check_config(composed)  # the one checked path: every group, before any work
     files.check_output(cfg.suite.output)
     doc, results = compute(cfg)
     timings = doc.pop("timings")  # wall times vary run to run: logged, never in suite.json (a DVC output)

@@ -4,7 +4,9 @@ Every aggregator is a scikit-learn-style estimator over a vote matrix ``X`` (n �
 ``fit`` returns ``self``, fitted state ends in ``_``, ``__init__`` only stores parameters, so each one composes
 with :func:`sklearn.model_selection.cross_val_predict` and with :func:`crossfit` below (which also keeps the
 fitted per-fold estimators for the β report). Decision rule everywhere: hallucinated iff p ≥ ``threshold``
-(0.5), which also breaks the ties of the unweighted majority (§2).
+(0.5), which also breaks the ties of the unweighted majority (§2); a p within
+:data:`src.core.verdicts.TIE_TOLERANCE` of the threshold is a tie, decided the same way on every machine
+(:func:`src.core.verdicts.at_or_over`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,19 @@ from sklearn.linear_model import LogisticRegression
 
 from src.core import greedy
 from src.core.evaluate import coverage, kappa
-from src.core.verdicts import ABSTAIN
+from src.core.verdicts import ABSTAIN, at_or_over
 
 _EPS = 1e-3
+
+BETA_DECIMALS = 10
+"""The decimals of a fitted coefficient as RAIM writes it (:func:`reported_beta`)."""
+
+
+def reported_beta(b: float) -> float:
+    """A fitted coefficient as results.json and the β files hold it: rounded to :data:`BETA_DECIMALS` decimals, −0
+    written 0. A fit's last bits follow the BLAS kernel and thread count (a β of 0 in exact arithmetic is computed as
+    ±1e-16); the written β do not (:func:`src.mlops.registry.stacker_mismatch` reads them within that rounding)."""
+    return round(float(b), BETA_DECIMALS) + 0.0
 
 
 class _VoteClassifier(ClassifierMixin, BaseEstimator):
@@ -43,7 +55,7 @@ class _VoteClassifier(ClassifierMixin, BaseEstimator):
         return np.column_stack([1.0 - p, p])
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return (self.predict_proba(X)[:, 1] >= self.threshold).astype(int)
+        return at_or_over(self.predict_proba(X)[:, 1], self.threshold).astype(int)
 
 
 class StackedLogit(_VoteClassifier):

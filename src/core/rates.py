@@ -50,6 +50,7 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from src.core.errors import RaimError
+from src.core.verdicts import at_or_over
 
 METHODS = ("classical", "naive", "ppi", "active")
 INTERVALS = ("wilson", "wald")
@@ -251,7 +252,7 @@ def naive(f, threshold: float = 0.5, clusters=None, level: float = 0.95) -> Rate
     """The panel's flagged share mean(f ≥ threshold) over every item, with the interval that treats the flags as
     labels: an interval for the panel's flag rate, not for θ (``valid=False``)."""
     f = _rows(f, "p")
-    g = (f >= threshold).astype(float)
+    g = at_or_over(f, threshold).astype(float)
     N = g.shape[1]
     s = g.mean(axis=1)
     var = cluster_variance((g - s[:, None]) / N, clusters)

@@ -25,6 +25,21 @@ from src.core.errors import RaimError
 from src.core.textfiles import UnreadableText, normal_id, read_text
 
 ABSTAIN = 0.5
+
+TIE_TOLERANCE = 1e-9
+"""A probability within this distance of the decision threshold *is* the threshold (:func:`at_or_over`)."""
+
+
+def at_or_over(p, threshold: float = 0.5) -> np.ndarray:
+    """The decision rule of every aggregator and path (§2: hallucinated iff p ≥ threshold), with ties by rule: a p
+    within :data:`TIE_TOLERANCE` of the threshold is decided as the threshold itself, hallucinated. A tie in exact
+    arithmetic (a balanced panel of uninformative members refits to p = ½) is computed as ½ ± a few units in the
+    last place, and which side it falls on follows the BLAS kernel, the thread count and the order of a fit's
+    sums; the tolerance, far above that noise (~1e-16) and far below any probability a fit tells apart from the
+    threshold, makes the verdict the same on every machine. Boolean array of p's shape."""
+    return np.asarray(p, dtype=float) >= threshold - TIE_TOLERANCE
+
+
 REQUIRED = ("item_id", "cluster_id", "gold")
 META = ("item_id", "cluster_id", "gold", "dataset", "frame")
 DEFAULT_DATASET = "all"

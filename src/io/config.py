@@ -314,11 +314,73 @@ def refuse_interpolation(value: Any, where: str, path: str = "") -> None:
         )
 
 
+def freeze(data: Any) -> Any:
+    """Plain config data made read-only, all the way down: a mapping as a :class:`types.MappingProxyType`, a list
+    as a tuple (what a settings object holds of a node it does not type: :mod:`src.io.settings`)."""
+    if isinstance(data, Mapping):
+        return types.MappingProxyType({k: freeze(v) for k, v in data.items()})
+    if isinstance(data, (list, tuple)):
+        return tuple(freeze(v) for v in data)
+    return data
+
+
+def thaw(data: Any) -> Any:
+    """:func:`freeze`'s data as plain, new dicts and lists again (to write as JSON, or to hand to a reader)."""
+    if isinstance(data, Mapping):
+        return {k: thaw(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [thaw(v) for v in data]
+    return data
+
+
 def plain(node: Any, resolve: bool) -> Any:
-    """A config node as plain Python data (an OmegaConf container converted, ``resolve`` or not)."""
+    """A config node as plain Python data (an OmegaConf container converted, ``resolve`` or not; a frozen node of a
+    settings object thawed)."""
     if isinstance(node, (DictConfig, ListConfig)):
         return OmegaConf.to_container(node, resolve=resolve)
+    if isinstance(node, (types.MappingProxyType, tuple)):
+        return thaw(node)
     return node
+
+
+def composed(cfg: Any) -> dict:
+    """The whole composed config as plain data, interpolations resolved (unresolved where one cannot be outside a
+    Hydra app, e.g. ``${hydra:…}``), without a ``hydra`` node."""
+    if not isinstance(cfg, (DictConfig, ListConfig)):
+        return thaw(cfg)
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except Exception:  # noqa: BLE001 - e.g. a ${hydra:...} interpolation outside a Hydra app
+        data = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(data, dict)
+    data.pop("hydra", None)
+    return data
+
+
+def resolve_references(data: Any, what: str = "config") -> Any:
+    """Plain data with its ``${…}`` references resolved from this process's environment (``oc.env``), as a new
+    copy; one that cannot be (a variable without a default unset) is one line naming ``what``."""
+    try:
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+    except InterpolationResolutionError as e:
+        raise RaimError(f"{what}: {' '.join(str(e).split())[:300]}") from None
+
+
+def both_forms(node: Any) -> tuple[Any, Any]:
+    """(unresolved, resolved) plain data of a node Hydra composed; a plain node is both."""
+    if isinstance(node, (DictConfig, ListConfig)):
+        return OmegaConf.to_container(node, resolve=False), OmegaConf.to_container(node, resolve=True)
+    return node, node
+
+
+def load_plain(path: str | Path) -> Any:
+    """A YAML file Hydra itself wrote (its ``multirun.yaml``) as plain data, unresolved."""
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+
+
+def to_yaml(data: Any) -> str:
+    """Plain data as the YAML text OmegaConf writes (a run's logged config.yaml, a scrubbed Hydra file)."""
+    return OmegaConf.to_yaml(OmegaConf.create(data))
 
 
 def build(cls: type, node: Any, where: str) -> Any:

@@ -35,13 +35,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 
 from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.textfiles import normal_id
 from src.io.benchmarks import Registered
 from src.io.builders import BINARY, ITEM_COLUMNS, Builder, DatasetError, Fields, _native, _to_frame
-from src.io.config import Targets, check_keys, load_yaml, refuse_interpolation
+from src.io.config import Targets, check_keys, load_yaml, plain, refuse_interpolation
 from src.io.files import atomic_write_text
 from src.io.hub import HUB
 from src.io.paths import conf_group, dataset_cache_folder
@@ -97,13 +96,13 @@ def check_spec(spec: Any, where: str) -> dict:
 
 
 def _load_spec(path: Path) -> dict:
-    """``path`` as a checked dataset spec: bounded (size, depth, aliases) before OmegaConf reads it, read without
+    """``path`` as a checked dataset spec: bounded (size, depth, aliases) before it is parsed, read without
     resolving anything, then :func:`check_spec`."""
     try:
-        spec = OmegaConf.to_container(load_yaml(path), resolve=False)
+        spec = plain(load_yaml(path), False)
     except RaimError as err:
         raise DatasetError(str(err)) from None
-    except Exception as err:  # YAML syntax, a key OmegaConf refuses (null)
+    except Exception as err:  # YAML syntax, a key the YAML reader refuses (null)
         raise DatasetError(f"{path}: unreadable dataset spec ({' '.join(str(err).split())[:300]})") from None
     try:
         return check_spec(spec, str(path))

@@ -12,7 +12,7 @@ import os
 import stat
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -129,10 +129,42 @@ def jsonable(x):
     return x
 
 
+SIGNIFICANT_DIGITS = 7
+"""The significant digits a written float keeps (:func:`written_float`)."""
+
+DECIMALS = 9
+"""The last decimal a written float keeps (:func:`written_float`): anything under half of ``10**-DECIMALS`` in
+size is written 0."""
+
+
+def written_float(x: float) -> float:
+    """``x`` as RAIM writes it into a JSON result: rounded to :data:`SIGNIFICANT_DIGITS` significant digits, but
+    never finer than the :data:`DECIMALS`-th decimal (so rounding noise such as 1e-16 is written 0), −0 written 0.
+
+    A statistic's last bits follow the BLAS kernel (another order of a sum: ~1e-16 absolute, ~1e-15 relative); the
+    written figure does not, unless the value lies within that noise of a rounding boundary (the table-maker's
+    dilemma), which a step of at least 1e-7 of the value and at least 1e-9 makes a chance of at most ~1e-7 per
+    value (docs/data.md, *Byte-identical outputs*). The figures RAIM prints keep 4 decimals fewer."""
+    if x == 0 or not math.isfinite(x):
+        return x + 0.0 if x == 0 else x
+    digits = min(SIGNIFICANT_DIGITS, DECIMALS + 1 + math.floor(math.log10(abs(x))))
+    return (float(f"{x:.{digits}g}") if digits > 0 else round(x, DECIMALS)) + 0.0
+
+
+def written(x):
+    """A :func:`jsonable` value with every float as :func:`written_float` (dicts and lists walked)."""
+    if isinstance(x, dict):
+        return {k: written(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [written(v) for v in x]
+    return written_float(x) if isinstance(x, float) else x
+
+
 def to_json(obj, indent: int = 2, default=None) -> str:
-    """A JSON document (trailing newline) of :func:`jsonable` ``obj``: strict JSON, no ``NaN`` token ever.
+    """A JSON document (trailing newline) of :func:`jsonable` ``obj``: strict JSON, no ``NaN`` token ever, every
+    float as :func:`written_float` (so a result's bytes do not depend on the machine's floating-point path).
     ``default`` converts other objects (``str`` for free-form logs; None raises on anything unexpected)."""
-    return json.dumps(jsonable(obj), indent=indent, default=default, allow_nan=False) + "\n"
+    return json.dumps(written(jsonable(obj)), indent=indent, default=default, allow_nan=False) + "\n"
 
 
 def write_json(doc: dict, path: str | Path) -> Path:
@@ -149,6 +181,24 @@ def check_output(path: str | Path) -> None:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RaimError(f"output={path}: cannot create {p.parent} ({e.strerror})") from None
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file: the same file through a link or another spelling of its path
+    (``./x``, ``d/../x``), or one path whose file does not exist yet."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): the same path once every link and '..' is resolved
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def check_not_an_input(flag: str, out: str | Path, inputs: Mapping[str, str | Path | None], output: str) -> None:
+    """Refuse, before any work, an output path that names one of the command's inputs (through a link or another
+    spelling of its path too): writing ``output`` there would replace that input. ``flag`` is how the command line
+    names the output (``--out``, ``output=``), ``inputs`` maps what each input is to its path (None: not given)."""
+    for what, path in inputs.items():
+        if path is not None and same_file(out, path):
+            raise RaimError(f"{flag} {out}: is the {what} {path} itself; {output} would replace it: name another file")
 
 
 def sha256_file(path: str | Path) -> str:

@@ -1,5 +1,5 @@
 """Injection flags of served items, beside the vote store (:mod:`src.io.votestore`, same sqlite file, its own
-table): per scored item, whether :func:`src.core.injection.scan` flagged its text and why — never the text. The
+table): per scored item, whether :func:`src.core.detector.scan` flagged its text and why — never the text. The
 monitor joins them to the recorded votes by item id and reports the flagged share per window."""
 
 from __future__ import annotations

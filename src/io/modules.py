@@ -3,7 +3,7 @@ through one another.
 
 Two readers share it: each DVC stage depends on the files its command's module needs (``scripts/dvc_deps.py``
 writes them into dvc.yaml), and a logged stacker model ships the files its pickled objects need
-(:func:`src.mlops.serving.code_tree`). Imports are read from each file's ``import`` lines as text, at any depth
+(:func:`src.mlops.packaging.code_tree`). Imports are read from each file's ``import`` lines as text, at any depth
 (imports inside functions too, so a code path taken only at serving time is there): parsing every file into a
 syntax tree cost ~0.4 s a model, and the text reading finds every import a syntax tree does.
 """

@@ -3,8 +3,10 @@
 Trusted: the installed code, the command line and ``dvc.yaml`` — the user's own words. Data: every file Hydra
 would compose — the primary config (``conf/config.yaml``, or ``params.yaml`` for the DVC stages), the option of each
 group that the defaults or the command line choose, and the options their defaults lists name — since any of them
-may come from someone else (a pull request that "only changes parameters", a shared ``conf/`` folder). Before Hydra
-reads any of them, :func:`check_sources` checks each one as data:
+may come from someone else (a pull request that "only changes parameters", a shared ``conf/`` folder). They are
+looked up where Hydra looks: ``conf/``, ``--config-dir``, then the ``file://`` folders of ``hydra.searchpath=[…]``
+on the command line (a ``pkg://`` entry, or a folder that is not there, is refused: its files could not be checked).
+Before Hydra reads any of them, :func:`check_sources` checks each one as data:
 
 * bounded, plain YAML (:func:`src.io.config.load_yaml`: size, depth, aliases, no language-specific tags);
 * no ``@package`` directive (a group file's keys stay under its group: it cannot reach ``hydra``, ``tracking`` or
@@ -40,6 +42,9 @@ F = TypeVar("F", bound=Callable)
 PRIMARY = "config"
 """The primary config every RAIM command names (``config_name`` of its Hydra app)."""
 
+SEARCHPATH = "hydra.searchpath"
+"""The override that adds folders to Hydra's search path (after ``conf/`` and ``--config-dir``)."""
+
 TARGET_PATHS: dict[str, tuple[str, ...]] = {
     "stacker": ("",),
     "analysis": ("",),
@@ -71,13 +76,14 @@ _PACKAGE = re.compile(r"^\s*#\s*@package\b", re.MULTILINE)
 _HINT = re.compile(r"^_[A-Za-z0-9]+_$")  # Hydra's instantiation keys: _target_, _args_, _partial_, _convert_ …
 _VALUE_FLAGS = {"--config-path": "cp", "-cp": "cp", "--config-name": "cn", "-cn": "cn", "--config-dir": "cd"}
 _VALUE_FLAGS["-cd"] = "cd"
+_FOLDER = "e.g. hydra.searchpath=[file:///abs/path/conf], a folder holding <group>/<option>.yaml"
 _SKIP_FLAGS = frozenset({"--cfg", "-c", "--package", "-p", "--experimental-rerun", "--info", "-i"})
 
 
 @dataclass(frozen=True)
 class CommandLine:
     """What a Hydra command line asks for: the primary config's name, the folders searched for config files (RAIM's
-    ``conf/`` first, then ``--config-dir``, Hydra's order) and the overrides."""
+    ``conf/`` first, then ``--config-dir``, then ``hydra.searchpath``'s folders: Hydra's order) and the overrides."""
 
     config_name: str
     search: tuple[Path, ...]
@@ -113,8 +119,37 @@ def command_line(argv: Iterable[str], conf_dir: Path = CONF_DIR, config_name: st
                 "(a relative one is read relative to RAIM's own module, which is rarely what is meant)"
             )
         primary = Path(values["cp"])
-    search = (primary, *([Path(values["cd"]).absolute()] if values.get("cd") else []))
+    search = (primary, *([Path(values["cd"]).absolute()] if values.get("cd") else []), *search_path(overrides))
     return CommandLine(values.get("cn") or config_name, search, tuple(overrides))
+
+
+def search_path(overrides: Iterable[str]) -> list[Path]:
+    """The folders a ``hydra.searchpath=[…]`` override adds to the search path (the first such override, as Hydra
+    reads it), each a ``file://`` URL or a plain path (relative: to the working folder); any other kind of entry
+    (``pkg://`` reads a Python package's files, unchecked), a folder that is not there, or a value that is not a
+    list of strings is refused."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # imported here, not at start-up: hydra
+
+    parser = OverridesParser.create()
+    found = next((o for o in parser.parse_overrides(list(overrides)) if o.get_key_element() == SEARCHPATH), None)
+    if found is None:
+        return []
+    entries = found.value()
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        raise ConfigError(f"{SEARCHPATH}={found.get_value_string()}: a list of folders is expected ({_FOLDER})")
+    folders = []
+    for entry in entries:
+        scheme, sep, rest = entry.partition("://")
+        if sep and scheme != "file":
+            raise ConfigError(
+                f"{SEARCHPATH}: {entry!r} is refused (RAIM checks every config file it composes as data, so the search "
+                f"path holds folders only: {_FOLDER})"
+            )
+        folder = Path(rest if sep else entry).absolute()
+        if not folder.is_dir():
+            raise ConfigError(f"{SEARCHPATH}: {entry!r}: no such folder ({_FOLDER})")
+        folders.append(folder)
+    return folders
 
 
 def _shown(path: Path) -> str:

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
-from src.io.config import ConfigError, Targets, check_keys, conf_file, plain
+from src.io.config import ConfigError, Targets, check_keys, conf_file, freeze, plain
 from src.io.paths import CONF_DIR
 from src.io.trust import check_group_file
 from src.judges.backends.anthropic_api import AnthropicBackend
@@ -115,7 +114,7 @@ def resolve_roster(roster: Any, source: str | None = None, *, resolve: bool = Tr
     """The roster as plain data, checked (:func:`check_roster`) before its interpolations are resolved
     (``resolve``), with ``drop_members`` applied: what every reader of a roster's members uses."""
     checked = check_roster(roster, source)
-    if not resolve or not isinstance(roster, (DictConfig, Mapping)):
+    if not resolve or not isinstance(roster, Mapping):
         return checked
     return _drop(plain(roster, True), source or roster_file(checked))
 
@@ -142,17 +141,18 @@ def roster_options() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "roster").glob("*.yaml"))
 
 
-def load_roster(name: str) -> DictConfig:
+def load_roster(name: str) -> Mapping[str, Any]:
     """A roster node by name, composed with Hydra's compose API from conf/roster/<name>.yaml (the file and those its
     defaults list names checked as data first: :func:`src.io.trust.check_group_file`), checked and with
-    ``drop_members`` applied (interpolations left for the reader to resolve)."""
+    ``drop_members`` applied, read-only, its interpolations resolved once as a composed config's are (an escaped
+    ``\\${oc.env:…}`` stays the reference, resolved when the backend is built)."""
     path = CONF_DIR / "roster" / f"{name}.yaml"
     if not name or "/" in name or not path.exists():
         raise RaimError(f"no roster {name!r}; available: {roster_options()}")
     check_group_file((CONF_DIR,), "roster", name)
     with initialize_config_dir(config_dir=str(CONF_DIR / "roster"), version_base=None):
         node = compose(config_name=name)
-    return OmegaConf.create(check_roster(node, conf_file("roster", name)))
+    return freeze(resolve_roster(node, conf_file("roster", name)))
 
 
 def load_frame_cfgs():
@@ -164,5 +164,5 @@ def load_frame_cfgs():
         for p in sorted((CONF_DIR / "frame").glob("*.yaml")):
             cfg = compose(config_name=p.stem)
             if is_frame_cfg(cfg):  # skip selectors such as `auto`
-                out[p.stem] = cfg
+                out[p.stem] = freeze(plain(cfg, True))
     return out

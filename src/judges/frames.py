@@ -30,22 +30,11 @@ from typing import Any
 import yaml
 
 from src.core.injection import boundary, neutralise
-from src.io.config import ConfigError, build, check_yaml_bounds, conf_file
+from src.io.config import ConfigError, build, check_yaml_bounds, conf_file, plain
 from src.io.paths import conf_group
 
 FRAME_DIR = conf_group("frame")
 _REQUIRED = ("name", "system", "document", "context", "candidate", "instruction", "labels")
-
-
-def _plain(cfg: Any) -> dict:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(cfg, DictConfig):
-            return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-    except ImportError:  # pragma: no cover
-        pass
-    return dict(cfg)
 
 
 def canonical_hash(obj: Any) -> str:
@@ -132,7 +121,7 @@ def check_frame(d: Any, where: str) -> None:
 
 class Frame:
     def __init__(self, cfg: Mapping[str, Any]):
-        d = _plain(cfg)
+        d = dict(plain(cfg, True))
         check_frame(d, conf_file("frame", d.get("name")) if isinstance(d, Mapping) else "frame")
         self.cfg = d
         self.name: str = d["name"]

@@ -31,6 +31,7 @@ Fault tolerance is Ray Data's: actors of a pool are created with ``max_restarts=
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import pickle
@@ -41,9 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
+from src.io.config import load_yaml, plain
 from src.io.paths import CONF_DIR
 from src.judges.cache import identity_hash
 from src.judges.frames import Frame
@@ -219,11 +220,11 @@ def _last_line(e: BaseException) -> str:
     return own[-1] if own else (lines[-1] if lines else type(e).__name__)
 
 
-def engine_from_cfg(judge_cfg: Any) -> RayEngine | None:
-    """The engine a ``judge`` node asks for: None (this process) for ``engine: local``, a :class:`RayEngine`
-    for ``engine: ray``."""
+def engine_from_cfg(judge: Any) -> RayEngine | None:
+    """The engine the judge settings ask for (:class:`src.io.settings.JudgeSettings`, or a ``judge`` mapping):
+    None (this process) for ``engine: local``, a :class:`RayEngine` for ``engine: ray``."""
 
-    node = OmegaConf.to_container(judge_cfg, resolve=True) if isinstance(judge_cfg, DictConfig) else dict(judge_cfg)
+    node = dataclasses.asdict(judge) if dataclasses.is_dataclass(judge) else dict(judge)
     kind = node.get("engine", "local")
     if kind not in ENGINES:
         raise RayEngineError(f"judge.engine={kind!r}: must be one of {list(ENGINES)}")
@@ -255,7 +256,7 @@ def add_engine_args(ap: Any) -> None:
 def engine_from_args(a: Any) -> RayEngine | None:
     """The engine of :func:`add_engine_args`' options over conf/config.yaml's ``judge`` node."""
 
-    node = OmegaConf.to_container(OmegaConf.load(CONFIG).judge)
+    node = plain(load_yaml(CONFIG), False)["judge"]
     ray_node = dict(node.get("ray") or {})
     for opt, key in (
         ("ray_address", "address"),

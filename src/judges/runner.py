@@ -28,6 +28,7 @@ import pandas as pd
 from src.core.errors import RaimError
 from src.core.evaluate import scores
 from src.core.verdicts import ABSTAIN, invisible
+from src.io.config import plain
 from src.judges.cache import (
     dataset_caches,
     identity_difference,
@@ -47,17 +48,6 @@ BASE_COLS = ["item_id", "cluster_id", "dataset", "gold"]
 
 class NothingCached(RaimError, RuntimeError):
     """Not one verdict of the roster is cached for these items (and computing was not asked for)."""
-
-
-def _plain(cfg: Any) -> Any:
-    try:
-        from omegaconf import DictConfig, ListConfig, OmegaConf
-
-        if isinstance(cfg, (DictConfig, ListConfig)):
-            return OmegaConf.to_container(cfg, resolve=True)
-    except ImportError:  # pragma: no cover
-        pass
-    return cfg
 
 
 def build_backend(backend_cfg: Any, where: str = "backend"):
@@ -401,7 +391,7 @@ def verdict_table(
     total_cached = sum(r["cached"] for r in report.values())
     if recs and report and total_cached == 0 and not allow_empty:
         raise NothingCached(
-            f"no cached verdict for any judge of roster {(_plain(roster_cfg) or {}).get('name')} on these "
+            f"no cached verdict for any judge of roster {(plain(roster_cfg, True) or {}).get('name')} on these "
             f"{len(recs)} items under {cache_dir}; run `python -m src.judges --compute ...` first"
         )
     table.attrs["report"] = report

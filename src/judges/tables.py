@@ -5,18 +5,20 @@ for items no judge has scored yet (``judge.missing``)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
 from src.core.verdicts import VerdictError, VerdictTable, validate
 from src.core.verdicts import load as load_verdicts
-from src.io.config import group_option, node_source
+from src.io.config import freeze, group_option, node_source, plain
 from src.io.datasets import check_spec, dataset_spec, read_items
 from src.io.paths import dataset_folder
+from src.io.settings import Settings
 from src.judges.ray_engine import engine_from_cfg
 from src.judges.runner import (
     NothingCached,
@@ -30,43 +32,44 @@ from src.judges.runner import (
 log = logging.getLogger("raim")
 
 
-def dataset_names(cfg: DictConfig) -> list[str]:
+def dataset_names(s: Settings) -> list[str]:
     """The datasets selected by the ``dataset`` group: a list option (``all``: ``datasets`` maps each name to
     its raw folder) or one dataset's own spec."""
-    return list(cfg.dataset.datasets) if "datasets" in cfg.dataset else [cfg.dataset.name]
+    return list(s.dataset["datasets"]) if "datasets" in s.dataset else [s.dataset["name"]]
 
 
-def frame_for(cfg: DictConfig, dataset: str) -> DictConfig:
+def frame_for(s: Settings, dataset: str) -> Mapping[str, Any]:
     """``frame=auto`` gives each dataset its own frame (§2); any other choice forces one frame everywhere.
     A single selected dataset's spec is the composed ``dataset`` node (so a spec found on Hydra's search path
     works); a listed one is read from conf/dataset (:func:`src.io.datasets.dataset_spec`)."""
-    if cfg.frame.name != "auto":
-        return cfg.frame
-    if cfg.dataset.get("name") == dataset and "frame" in cfg.dataset:  # checked as a spec file is: no interpolation
-        spec = check_spec(OmegaConf.to_container(cfg.dataset, resolve=False), node_source("dataset", cfg.dataset))
+    if s.frame["name"] != "auto":
+        return s.frame
+    if s.dataset.get("name") == dataset and "frame" in s.dataset:  # checked as a spec file is: no interpolation
+        spec = check_spec(plain(s.dataset, False), node_source("dataset", s.dataset))
     else:
         spec = dataset_spec(dataset)
-    return group_option("frame", spec["frame"])
+    return freeze(plain(group_option("frame", spec["frame"]), True))
 
 
-def frontier_name(cfg: DictConfig) -> str | None:
-    if cfg.get("frontier"):
-        return cfg.frontier
-    front = cfg.roster.get("frontier") if "roster" in cfg else None
-    return front.name if front else None
+def frontier_name(s: Settings) -> str | None:
+    """The frontier judge's column: ``frontier``, else the roster's frontier judge, else None."""
+    if s.top.frontier:
+        return s.top.frontier
+    front = s.roster.get("frontier")
+    return front["name"] if front else None
 
 
-def load_table(cfg: DictConfig) -> VerdictTable:
+def load_table(s: Settings) -> VerdictTable:
     """A bring-your-own verdict table when ``verdicts`` is set, else the roster's verdicts from the cache."""
-    if cfg.verdicts:
-        table = load_verdicts(cfg.verdicts, frontier=frontier_name(cfg) or "frontier")
-        if cfg.dataset.name != "all":
-            keep = table.items["dataset"].to_numpy() == cfg.dataset.name
+    if s.verdicts:
+        table = load_verdicts(s.verdicts, frontier=frontier_name(s) or "frontier")
+        if s.dataset["name"] != "all":
+            keep = table.items["dataset"].to_numpy() == s.dataset["name"]
             if not keep.any():
-                raise VerdictError(f"{cfg.verdicts}: no rows with dataset == {cfg.dataset.name!r}")
+                raise VerdictError(f"{s.verdicts}: no rows with dataset == {s.dataset['name']!r}")
             table = table.subset(keep)
         return table
-    return cached_table(cfg)
+    return cached_table(s)
 
 
 MISSING_POLICIES = ("auto", "error", "judged_only", "skip")
@@ -76,10 +79,10 @@ class MissingVerdicts(RaimError):
     """Items of the analysis without a cached verdict: not abstentions, not analysed silently."""
 
 
-def judge_command(cfg: DictConfig, datasets: list[str], members: list[str]) -> str:
+def judge_command(s: Settings, datasets: list[str], members: list[str]) -> str:
     """The ``python -m src.judges`` command that computes the missing verdicts (``--members`` only for a subset)."""
-    subset = members if set(members) != set(member_names(cfg.roster)) else None
-    return compute_command(cfg.roster.name, datasets, cfg.judge.per_dataset, subset)
+    subset = members if set(members) != set(member_names(s.roster)) else None
+    return compute_command(s.roster["name"], datasets, s.judge.per_dataset, subset)
 
 
 def judged_items(report: dict, cached: dict[str, tuple]) -> tuple[np.ndarray, dict[str, int]]:
@@ -109,22 +112,22 @@ def _gap_text(gaps: dict[str, tuple[int, int, dict]], notes: Notes | None = None
     )
 
 
-def gap_notes(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> Notes:
+def gap_notes(s: Settings, gaps: dict[str, tuple[int, int, dict]]) -> Notes:
     """Per dataset with missing verdicts, why a missing judge's verdicts of another identity there are not read."""
     out = {}
     for d, (_, _, missing) in gaps.items():
-        notes = identity_notes(cfg.roster, cfg.paths.cache_dir, dataset_folder(d), missing)
+        notes = identity_notes(s.roster, s.paths.cache_dir, dataset_folder(d), missing)
         if notes:
             out[d] = notes
     return out
 
 
-def _gap_command(cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]]) -> str:
-    return judge_command(cfg, list(gaps), list(dict.fromkeys(j for _, _, m in gaps.values() for j in m)))
+def _gap_command(s: Settings, gaps: dict[str, tuple[int, int, dict]]) -> str:
+    return judge_command(s, list(gaps), list(dict.fromkeys(j for _, _, m in gaps.values() for j in m)))
 
 
 def refuse_missing(
-    cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], policy: str, notes: Notes | None = None
+    s: Settings, gaps: dict[str, tuple[int, int, dict]], policy: str, notes: Notes | None = None
 ) -> None:
     """One line naming, per dataset, how many items lack a verdict (from whom), and the command that computes
     them."""
@@ -137,27 +140,27 @@ def refuse_missing(
         )
     )
     raise MissingVerdicts(
-        f"items without a cached verdict under {cfg.paths.cache_dir}: {_gap_text(gaps, notes)}; compute "
-        f"them with `{_gap_command(cfg, gaps)}`{tail}"
+        f"items without a cached verdict under {s.paths.cache_dir}: {_gap_text(gaps, notes)}; compute "
+        f"them with `{_gap_command(s, gaps)}`{tail}"
     )
 
 
 def skipped_datasets(
-    cfg: DictConfig, gaps: dict[str, tuple[int, int, dict]], notes: Notes | None = None
+    s: Settings, gaps: dict[str, tuple[int, int, dict]], notes: Notes | None = None
 ) -> dict[str, dict]:
     """``judge.missing=skip``: each dataset with items lacking a verdict is left out whole (logged, and listed in
     results.json and the report with the command that computes its verdicts, and why a judge's verdicts of
     another identity there are not read)."""
     out = {}
     for d, gap in gaps.items():
-        out[d] = {"reason": f"{_gap_text({d: gap}, notes)}", "command": _gap_command(cfg, {d: gap})}
+        out[d] = {"reason": f"{_gap_text({d: gap}, notes)}", "command": _gap_command(s, {d: gap})}
         log.warning(
             "%s: left out (judge.missing=skip): %s; compute them with `%s`", d, out[d]["reason"], out[d]["command"]
         )
     return out
 
 
-def cached_table(cfg: DictConfig) -> VerdictTable:
+def cached_table(s: Settings) -> VerdictTable:
     """Verdicts of the configured roster on the selected datasets, from the verdict cache.
 
     Items without a cached verdict are not abstentions: ``judge.missing=error`` stops, naming how many
@@ -168,30 +171,30 @@ def cached_table(cfg: DictConfig) -> VerdictTable:
     (``dataset=all``: a set added to it but not judged by this roster yet leaves the headline run green, and
     says so with the command that judges it) and ``error`` for one dataset named on its own. Bad cache lines are
     logged by file and line (:mod:`src.judges.cache`) and counted."""
-    policy = cfg.judge.get("missing", "auto")
+    policy = s.judge.missing
     if policy not in MISSING_POLICIES:
         raise RaimError(f"judge.missing={policy!r}: must be one of {list(MISSING_POLICIES)}")
     if policy == "auto":  # a set of the list not judged yet must not stop the others; a set asked for by name must
-        policy = "skip" if "datasets" in cfg.dataset else "error"
-    engine = engine_from_cfg(cfg.judge) if cfg.judge.compute else None  # judge.engine=ray: misses on Ray
+        policy = "skip" if "datasets" in s.dataset else "error"
+    engine = engine_from_cfg(s.judge) if s.judge.compute else None  # judge.engine=ray: misses on Ray
     frames, cache, gaps = {}, {}, {}
-    for name in dataset_names(cfg):
-        items = read_items(Path(cfg.paths.datasets_dir) / f"{name}.jsonl")
-        if cfg.judge.per_dataset:  # the same whole-cluster subsample as `python -m src.judges --per-dataset`
-            items = cluster_subsample(items, int(cfg.judge.per_dataset), seed=0)
-        frame = frame_for(cfg, name)
+    for name in dataset_names(s):
+        items = read_items(Path(s.paths.datasets_dir) / f"{name}.jsonl")
+        if s.judge.per_dataset:  # the same whole-cluster subsample as `python -m src.judges --per-dataset`
+            items = cluster_subsample(items, int(s.judge.per_dataset), seed=0)
+        frame = frame_for(s, name)
         try:
             t = verdict_table(
-                cfg.roster,
-                items.assign(frame=frame.name),
+                s.roster,
+                items.assign(frame=frame["name"]),
                 frame,
-                Path(cfg.paths.cache_dir),
-                compute=cfg.judge.compute,
-                progress=bool(cfg.judge.compute),
+                Path(s.paths.cache_dir),
+                compute=s.judge.compute,
+                progress=bool(s.judge.compute),
                 engine=engine,
             )
         except NothingCached:  # a dataset not judged yet: every item lacks every member's verdict
-            gaps[name], frames[name] = (len(items), len(items), {m: len(items) for m in member_names(cfg.roster)}), None
+            gaps[name], frames[name] = (len(items), len(items), {m: len(items) for m in member_names(s.roster)}), None
             continue
         report, cached = t.attrs["report"], t.attrs.pop("cached")
         cache[name] = {
@@ -221,17 +224,17 @@ def cached_table(cfg: DictConfig) -> VerdictTable:
                 )
                 t = t.loc[keep].reset_index(drop=True)
         frames[name] = t
-    notes = gap_notes(cfg, gaps) if gaps else {}
-    skipped = skipped_datasets(cfg, gaps, notes) if policy == "skip" else {}
+    notes = gap_notes(s, gaps) if gaps else {}
+    skipped = skipped_datasets(s, gaps, notes) if policy == "skip" else {}
     if skipped and len(skipped) == len(frames):
-        refuse_missing(cfg, gaps, policy, notes)
+        refuse_missing(s, gaps, policy, notes)
     empty = {d: g for d, g in gaps.items() if g[0] == g[1]}
     if gaps and (policy == "error" or (policy == "judged_only" and empty)):
-        refuse_missing(cfg, gaps if policy == "error" else empty, policy, notes)
-    members = member_names(cfg.roster)
-    source = f"cache {cfg.paths.cache_dir} (roster {cfg.roster.name})"
+        refuse_missing(s, gaps if policy == "error" else empty, policy, notes)
+    members = member_names(s.roster)
+    source = f"cache {s.paths.cache_dir} (roster {s.roster['name']})"
     kept = [t for d, t in frames.items() if d not in skipped]
-    table = validate(pd.concat(kept, ignore_index=True), source=source, frontier=frontier_name(cfg), members=members)
+    table = validate(pd.concat(kept, ignore_index=True), source=source, frontier=frontier_name(s), members=members)
     # each dataset read a judge's whole cache file: one count per file (bad lines, and a torn tail as one)
     bad = {r["path"]: r["bad_lines"] + bool(r["torn_tail_bytes"]) for d in cache.values() for r in d.values()}
     bad = {f: n for f, n in bad.items() if n}

@@ -8,7 +8,7 @@ also carries its **document**, ``artifacts/raim_model.json``: the stacker's esti
 input columns, the deployment decision of its run, and for a panel model its roster, frames and model config — plain
 JSON. RAIM's own commands (``src.serve``, ``src.predict``, ``src.registry``) read only that document, strictly (every
 key and value checked, the roster's backends against their allow-list), and rebuild the model from the installed
-RAIM (:mod:`src.mlops.serving`): nothing in the model folder is unpickled or imported; a folder without a document
+RAIM (:mod:`src.mlops.packaging`): nothing in the model folder is unpickled or imported; a folder without a document
 is refused in one line. The pyfunc files stay for ``mlflow models serve`` users, who load a pickle.
 
 Integrity: the document's sha256 is recorded where the model is logged (a tag of its logged model) and where it is

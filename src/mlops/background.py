@@ -22,14 +22,13 @@ import sys
 import traceback
 from typing import Any
 
-from omegaconf import DictConfig
-
 from src.core.errors import RaimError
+from src.io.settings import Settings
 
 # MLflow and RAIM's tracking module first (the store is opened next), then the rest logging and the analysis's
 # pickles need
 WARM = ("mlflow", "mlflow.store.tracking.sqlalchemy_store", "src.mlops.tracking")
-WARM_AFTER = ("mlflow.pyfunc", "src.mlops.serving")
+WARM_AFTER = ("mlflow.pyfunc", "src.mlops.packaging")
 
 
 def _read(fd: int) -> Any:
@@ -42,7 +41,7 @@ def _write(fd: int, obj: Any) -> None:
         pickle.dump(obj, fh, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _warm(cfg: DictConfig) -> RaimError | None:
+def _warm(cfg: Settings) -> RaimError | None:
     """Import what logging needs and open the store; a store that fails to open is its one line (returned, so
     that the run is told at once instead of the store being tried twice)."""
     for name in WARM:
@@ -51,7 +50,7 @@ def _warm(cfg: DictConfig) -> RaimError | None:
 
     try:
         with store.quiet_mlflow():
-            store.setup(cfg)
+            store.setup(cfg.tracking)
     except RaimError as e:  # the store's own one line (src.mlops.store.store_errors)
         return e
     except Exception as e:
@@ -64,7 +63,7 @@ def _warm(cfg: DictConfig) -> RaimError | None:
     return None
 
 
-def _child(cfg: DictConfig, inbox: int, outbox: int) -> None:
+def _child(cfg: Settings, inbox: int, outbox: int) -> None:
     """The worker: warm up, wait for the analysis, log it, answer ("ok", run id) / ("error", line) /
     ("crash", traceback); a closed pipe (the run failed before logging) ends it without a word."""
     failed = _warm(cfg)
@@ -92,7 +91,7 @@ class TrackingWorker:
         self.pid, self.to_child, self.from_child = pid, to_child, from_child
 
     @classmethod
-    def start(cls, cfg: DictConfig) -> TrackingWorker | None:
+    def start(cls, cfg: Settings) -> TrackingWorker | None:
         if not hasattr(os, "fork"):
             return None
         down_r, down_w = os.pipe()

@@ -5,7 +5,7 @@ neither a descriptor nor the server's CPU for longer than the limit.
 
 * the **headers**: :func:`timed_protocol` (uvicorn's HTTP/1.1 protocol with a timer from the first byte of a
   request, or from the connection, until its headers are complete; the ASGI app is called only after that);
-* the **body**: :func:`read_body` (in the app, :class:`src.mlops.serving.StrictInputs`): the whole body within
+* the **body**: :func:`read_body` (in the app, :class:`src.mlops.server.StrictInputs`): the whole body within
   ``body_timeout_s`` of the headers, at most ``max_body_bytes`` (a declared ``Content-Length`` over it is refused
   before a byte of the body is read).
 

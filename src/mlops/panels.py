@@ -1,5 +1,5 @@
 """A panel loaded for scoring new items, and the scoring itself: a logged stacker or panel model (rebuilt from its
-document, :func:`src.mlops.serving.load_model`) wrapped in a :class:`~src.mlops.serving.PanelModel` over its roster,
+document, :func:`src.mlops.packaging.load_model`) wrapped in a :class:`~src.mlops.serving.PanelModel` over its roster,
 each item's prompt frame, and the items' member votes, p(hallucinated) and verdict through the verdict cache.
 
 ``src.predict`` (items files) and ``src.traces`` (an MLflow experiment's traces) both score through here.
@@ -16,16 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import OmegaConf
 
 from src.core.decide import ACTIONS
 from src.core.errors import RaimError
+from src.io.config import thaw
 from src.io.datasets import DatasetError, dataset_spec
 from src.io.raw import RawRecordError
 from src.judges.config import load_roster
 from src.judges.runner import verdict_table
+from src.mlops.packaging import load_model
 from src.mlops.registry import find_candidate
-from src.mlops.serving import PanelModel, frame_configs, load_model, panel_roster
+from src.mlops.serving import PanelModel, frame_configs, panel_roster
 from src.mlops.store import quiet_mlflow
 
 
@@ -95,7 +96,7 @@ def calibration_frame(tags: Mapping[str, str], frames: Mapping[str, Any]) -> str
 
 def _load(uri: str):
     """The RAIM stacker or panel model behind ``uri``, rebuilt from its document alone
-    (:func:`src.mlops.serving.load_model`: nothing unpickled or imported, a registered version's digest
+    (:func:`src.mlops.packaging.load_model`: nothing unpickled or imported, a registered version's digest
     compared); one line for an unknown URI or a model RAIM will not read."""
     from mlflow.exceptions import MlflowException  # imported here, not at start-up: mlflow ~1.8 s
 
@@ -114,7 +115,7 @@ def _roster(name: str | None, tags: Mapping[str, str], uri: str) -> dict:
         raise PanelError(
             f"the run of {uri} names no roster; pass --roster NAME (the roster the stacker was fitted with)"
         )
-    return OmegaConf.to_container(load_roster(name), resolve=True)
+    return thaw(load_roster(name))
 
 
 def load_panel(uri: str, roster: str | None = None) -> Panel:

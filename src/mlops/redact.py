@@ -65,10 +65,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError
 
 from src.core.errors import RaimError, add_redactor, redact_exception
+from src.io.config import both_forms, load_plain, plain, resolve_references, to_yaml
 from src.io.files import atomic_write_text
 
 REDACTED = "***"
@@ -330,18 +329,19 @@ def without_literal_secrets(data: Any, key: str = "") -> Any:
     return scrub_text(data, by_shape=False) if isinstance(data, str) else data
 
 
-def persistable(cfg: DictConfig | Mapping, what: str = "config") -> Any:
+def persistable(cfg: Mapping, what: str = "config", raw: Mapping | None = None) -> Any:
     """A config as plain data to persist (pickled in a model, written to a file): every value resolved except
     one that resolves to a secret, which stays the interpolation it is (``${oc.env:RAIM_OPENAI_API_KEY,null}``),
     to be resolved again where the copy is used; an escaped ``\\${…}`` stays a reference as well. A secret that is
     a value in the config (``api_key=sk-…`` as an override: no reference to keep) is refused
-    (:class:`SecretInConfig`, naming its key), as a persisted copy would hold it."""
-    if isinstance(cfg, (DictConfig, ListConfig)):
-        data = _keep_references(
-            OmegaConf.to_container(cfg, resolve=False), OmegaConf.to_container(cfg, resolve=True), ""
-        )
+    (:class:`SecretInConfig`, naming its key), as a persisted copy would hold it. ``cfg``: the resolved config
+    (a node of :class:`src.io.settings.Settings`), ``raw``: the same before resolution, when known."""
+    if raw is not None:
+        data = _keep_references(plain(raw, False), plain(cfg, False), "")
     else:
-        data = cfg
+        unresolved, data = both_forms(cfg)
+        if unresolved is not data:
+            data = _keep_references(unresolved, data, "")
     bad = _literal_secrets(data)
     if bad:
         raise SecretInConfig(
@@ -354,10 +354,7 @@ def persistable(cfg: DictConfig | Mapping, what: str = "config") -> Any:
 def resolved(data: Any, what: str = "config") -> Any:
     """A :func:`persistable` copy with its references resolved from this process's environment (one line naming
     the variable when one without a default is unset)."""
-    try:
-        return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
-    except InterpolationResolutionError as e:
-        raise RaimError(f"{what}: {' '.join(str(e).split())[:300]}") from None
+    return resolve_references(data, what)
 
 
 def scrub_message(text: str) -> str:
@@ -482,33 +479,33 @@ class ScrubHydraOutputs(Callback):
         self.subdir = subdir
 
     @staticmethod
-    def guard(config: DictConfig) -> None:
+    def guard(config: Any) -> None:
         """The overrides' secret values become known secrets (:func:`add_secrets`) and log records are scrubbed
         (:func:`scrub_log_records`)."""
-        add_secrets(override_secrets(OmegaConf.select(config, "hydra.overrides.task", default=None) or []))
+        add_secrets(override_secrets(plain(config, False).get("hydra", {}).get("overrides", {}).get("task") or []))
         scrub_log_records()
 
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
         self.guard(config)
 
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         Path(str(config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True, mode=0o700)
         self.guard(config)
 
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
+    def on_job_end(self, config: Any, job_return: JobReturn, **kwargs: Any) -> None:
         """A failed job: Hydra then prints ``Error executing job with overrides: [...]`` and the exception on
         stderr; both are scrubbed first."""
         if job_return.status == JobStatus.FAILED:
             job_return.overrides = scrub(list(job_return.overrides or []))
             redact_exception(job_return._return_value)
 
-    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
         self.guard(config)
 
         def save(data: Any, path: Path) -> None:
-            atomic_write_text(path, OmegaConf.to_yaml(OmegaConf.create(scrub(data))))
+            atomic_write_text(path, to_yaml(scrub(data)))
 
-        data = OmegaConf.to_container(config, resolve=False)
+        data = plain(config, False)
         hydra_node = data.pop("hydra")
         if self.subdir:
             out = Path(str(config.hydra.runtime.output_dir)) / self.subdir
@@ -517,4 +514,4 @@ class ScrubHydraOutputs(Callback):
             save(hydra_node["overrides"]["task"], out / "overrides.yaml")
         sweep = Path(str(config.hydra.sweep.dir)) / "multirun.yaml"
         if config.hydra.mode == RunMode.MULTIRUN and sweep.is_file():
-            save(OmegaConf.to_container(OmegaConf.load(sweep), resolve=False), sweep)
+            save(load_plain(sweep), sweep)

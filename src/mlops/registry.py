@@ -32,7 +32,7 @@ describes (its members, its coefficients = ``stacker.beta_full``).
 
 Only once that gate holds is the model read, from its document alone (:mod:`src.mlops.artifact`: nothing is
 unpickled or imported); it refuses a model whose document does not read or check, or that cannot predict
-(:func:`src.mlops.serving.self_check`). The registered version records the document's sha256
+(:func:`src.mlops.packaging.self_check`). The registered version records the document's sha256
 (:data:`src.mlops.artifact.DIGEST_TAG`): ``src.serve`` and ``src.predict`` refuse the version if it changes.
 
 Otherwise it refuses, says why, and exits with status 2. Any other error (an unknown run id, a registered model
@@ -63,11 +63,14 @@ from src.core.errors import ArgumentParser, RaimError, one_line
 from src.core.evaluate import Delta, best_single_call
 from src.core.evidence import comparison
 from src.core.injection import DEFAULT_DEFENCE, DEFENCES
+from src.io.config import thaw
+from src.io.files import DECIMALS, SIGNIFICANT_DIGITS
 from src.io.paths import CONF_DIR
 from src.io.trust import check_sources
 from src.mlops import artifact, store
 from src.mlops import tracking as track
-from src.mlops.serving import StackerModel, load_model, log_panel, self_check
+from src.mlops.packaging import load_model, log_panel, self_check
+from src.mlops.serving import StackerModel
 from src.mlops.store import quiet_mlflow, tracking_uri
 from src.studies.checked import check_config
 
@@ -215,10 +218,16 @@ def model_source_run(model_uri: str) -> str | None:
     return None
 
 
+BETA_RTOL, BETA_ATOL = 10.0 ** (1 - SIGNIFICANT_DIGITS), 10.0**-DECIMALS
+"""How far a model's coefficient may lie from the β its results record: those are rounded
+(:func:`src.core.aggregate.reported_beta`, 10 decimals) and written as every float of a JSON result
+(:func:`src.io.files.written_float`: 7 significant digits, at most the 9th decimal), each at most half a step away."""
+
+
 def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     """Why the stacker at ``model_uri`` is not the one ``s`` (a results.json entry) describes — its vote
     columns are the entry's members, its coefficients the entry's ``stacker.beta_full`` —; None when it is. The
-    model is read from its document (:func:`src.mlops.serving.load_model`: nothing unpickled)."""
+    model is read from its document (:func:`src.mlops.packaging.load_model`: nothing unpickled)."""
     inner = load_model(model_uri)
     stacker = inner.stacker
     if not isinstance(inner, StackerModel):
@@ -230,7 +239,7 @@ def stacker_mismatch(model_uri: str, s: dict) -> str | None:
     recorded = np.array(
         [s["stacker"]["beta_full"].get(k, np.nan) for k in ["intercept", *s["stacker"]["features"]]], dtype=float
     )
-    if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=1e-9, atol=1e-12):
+    if fitted.shape != recorded.shape or not np.allclose(fitted, recorded, rtol=BETA_RTOL, atol=BETA_ATOL):
         return "its coefficients are not the β its results record (stacker.beta_full)"
     return None
 
@@ -352,14 +361,14 @@ def log_panel_run(
     check_sources([f"roster={roster}"])  # every file composed below, checked as data first
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         cfg = compose(config_name="config", overrides=[f"roster={roster}"])
-    check_config(cfg)
-    store.setup(cfg)
+    settings = check_config(cfg)
+    store.setup(settings.tracking)
     inner = load_model(stacker_uri)  # its document: nothing unpickled
     if not isinstance(inner, StackerModel):
         raise RaimError(f"{stacker_uri} is not a RAIM stacker model ({type(inner).__name__})")
-    with track.start_run(cfg, "panel", tags={"stacker_uri": stacker_uri}) as run:
+    with track.start_run(settings, "panel", tags={"stacker_uri": stacker_uri}) as run:
         info = log_panel(
-            cfg.roster,
+            settings.node("roster"),
             inner.stacker,
             inner.columns,
             default_frame,
@@ -367,6 +376,7 @@ def log_panel_run(
             compute,
             decision=getattr(inner, "decision", None),
             injection_defence=injection_defence,
+            raw_roster=thaw(settings.unresolved["roster"]),
         )
         mlflow.set_tag("panel_model_uri", info.model_uri)
     return info.model_uri, run.info.run_id

@@ -40,6 +40,7 @@ from mlflow.genai.scorers import Scorer, make_scorer_ensemble
 from pydantic import PrivateAttr
 
 from src.core.verdicts import ABSTAIN
+from src.io.settings import TracesSettings
 from src.io.traces import Skip, TraceMapping, candidate_of, evidence_of, question_of, to_item
 from src.judges.cache import item_content_hash
 from src.judges.frames import load_frames
@@ -47,7 +48,6 @@ from src.judges.runner import verdict_table
 from src.mlops import traces as mt
 from src.mlops.panels import load_panel
 from src.mlops.serving import SCORED_CACHE, PanelModel
-from src.studies.settings import TracesSettings
 
 MLFLOW_VERSION = mlflow.__version__
 CONTEXT_KEYS = ("context", "evidence", "documents", "retrieved_context")

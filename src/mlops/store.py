@@ -17,23 +17,18 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
 from src.core.errors import RaimError, debug
 from src.io.files import file_lock
 from src.io.paths import ROOT
+from src.io.settings import TrackingSettings
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 
 
-def tracking_uri(cfg: DictConfig | None = None) -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else ``cfg.tracking.uri``; a relative sqlite path is made absolute
+def tracking_uri(tracking: TrackingSettings | None = None) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else ``tracking.uri``; a relative sqlite path is made absolute
     against the repository root (never against the current directory)."""
-    uri = (
-        os.environ.get("MLFLOW_TRACKING_URI")
-        or (OmegaConf.select(cfg, "tracking.uri", default=None) if cfg is not None else None)
-        or DEFAULT_URI
-    )
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or (tracking.uri if tracking is not None else None) or DEFAULT_URI
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         rel = uri[len("sqlite:///") :]
         if rel and rel != ":memory:":
@@ -90,7 +85,7 @@ def _experiment_id(name: str, uri: str) -> str:
 _SET_UP: dict[tuple[str, str], str] = {}  # (store URI, experiment) → id, while a run set up there is active
 
 
-def setup(cfg: DictConfig | None = None) -> str:
+def setup(tracking: TrackingSettings | None = None) -> str:
     """Point MLflow at the configured store and experiment; returns the experiment id. Safe when several
     processes start on a new sqlite store at once (:func:`store_lock`). Done once per run: while a run set up on
     the same store and experiment is active (its nested dataset runs), the id is reused without asking the
@@ -98,9 +93,9 @@ def setup(cfg: DictConfig | None = None) -> str:
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
 
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
-    uri = tracking_uri(cfg)
+    uri = tracking_uri(tracking)
     check_server(uri)
-    name = (OmegaConf.select(cfg, "tracking.experiment", default=None) if cfg is not None else None) or "raim"
+    name = (tracking.experiment if tracking is not None else None) or "raim"
     active = mlflow.active_run()
     if (
         active is not None
@@ -192,7 +187,7 @@ def store_errors(uri: str) -> Iterator[None]:
 @contextlib.contextmanager
 def quiet_mlflow() -> Iterator[None]:
     """MLflow's INFO/WARNING chatter (store creation, CloudPickle advice, example validation) kept out of the
-    run's output; RAIM checks the logged models itself (:func:`src.mlops.serving.log_stacker`). Errors still show."""
+    run's output; RAIM checks the logged models itself (:func:`src.mlops.packaging.log_stacker`). Errors still show."""
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # "Downloading artifacts" bars
     loggers = {name: logging.getLogger(name) for name in ("mlflow", "alembic")}
@@ -208,9 +203,9 @@ def quiet_mlflow() -> Iterator[None]:
             lg.setLevel(levels[name])
 
 
-def ui_command(cfg: DictConfig | None = None) -> str:
+def ui_command(tracking: TrackingSettings | None = None) -> str:
     """The ``mlflow ui`` command that opens this store (README: compare runs)."""
-    uri = tracking_uri(cfg)
+    uri = tracking_uri(tracking)
     if uri.startswith(("http://", "https://")):
         return f"open {uri}"
     return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000 --workers 1"

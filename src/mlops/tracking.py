@@ -33,15 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
 from src.core.errors import RaimError
-from src.core.ladder import design_matrix
+from src.core.ladderbase import design_matrix
 from src.core.names import metric_name
 from src.io import files
-from src.io.config import flatten, option_name
+from src.io.config import flatten, option_name, thaw, to_yaml
 from src.io.files import sha256_file, sha256_tree, to_json
 from src.io.paths import ROOT
+from src.io.settings import Settings
 from src.judges.cache import dataset_folder
 from src.mlops.redact import scrub, scrub_text
 from src.mlops.store import (
@@ -54,38 +54,25 @@ from src.mlops.store import (
     store_failure,
     tracking_uri,
 )
-from src.studies.checked import check_config
 
 PARENT_ENV = "RAIM_MLFLOW_PARENT_RUN_ID"
-
-
-def to_container(cfg: DictConfig) -> dict:
-    """The composed config as plain data (interpolations resolved where possible; no ``hydra`` node)."""
-    if not isinstance(cfg, DictConfig):
-        return dict(cfg)
-    try:
-        data = OmegaConf.to_container(cfg, resolve=True)
-    except Exception:  # e.g. a ${hydra:...} interpolation outside a Hydra app
-        data = OmegaConf.to_container(cfg, resolve=False)
-    data.pop("hydra", None)
-    return data
 
 
 NAMED_GROUPS = ("roster", "dataset", "frame")  # named by their own ``name`` value
 VALUE_GROUPS = ("stacker", "analysis", "suite")  # named by the conf/<group> option whose values they hold
 
 
-def byo_verdicts(cfg: DictConfig | Mapping) -> str | None:
+def byo_verdicts(data: Mapping) -> str | None:
     """The bring-your-own verdict table a run analyses (``verdicts=PATH``): no roster judged it."""
-    v = OmegaConf.select(cfg, "verdicts", default=None) if isinstance(cfg, DictConfig) else cfg.get("verdicts")
+    v = data.get("verdicts")
     return str(v) if v else None
 
 
-def choices(cfg: DictConfig) -> dict[str, str]:
+def choices(cfg: Settings) -> dict[str, str]:
     """What a run analysed, as tags read off the config's values: the roster (none for a bring-your-own verdict
     table: ``verdicts`` instead), the dataset(s) and the frame by name; the stacker, analysis and suite settings
     by the conf option they match (:func:`option_name`)."""
-    data = to_container(cfg)
+    data = thaw(cfg.composed)
     picked: dict[str, str] = {}
     for group in NAMED_GROUPS + VALUE_GROUPS:
         node = data.get(group)
@@ -134,20 +121,20 @@ def table_hash(table) -> str:
     return hashlib.sha256(table.to_frame().to_csv(index=False).encode()).hexdigest()
 
 
-def input_hashes(cfg: DictConfig, table, dataset: str | None = None) -> dict[str, str]:
+def input_hashes(cfg: Settings, table, dataset: str | None = None) -> dict[str, str]:
     """Hashes of what an analysis read: the verdict table, the balanced set(s) and the verdict cache."""
     out = {"verdict_table_sha256": table_hash(table)}
-    if OmegaConf.select(cfg, "verdicts", default=None):
+    if cfg.verdicts:
         p = Path(cfg.verdicts)
         if p.is_file():
             out["verdicts_file_sha256"] = sha256_file(p)
         return out
     names = [dataset] if dataset else list(dict.fromkeys(table.items["dataset"]))
-    ddir = Path(OmegaConf.select(cfg, "paths.datasets_dir", default="datasets"))
+    ddir = Path(cfg.paths.datasets_dir)
     bal = sha256_tree(ddir / f"{n}.jsonl" for n in names)
     if bal:
         out["balanced_set_sha256"] = bal
-    cdir = Path(OmegaConf.select(cfg, "paths.cache_dir", default="verdicts/cache"))
+    cdir = Path(cfg.paths.cache_dir)
     members = [str(m) for m in table.members]
     if table.frontier_name:
         members.append(table.frontier_name)
@@ -160,7 +147,7 @@ def input_hashes(cfg: DictConfig, table, dataset: str | None = None) -> dict[str
 # ---------------------------------------------------------------------------------------------- runs
 
 
-def base_tags(cfg: DictConfig, kind: str) -> dict[str, str]:
+def base_tags(cfg: Settings, kind: str) -> dict[str, str]:
     """The tags every run of ``kind`` carries: the run's choices (:func:`choices`) and git's commit."""
     return RunContext.read(cfg, with_config=False).tags(kind)
 
@@ -176,7 +163,7 @@ class RunContext:
     config: dict = field(default_factory=dict)
 
     @classmethod
-    def read(cls, cfg: DictConfig, with_config: bool = True) -> RunContext:
+    def read(cls, cfg: Settings, with_config: bool = True) -> RunContext:
         return cls(choices(cfg), git_commit(), run_config(cfg) if with_config else {})
 
     def tags(self, kind: str) -> dict[str, str]:
@@ -187,7 +174,7 @@ class RunContext:
         return tags
 
 
-def _sweep_parent(cfg: DictConfig, exp_id: str) -> str | None:
+def _sweep_parent(cfg: Settings, exp_id: str) -> str | None:
     """In a Hydra multirun, the id of the sweep's parent run (created by the first job that asks)."""
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
     from mlflow.tracking import MlflowClient  # imported here, not at start-up: mlflow ~1.8 s
@@ -224,7 +211,7 @@ def _sweep_parent(cfg: DictConfig, exp_id: str) -> str | None:
 
 @contextlib.contextmanager
 def start_run(
-    cfg: DictConfig,
+    cfg: Settings,
     kind: str,
     tags: dict | None = None,
     nested: bool = False,
@@ -240,7 +227,7 @@ def start_run(
     """
     import mlflow  # imported here, not at start-up: mlflow ~1.8 s
 
-    exp_id = setup(cfg)
+    exp_id = setup(cfg.tracking)
     base = context.tags(kind) if context is not None else base_tags(cfg, kind)
     all_tags = {**base, **{k: str(v) for k, v in (tags or {}).items()}}
     all_tags = scrub(all_tags)  # key-aware: git_commit and *_sha256 keep their hashes
@@ -248,8 +235,8 @@ def start_run(
     active = mlflow.active_run()
     swept = sweep_job_overrides() if kind != "sweep" else ""
     if active is None:
-        with store_errors(tracking_uri(cfg)):
-            close_orphans(tracking_uri(cfg))
+        with store_errors(tracking_uri(cfg.tracking)):
+            close_orphans(tracking_uri(cfg.tracking))
     kwargs: dict[str, Any] = {
         "experiment_id": exp_id,
         "tags": all_tags,
@@ -262,13 +249,13 @@ def start_run(
         if parent:
             kwargs["parent_run_id"] = parent
             kwargs["nested"] = True
-    with store_errors(tracking_uri(cfg)), mlflow.start_run(**kwargs) as run:
+    with store_errors(tracking_uri(cfg.tracking)), mlflow.start_run(**kwargs) as run:
         if active is None:  # children inherit the parent's config: log it once
             data = context.config if context is not None and context.config else run_config(cfg)
             mlflow.log_params(flatten(data))
             with tempfile.TemporaryDirectory() as tmp:
                 p = Path(tmp) / "config.yaml"
-                p.write_text(OmegaConf.to_yaml(OmegaConf.create(data)))
+                p.write_text(to_yaml(data))
                 mlflow.log_artifact(str(p))
         yield run
 
@@ -312,10 +299,10 @@ def sweep_job_overrides(argv: list[str] | None = None) -> str:
     return text if len(text) <= SWEPT_NAME_MAX else text[: SWEPT_NAME_MAX - 1] + "…"
 
 
-def run_config(cfg: DictConfig) -> dict:
+def run_config(cfg: Settings) -> dict:
     """The composed config a run logs, secrets scrubbed; without the roster for a bring-your-own verdict table
     (no roster judged it)."""
-    data = scrub(to_container(cfg))
+    data = scrub(thaw(cfg.composed))
     if byo_verdicts(data):
         data.pop("roster", None)
     return data
@@ -398,17 +385,17 @@ def log_json(obj: Any, name: str) -> None:
 
 
 def run_study(
-    cfg: DictConfig, kind: str, compute, output: str | Path, figure: str | Path, draw, metrics, tags=None, series=None
+    cfg: Settings, kind: str, compute, output: str | Path, figure: str | Path, draw, metrics, tags=None, series=None
 ) -> tuple[dict, Path, Path]:
-    """A study entry (``python -m src.<kind>``), in the order that loses nothing: both output paths and the whole
-    config (:func:`src.studies.checked.check_config`) checked before any work, then ``compute(cfg)`` → document, ``draw(doc, figure)`` → figure, the MLflow run of kind ``kind``
+    """A study entry (``python -m src.<kind>``), in the order that loses nothing: both output paths checked (the
+    settings ``cfg`` were checked by the entry: :func:`src.studies.checked.check_config`) before any work, then
+    ``compute(cfg)`` → document, ``draw(doc, figure)`` → figure, the MLflow run of kind ``kind``
     (``metrics(doc)``, ``series(doc)`` per step, ``tags(doc)``, the document and the figure) when tracking is on,
     and the JSON last, so that a failed tracking leaves the previous JSON in place (its store's failure one line:
     :func:`tracking_errors`). Returns (doc, JSON, figure)."""
 
     for path in (output, figure):
         files.check_output(path)
-    check_config(cfg)  # every group, before any work
     doc = compute(cfg)
     fig = draw(doc, figure)
     if cfg.tracking.enabled:
@@ -499,7 +486,7 @@ def stacker_example(table, result, rows: int = 5):
 
 
 def log_dataset(
-    cfg: DictConfig, table, name: str, result, summary: dict | None = None, context: RunContext | None = None
+    cfg: Settings, table, name: str, result, summary: dict | None = None, context: RunContext | None = None
 ) -> str:
     """The active (child) run ← one dataset's ladder and decision (``summary``: its results.json entry; default
     the ladder's summary), the params that set it apart, β table, hashes and the fitted stacker model."""
@@ -510,10 +497,10 @@ def log_dataset(
     # the model first, then its metrics in one batch carrying its id (logged after the metrics, MLflow would
     # copy each onto the model with one history query per metric name)
     # only a tracked run logs a model: the pyfunc module (mlflow.pyfunc, ~0.8 s) is not part of the start-up
-    from src.mlops import serving  # imported here, not at start-up: mlflow.pyfunc ~0.8 s
+    from src.mlops import packaging  # imported here, not at start-up: mlflow.pyfunc ~0.8 s
 
     example = stacker_example(table, result)
-    info = serving.log_stacker(result.stacker, list(example.columns), example, decision=s.get("decision"))
+    info = packaging.log_stacker(result.stacker, list(example.columns), example, decision=s.get("decision"))
     folds = s["stacker"]["beta_folds"]  # β per fold as a series (step = fold)
     log_metrics(  # metrics, params and tags: one transaction
         metrics,
@@ -527,7 +514,7 @@ def log_dataset(
     return info.model_uri
 
 
-def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "stacking") -> str:
+def log_analysis(cfg: Settings, table, results: dict, doc: dict, kind: str = "stacking") -> str:
     """One run per analysis (results.json, hashes, mean κ, the verdict cache's report), one nested child per
     dataset; returns its id. A failure of the tracking store is a :class:`RaimError` naming the store."""
     with tracking_errors(cfg), quiet_mlflow():
@@ -535,7 +522,7 @@ def log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str = "
 
 
 @contextlib.contextmanager
-def tracking_errors(cfg: DictConfig, kept: str = "results") -> Iterator[None]:
+def tracking_errors(cfg: Settings, kept: str = "results") -> Iterator[None]:
     """A failure of the tracking store inside the block raised as :func:`tracking_failure`'s one line (``kept``:
     the output that was not written); any other exception as it is."""
     try:
@@ -547,7 +534,7 @@ def tracking_errors(cfg: DictConfig, kept: str = "results") -> Iterator[None]:
         raise err from e
 
 
-def tracking_failure(cfg: DictConfig, e: Exception, kept: str = "results") -> RaimError | None:
+def tracking_failure(cfg: Settings, e: Exception, kept: str = "results") -> RaimError | None:
     """The one line for a failure of the tracking store (MLflow's own errors and those of its sqlite store: a
     locked or corrupt mlflow.db, a store that cannot be made, a failed migration); None for any other exception (a
     bug: raised as it is)."""
@@ -557,12 +544,12 @@ def tracking_failure(cfg: DictConfig, e: Exception, kept: str = "results") -> Ra
     if why is None and not isinstance(e, (MlflowException, OSError, ImportError)):
         return None
     return RaimError(
-        f"MLflow tracking at {tracking_uri(cfg)} failed ({type(e).__name__}: {why or e}); nothing was "
+        f"MLflow tracking at {tracking_uri(cfg.tracking)} failed ({type(e).__name__}: {why or e}); nothing was "
         f"written to {kept} (tracking.enabled=false runs without MLflow)"
     )
 
 
-def _log_analysis(cfg: DictConfig, table, results: dict, doc: dict, kind: str) -> str:
+def _log_analysis(cfg: Settings, table, results: dict, doc: dict, kind: str) -> str:
     by = table.by_dataset()
     context = RunContext.read(cfg)  # once for the parent and every child
     parent = f"{default_run_name(kind, context.tags(kind))} ({len(results)} dataset{'s' if len(results) != 1 else ''})"

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 
 from src.present.figures import _plt, _save
-from src.studies.injection import AGGREGATES, CLEAN, PATHS, heldout_conditions, statements
+from src.studies.injection import statements
+from src.studies.injection.items import AGGREGATES, CLEAN, heldout_conditions
+from src.studies.injection.path import PATHS
 
 FRAME_STYLE = {"paper": ("tab:red", "paper frame"), "guarded": ("tab:blue", "guarded frame")}
 

@@ -9,9 +9,10 @@ every key with the class's signature before anything is imported, resolved or ca
 
 :func:`check_config` reads every group of the composed config — whichever of them the command uses — so that an
 unknown key, a missing node or a class outside an allow-list is one line naming its file on every path (a roster
-given with ``verdicts=…``, whose backends are never built, is checked all the same). Every Hydra command calls it
-once its outputs are checked, before any work (src.run, src.analyses, src.report; the studies through
-:func:`src.mlops.tracking.run_study`)."""
+given with ``verdicts=…``, whose backends are never built, is checked all the same), and returns the command's
+typed, frozen :class:`src.io.settings.Settings`: below the entries no module sees the composed config. Every Hydra
+command calls it before any work (src.run once its outputs are checked, src.analyses, src.report, and each study
+entry before :func:`src.mlops.tracking.run_study`)."""
 
 from __future__ import annotations
 
@@ -20,21 +21,21 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
 
 from src.core.aggregate import NoiseRobustStackedLogit, StackedLogit
-from src.core.ladder import LadderSettings
-from src.io.config import ConfigError, Targets, build, check_keys, conf_file, node_source, plain
+from src.core.ladderbase import LadderSettings
+from src.io.config import ConfigError, Targets, build, check_keys, composed, conf_file, freeze, node_source, plain
 from src.io.datasets import BUILDERS_ALLOWED, check_spec
+from src.io.settings import STUDIES, JudgeSettings, PathsSettings, Settings, TopLevel, TrackingSettings
+from src.io.suite_settings import suite_settings
 from src.judges.config import check_roster
 from src.judges.frames import check_frame, is_frame_cfg
-from src.studies.settings import STUDIES, JudgeSettings, PathsSettings, TrackingSettings
-from src.studies.suite.settings import suite_settings
 
 STACKERS = Targets("stacker", StackedLogit, NoiseRobustStackedLogit)
 """The stackers a config may name (conf/stacker): RAIM's estimators of src.core.aggregate that the ladder fits."""
-ANALYSIS = Targets("analysis settings", LadderSettings)
-"""The analysis settings (conf/analysis)."""
+ANALYSIS = Targets("analysis settings", LadderSettings, module="src.core.ladder")
+"""The analysis settings (conf/analysis), named by the ladder that reads them (``src.core.ladder.LadderSettings``;
+the class lives in :mod:`src.core.ladderbase`, the ladder exports it)."""
 
 
 def stacker_from(node: Any, where: str | None = None) -> StackedLogit:
@@ -47,10 +48,10 @@ def analysis_from(node: Any, where: str | None = None) -> LadderSettings:
     return ANALYSIS.instantiate(node, where or node_source("analysis", node))
 
 
-def configured(cfg: DictConfig) -> tuple[LadderSettings, StackedLogit]:
-    """The composed config's analysis settings and stacker, each through its allow-list; an unknown key or a
-    value of the wrong type is one line naming its file (conf/analysis/<option>.yaml, conf/stacker/<option>.yaml)."""
-    return analysis_from(cfg.analysis), stacker_from(cfg.stacker)
+def configured(s: Settings) -> tuple[LadderSettings, StackedLogit]:
+    """The analysis settings and the stacker, each through its allow-list; an unknown key or a value of the wrong
+    type is one line naming its file (conf/analysis/<option>.yaml, conf/stacker/<option>.yaml)."""
+    return analysis_from(s.analysis), stacker_from(s.stacker)
 
 
 @dataclass(frozen=True)
@@ -58,19 +59,6 @@ class FrameSelector:
     """A frame option that is not a prompt but a rule: ``auto``, each dataset under its own frame."""
 
     name: Literal["auto"]
-
-
-@dataclass(frozen=True)
-class TopLevel:
-    """The composed config's own keys (conf/config.yaml) and the ones a DVC stage adds (``+metrics=``,
-    ``+betas=``, ``+redraw=``). The groups are checked by their own readers (:data:`GROUPS`)."""
-
-    verdicts: str | None
-    frontier: str | None
-    output: str
-    metrics: str | None = None
-    betas: str | None = None
-    redraw: bool | None = None
 
 
 def _stacker(node: Any, where: str) -> None:
@@ -98,18 +86,18 @@ def _frame(node: Any, where: str) -> None:
         build(FrameSelector, node, where)
 
 
-def _suite(node: Any, where: str) -> None:
-    suite_settings(node, where)
+def _suite(node: Any, where: str) -> Any:
+    return suite_settings(node, where)
 
 
-def _settings(cls: type) -> Callable[[Any, str], None]:
-    def check(node: Any, where: str) -> None:
-        build(cls, node, where)
+def _settings(cls: type) -> Callable[[Any, str], Any]:
+    def check(node: Any, where: str) -> Any:
+        return build(cls, node, where)
 
     return check
 
 
-GROUPS: dict[str, Callable[[Any, str], None]] = {
+GROUPS: dict[str, Callable[[Any, str], Any]] = {
     "roster": _roster,
     "dataset": _dataset,
     "frame": _frame,
@@ -121,12 +109,20 @@ GROUPS: dict[str, Callable[[Any, str], None]] = {
     "judge": _settings(JudgeSettings),
     "tracking": _settings(TrackingSettings),
 }
-"""Every node of the composed config with the check of its group (what its readers build it as)."""
+"""Every node of the composed config with the check of its group (what its readers build it as: the typed settings
+of :mod:`src.io.settings` for the plain groups, None for a node kept as checked data)."""
+
+NODES = ("roster", "dataset", "frame", "stacker", "analysis")
+"""The groups a :class:`src.io.settings.Settings` holds as checked, read-only nodes (each read by its own reader)."""
 
 
-def check_config(cfg: Mapping[str, Any]) -> None:
+def check_config(cfg: Mapping[str, Any]) -> Settings:
     """The whole composed config checked, group by group (:data:`GROUPS`), and its own keys (:class:`TopLevel`):
-    a missing group, an unknown key or a class outside an allow-list is a :class:`ConfigError` naming the file."""
+    a missing group, an unknown key or a class outside an allow-list is a :class:`ConfigError` naming the file.
+    Returns the command's :class:`Settings` (typed, frozen): the one place a composed config becomes them
+    (settings already built are returned as they are)."""
+    if isinstance(cfg, Settings):
+        return cfg
     if "hydra" in cfg:
         raise ConfigError("config: a `hydra` node in a composed config is refused (Hydra's settings are not data)")
     missing = [g for g in GROUPS if g not in cfg or cfg.get(g) is None]
@@ -135,9 +131,18 @@ def check_config(cfg: Mapping[str, Any]) -> None:
             f"config: no {', '.join(map(repr, missing))} node (every RAIM command reads the whole config; "
             f"choose an option instead of removing one: {missing[0]}=…)"
         )
-    check_keys(TopLevel, {k: v for k, v in plain(cfg, False).items() if k not in GROUPS}, source(None))
-    for group, check in GROUPS.items():
-        check(cfg[group], source(group))
+    raw = plain(cfg, False)
+    check_keys(TopLevel, {k: v for k, v in raw.items() if k not in GROUPS}, source(None))
+    built = {group: check(cfg[group], source(group)) for group, check in GROUPS.items()}
+    data = composed(cfg)
+    frozen = freeze(data)
+    return Settings(
+        top=TopLevel(**{k: v for k, v in data.items() if k not in GROUPS}),
+        **{g: frozen[g] for g in NODES},
+        **{g: built[g] for g in GROUPS if g not in NODES},
+        composed=frozen,
+        unresolved=freeze({k: v for k, v in raw.items() if k != "hydra"}),
+    )
 
 
 def source(group: str | None) -> str:

@@ -4,7 +4,7 @@ MLflow's ``make_scorer_ensemble`` (its built-in ``majority_vote`` and ``mean``) 
 scorers, as a user of ``mlflow.genai.evaluate`` would build it (:mod:`src.mlops.scorers`).
 
 Per dataset of the configured verdict tables, on the members that voted on it (the stacker's inputs,
-:func:`src.core.ladder.active_members`):
+:func:`src.core.ladderbase.active_members`):
 
 * ``stacked``: the stacker's out-of-fold predictions on §2's cluster folds (the ladder's own);
 * ``mlflow_<fn>``: MLflow's aggregation of the member scorers. MLflow's built-ins refuse an item on which any
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import clone
 
-from src.core import ladder
+from src.core import ladder, ladderbase
 from src.core.aggregate import MajorityVote, StackedLogit, crossfit
 from src.core.errors import RaimError
 from src.core.evaluate import METRICS, ClusterBootstrap, from_counts, indicators, interval
@@ -62,16 +62,16 @@ def check_votes(name: str, table: VerdictTable, seen: np.ndarray) -> None:
 
 
 def dataset_study(
-    name: str, table: VerdictTable, stacker: StackedLogit, s: ladder.LadderSettings, ensembles: Ensembles
+    name: str, table: VerdictTable, stacker: StackedLogit, s: ladderbase.LadderSettings, ensembles: Ensembles
 ) -> dict:
     """One dataset's comparison (module doc)."""
-    table, excluded = ladder.active_members(table)
+    table, excluded = ladderbase.active_members(table)
     y, clusters, votes = table.gold, table.clusters, table.votes
     preds_ml, refused, seen = ensembles(name, list(table.members))
     check_votes(name, table, seen)
-    X, _ = ladder.design_matrix(table, s.features)
+    X, _ = ladderbase.design_matrix(table, s.features)
     st = clone(stacker).set_params(n_votes=votes.shape[1])
-    folds = ladder.checked_folds(y, clusters, s)
+    folds = ladderbase.checked_folds(y, clusters, s)
     preds = {
         "stacked": crossfit(st, X, y, folds).pred,
         **{f"{MLFLOW_PREFIX}{n}": p for n, p in preds_ml.items()},
@@ -109,7 +109,7 @@ def dataset_study(
                 rd.correction({("stacked", m): 1.0}),
                 s.level,
             ).as_dict()
-            for m in ladder.DELTA_METRICS
+            for m in ladderbase.DELTA_METRICS
         }
         for j, k in enumerate(named)
         if k != "stacked"
@@ -125,14 +125,14 @@ def dataset_study(
     }
 
 
-def study(table: VerdictTable, stacker: StackedLogit, s: ladder.LadderSettings, ensembles: Ensembles) -> dict:
+def study(table: VerdictTable, stacker: StackedLogit, s: ladderbase.LadderSettings, ensembles: Ensembles) -> dict:
     """Every dataset of the table (:func:`dataset_study`), with a summary of the calls per aggregation."""
-    ladder.check_settings(s, stacker)
+    ladderbase.check_settings(s, stacker)
     out = {}
     for name, t in table.each_dataset():
         try:
             out[name] = dataset_study(name, t, stacker, s, ensembles)
-        except ladder.AnalysisError as e:
+        except ladderbase.AnalysisError as e:
             raise EnsembleStudyError(f"{table.source}: dataset {name!r}: {e}") from e
     return {"datasets": out, "summary": summary(out)}
 

@@ -58,7 +58,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
 
 from src.core.admissibility import test
 from src.core.drift import DriftMonitor
@@ -67,10 +66,13 @@ from src.core.injection import window_shares
 from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN
 from src.io.flagstore import read_flags
+from src.io.settings import Settings
 from src.io.votestore import CONFIG_KEY, STORE_ENV, read_store, store_path
 from src.judges import tables
-from src.studies import rate, simulate
+from src.studies import simulate
 from src.studies.checked import stacker_from
+from src.studies.estimate import segment_rates
+from src.studies.pool import Pool, read_labels, read_pool
 
 log = logging.getLogger("raim.monitor")
 
@@ -166,11 +168,6 @@ def score_alarms(alarms: dict[str, list[int]], change: int | None, scenario: str
         "false_alarms": early,
         "other_alarms": other,
     }
-
-
-def replay_settings(cfg) -> dict:
-
-    return OmegaConf.to_container(cfg.monitor.replay, resolve=True)
 
 
 KINDS = ("panel", "prevalence")
@@ -319,9 +316,9 @@ def _windows_doc(frame: pd.DataFrame) -> list[dict]:
 RATE_COLUMNS = ("rate_labels", "rate_ppi", "rate_ppi_lo", "rate_ppi_hi")
 
 
-def window_rates(pool: rate.Pool, labelled: np.ndarray, y: np.ndarray, bounds, min_labels: int, level: float) -> dict:
+def window_rates(pool: Pool, labelled: np.ndarray, y: np.ndarray, bounds, min_labels: int, level: float) -> dict:
     """The hallucination rate of each window ``[start, end)`` that holds at least ``min_labels`` gold labels:
-    PPI++ with the stacker's p on all the window's items (:func:`src.studies.rate.segment_rates`; the labels a
+    PPI++ with the stacker's p on all the window's items (:func:`src.studies.estimate.segment_rates`; the labels a
     uniform random sample of the window), its interval valid whatever the panel's quality. A window with fewer
     labels has its label count and no rate."""
     cols: dict[str, list] = {c: [] for c in RATE_COLUMNS}
@@ -329,7 +326,7 @@ def window_rates(pool: rate.Pool, labelled: np.ndarray, y: np.ndarray, bounds, m
         idx = np.arange(int(start), int(end))
         n = int(labelled[idx].sum())
         cols["rate_labels"].append(n)
-        row = rate.segment_rates(pool, idx, labelled, y, None, level, 0.5)["ppi"].row() if n >= min_labels else None
+        row = segment_rates(pool, idx, labelled, y, None, level, 0.5)["ppi"].row() if n >= min_labels else None
         cols["rate_ppi"].append(None if row is None else row["estimate"])
         cols["rate_ppi_lo"].append(None if row is None else row["ci"][0])
         cols["rate_ppi_hi"].append(None if row is None else row["ci"][1])
@@ -340,24 +337,24 @@ def store_rates(node, path, frame: pd.DataFrame) -> dict | None:
     """``monitor.labels`` (item_id, gold) read against the store's rows → :func:`window_rates`; None when unset."""
     if not node.get("labels"):
         return None
-    pool = rate.read_pool(path, model=node.model)
-    labelled, y = rate.read_labels(node.labels, pool)
-    return window_rates(pool, labelled, y, zip(frame["start"], frame["end"]), int(node.min_labels), 0.95)
+    pool = read_pool(path, model=node["model"])
+    labelled, y = read_labels(node["labels"], pool)
+    return window_rates(pool, labelled, y, zip(frame["start"], frame["end"]), int(node["min_labels"]), 0.95)
 
 
-def calibration_doc(mon: DriftMonitor, votes: np.ndarray, gold: np.ndarray, analysis) -> dict:
-
-    adm = test(gold, votes, float(analysis.kappa0), float(analysis.c), float(analysis.phi0)).as_dict()
+def calibration_doc(mon: DriftMonitor, votes: np.ndarray, gold: np.ndarray, analysis: Mapping[str, Any]) -> dict:
+    """The calibration set's size, prevalence, agreement proxy and admissibility (§3.3, ``analysis``'s thresholds)."""
+    adm = test(gold, votes, float(analysis["kappa0"]), float(analysis["c"]), float(analysis["phi0"])).as_dict()
     return {"n": int(len(gold)), "prevalence": mon.prevalence_, "agreement_proxy": mon.agreement_, "admissibility": adm}
 
 
-def compute(cfg) -> dict:
+def compute(cfg: Settings) -> dict:
     """The monitor's document for the configured source (a replay, or a served model's store)."""
 
-    node = cfg.monitor
+    node = cfg.node("monitor")
     stacker = stacker_from(cfg.stacker)
-    if node.source == "replay":
-        rs = replay_settings(cfg)
+    if node["source"] == "replay":
+        rs = node["replay"]
         r = replay(rs, rs["scenario"], int(rs["seed"]), stacker)
         members, cal_v, cal_g, votes, p, change = r.members, r.cal_votes, r.cal_gold, r.votes, r.p, r.change
         stream = {
@@ -367,44 +364,44 @@ def compute(cfg) -> dict:
             "seed": int(rs["seed"]),
             "true_prevalence": [float(r.gold[:change].mean()), float(r.gold[change:].mean())],
         }
-    elif node.source == "store":
+    elif node["source"] == "store":
         cal = calibration_table(cfg)
         members, cal_v, cal_g = cal.members, cal.votes, cal.gold
-        path = store_path({CONFIG_KEY: node.store})
+        path = store_path({CONFIG_KEY: node["store"]})
         if path is None:
             raise MonitorError(f"monitor.store: no store named (set it, or {STORE_ENV})")
-        s = read_store(path, members, node.model)
+        s = read_store(path, members, node["model"])
         votes, p, change = s.votes, s.p, None
-        flags = read_flags(path, node.model)  # the served panel's injection flags, joined by item id
+        flags = read_flags(path, node["model"])  # the served panel's injection flags, joined by item id
         item_flags = [flags.get(str(i)) if i is not None else None for i in s.item_ids]
         stream = {
             "n": int(len(votes)),
             "store": str(path),
-            "model": node.model,
+            "model": node["model"],
             "first_ts": float(s.ts[0]) if len(s.ts) else None,
             "last_ts": float(s.ts[-1]) if len(s.ts) else None,
         }
     else:
-        raise MonitorError(f"monitor.source: {node.source!r} is not 'replay' or 'store'")
+        raise MonitorError(f"monitor.source: {node['source']!r} is not 'replay' or 'store'")
     mon = make_monitor(node, members).fit(cal_v, cal_g)
     frame = mon.windows(votes, p)
     alarms = mon.alarms(frame)
-    if node.source == "store":  # share of each window's items whose text looked like a prompt injection
+    if node["source"] == "store":  # share of each window's items whose text looked like a prompt injection
         frame["injection_flagged"] = window_shares(item_flags, zip(frame["start"], frame["end"]))
         for col, values in (store_rates(node, path, frame) or {}).items():  # gold labels: each window's rate
             frame[col] = values
     settings = {k: node[k] for k in ("window", "step", "consecutive")}
     settings.update(
         alpha=mon.alpha,
-        alpha_setting=str(node.alpha),
+        alpha_setting=str(node["alpha"]),
         false_alarm_target=node.get("false_alarm_target"),
-        false_alarm_bound=len(KINDS) * mon.alpha / int(node.step),
-        tolerance=float(node.prevalence.tolerance),
+        false_alarm_bound=len(KINDS) * mon.alpha / int(node["step"]),
+        tolerance=float(node["prevalence"]["tolerance"]),
         reference_prevalence=frame.attrs["reference_prevalence"],
         reference_se=frame.attrs["reference_se"],
     )
     doc = {
-        "source": str(node.source),
+        "source": str(node["source"]),
         "members": members,
         "settings": settings,
         "calibration": calibration_doc(mon, cal_v, cal_g, cfg.analysis),
@@ -412,9 +409,9 @@ def compute(cfg) -> dict:
         "windows": _windows_doc(frame),
         "alarms": alarms,
     }
-    if node.source == "replay":
+    if node["source"] == "replay":
         doc["replay"] = score_alarms(alarms, change, stream["scenario"])
-        ev = node.evaluation
+        ev = cfg.monitor.evaluation
         seeds = scenario_seeds(int(ev.first_seed), int(ev.seeds), list(ev.scenarios))
         doc["evaluation"] = evaluate_replays(node, stacker, list(ev.scenarios), seeds)
         doc["evaluation_settings"] = {
@@ -428,7 +425,7 @@ def compute(cfg) -> dict:
     return doc
 
 
-def calibration_table(cfg):
+def calibration_table(cfg: Settings):
     """The labelled calibration set of a served panel: the verdict table of :func:`src.judges.tables.load_table` (the
     roster's cache, or ``verdicts=…``), rows of ``monitor.calibration.dataset`` (all rows when null)."""
 

@@ -31,7 +31,7 @@ instead, at their own realised rate.
 
 The study, per dataset and on a simulated panel in the admissible regime (:mod:`src.studies.simulate`), for each type and
 rate and ``draws`` seeded draws: **training** on noisy labels — cross-fitted on cluster folds stratified on those
-noisy labels (:func:`src.core.ladder.checked_folds`, as a user who has only them would), scored on clean gold:
+noisy labels (:func:`src.core.ladderbase.checked_folds`, as a user who has only them would), scored on clean gold:
 stacked κ of each configured stacker, the CV-best single (chosen on the noisy labels), the selected member, and
 the ladder's call (§2) with the oracle re-taken on every draw; paired cluster-bootstrap
 Δκ (:class:`src.core.evaluate.ClusterBootstrap`) of the noisy fit against the clean-label fit, averaged over the
@@ -52,7 +52,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
@@ -60,7 +59,7 @@ from src.core import admissibility
 from src.core.aggregate import BestSingle, DawidSkene, crossfit, eligible
 from src.core.errors import RaimError
 from src.core.evaluate import ClusterBootstrap, best_single_call, kappa, paired_delta
-from src.core.ladder import (
+from src.core.ladderbase import (
     AnalysisError,
     active_members,
     check_settings,
@@ -70,8 +69,9 @@ from src.core.ladder import (
 )
 from src.core.names import metric_name
 from src.core.verdicts import ABSTAIN, VerdictTable
-from src.io.config import composed_option, conf_file
+from src.io.config import composed_option, conf_file, plain
 from src.io.datasets import read_items
+from src.io.settings import Settings
 from src.judges import tables
 from src.studies import simulate
 from src.studies.checked import analysis_from, stacker_from
@@ -358,7 +358,7 @@ class _Scored:
 
 def study_dataset(name: str, t: VerdictTable, stackers: dict, s: dict, ladder, native: dict | None = None) -> dict:
     """The whole study on one dataset (module doc). ``stackers``: {name: estimator}, the first is the one whose
-    calls are reported; ``ladder``: :class:`src.core.ladder.LadderSettings`; ``native``: {type: labels} of TRIVIA+."""
+    calls are reported; ``ladder``: :class:`src.core.ladderbase.LadderSettings`; ``native``: {type: labels} of TRIVIA+."""
 
     t, excluded = active_members(t)
     y, votes = t.gold, t.votes
@@ -434,7 +434,7 @@ def _fits(
     X: np.ndarray, votes: np.ndarray, y_train: np.ndarray, clusters: np.ndarray, stackers: dict, ladder
 ) -> dict[str, np.ndarray]:
     """Out-of-fold predictions of every stacker and of the CV-best single, trained on ``y_train`` on cluster folds
-    stratified on ``y_train`` (:func:`src.core.ladder.checked_folds`): a user with noisy labels has no other labels to
+    stratified on ``y_train`` (:func:`src.core.ladderbase.checked_folds`): a user with noisy labels has no other labels to
     stratify on or to pick the CV-best single with."""
     folds = checked_folds(y_train, clusters, ladder)
     out = {name: crossfit(est, X, y_train, folds).pred for name, est in stackers.items()}
@@ -497,10 +497,10 @@ def _mean(vals: list) -> float | None:
 # ------------------------------------------------------------------------------------------ the whole study
 
 
-def stacker_option(name: str) -> DictConfig:
-    """conf/stacker/<name>.yaml as Hydra composes it (:func:`src.mlops.tracking.composed_option`)."""
+def stacker_option(name: str) -> dict:
+    """conf/stacker/<name>.yaml as Hydra composes it (:func:`src.io.config.composed_option`), as plain data."""
 
-    return composed_option("stacker", name)
+    return plain(composed_option("stacker", name), False)
 
 
 def headline(ds: dict, rate: float) -> dict:
@@ -553,10 +553,10 @@ def study(table: VerdictTable, stackers: dict, s: dict, ladder, native: dict | N
     return doc
 
 
-def compute(cfg: DictConfig) -> dict:
+def compute(cfg: Settings) -> dict:
     """noise.json for the configured verdict table (``python -m src.run``'s table, :func:`src.judges.tables.load_table`)."""
 
-    s = settings_from(OmegaConf.to_container(cfg.noise, resolve=True))
+    s = settings_from(cfg.node("noise"))
     ladder = analysis_from(cfg.analysis)
     stackers = {n: stacker_from(stacker_option(n), conf_file("stacker", n)) for n in s["stackers"]}
     table = tables.load_table(cfg)

@@ -31,13 +31,15 @@ import logging
 from collections.abc import Mapping
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from src.core.aggregate import crossfit
 from src.core.evaluate import ClusterBootstrap, call_for, from_counts, indicators, interval, scores
-from src.core.ladder import active_members, dataset_folds, design_matrix
+from src.core.ladder import dataset_folds
+from src.core.ladderbase import active_members, design_matrix
 from src.core.names import metric_name
 from src.core.priorshift import PrevalenceError, _ml_rows, _shift, check_prevalence, train_prevalence
+from src.core.verdicts import at_or_over
+from src.io.settings import Settings
 from src.judges import tables
 from src.studies import simulate
 from src.studies.checked import configured
@@ -79,7 +81,7 @@ def window_metrics(P: np.ndarray, y: np.ndarray, threshold: float, bins: int) ->
     """Brier, ECE, and at the served decision (p ≥ ``threshold``) hallucinated-class F1, balanced accuracy
     (:func:`src.core.evaluate.from_counts`, §2 definitions) and accuracy, per row of ``P`` (gold ``y`` shared)."""
 
-    c = indicators(y, (P >= threshold).astype(float).T).sum(axis=0)  # rows × 6 confusion cells
+    c = indicators(y, at_or_over(P, threshold).astype(float).T).sum(axis=0)  # rows × 6 confusion cells
     m = from_counts(c)
     return {
         "brier": brier(P, y),
@@ -261,7 +263,7 @@ def study(table, stacker, settings, s: Mapping) -> dict:
             "n_clusters": int(len(np.unique(t.clusters))),
             "train_prevalence": float(tp.mean()),
             "balanced": {
-                "kappa": scores(y, (p >= stacker.threshold).astype(float))["kappa"],
+                "kappa": scores(y, at_or_over(p, stacker.threshold).astype(float))["kappa"],
                 "brier": float(brier(p, y)),
                 "ece": float(ece(p, y, int(s["ece_bins"]))[0]),
             },
@@ -350,14 +352,14 @@ def flat_metrics(doc: dict) -> dict[str, float]:
     return out
 
 
-def compute(cfg) -> dict:
+def compute(cfg: Settings) -> dict:
     """Config in, study document out: the configured verdict table (:func:`src.judges.tables.load_table`), the
     stacker and analysis settings of the ladder, the ``prevalence`` settings."""
 
     settings, stacker = configured(cfg)
-    s = OmegaConf.to_container(cfg.prevalence, resolve=True)
+    s = cfg.node("prevalence")
     check_study(s)  # before reading the table
     table = tables.load_table(cfg)
     doc = study(table, stacker, settings, s)
-    doc["meta"] = {"verdicts": table.source, "members": table.members, "stacker": OmegaConf.to_container(cfg.stacker)}
+    doc["meta"] = {"verdicts": table.source, "members": table.members, "stacker": cfg.node("stacker")}
     return doc

@@ -3,26 +3,25 @@
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
-
 from src.core import ladder
 from src.core.verdicts import VerdictTable
+from src.io.settings import Settings
 from src.judges.tables import load_table
 from src.studies.checked import configured
 
 
-def analyse(cfg: DictConfig) -> tuple[VerdictTable, dict, dict]:
-    """Pure part of the entry: config in, (table, fitted results, results document) out."""
-    settings, stacker = configured(cfg)
-    table = load_table(cfg)
+def analyse(s: Settings) -> tuple[VerdictTable, dict, dict]:
+    """Pure part of the entry: settings in, (table, fitted results, results document) out."""
+    settings, stacker = configured(s)
+    table = load_table(s)
     results = ladder.analyze(table, stacker, settings)
     meta = {
         "verdicts": table.source,
         "members": table.members,
         "frontier": table.frontier_name,
-        "roster": cfg.roster.name if cfg.get("roster") and not cfg.verdicts else None,
-        "stacker": OmegaConf.to_container(cfg.stacker),
-        "frame": cfg.frame.name,
+        "roster": s.roster["name"] if s.roster and not s.verdicts else None,
+        "stacker": s.node("stacker"),
+        "frame": s.frame["name"],
     }
     doc = ladder.to_json(results, settings, meta)
     if table.provenance.get("skipped"):

@@ -22,12 +22,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from src.core.aggregate import StackedLogit
-from src.core.ladder import LadderSettings
+from src.core.ladderbase import LadderSettings
 from src.core.verdicts import VerdictTable
 from src.io.files import jsonable
+from src.io.suite_settings import SuiteSettings, as_dict, suite_settings
 from src.studies.suite import budget, cascade, common, cost, mechanism, panel
 from src.studies.suite.reference import Reference, references, rng_for
-from src.studies.suite.settings import SuiteSettings, as_dict, suite_settings
 
 log = logging.getLogger("raim.suite")
 

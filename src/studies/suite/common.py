@@ -25,8 +25,8 @@ from sklearn.base import clone
 
 from src.core.aggregate import StackedLogit, cluster_folds
 from src.core.evaluate import from_counts, indicators
-from src.core.ladder import design_matrix
-from src.core.refit import softplus_sigmoid
+from src.core.ladderbase import design_matrix
+from src.core.logitfit import softplus_sigmoid
 from src.core.verdicts import ABSTAIN, VerdictTable
 
 # --------------------------------------------------------------------------------------------- the stacker

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from src.io.suite_settings import CostSettings, settings_of
 from src.judges.cache import iter_records
-from src.studies.suite.settings import CostSettings, settings_of
 
 
 def member_per_1k(price_per_hour: float, items_per_second: float) -> float:
@@ -46,7 +46,7 @@ def break_even(one_time: float, panel_1k: float, frontier_1k: float) -> float | 
 
 
 def settings(cfg: CostSettings | Mapping) -> CostSettings:
-    """The cost model's settings (``suite.cost``), checked (:mod:`src.studies.suite.settings`)."""
+    """The cost model's settings (``suite.cost``), checked (:mod:`src.io.suite_settings`)."""
     return settings_of(CostSettings, cfg, "suite.cost")
 
 

@@ -15,7 +15,7 @@ from sklearn.base import clone
 from src.core import admissibility
 from src.core.aggregate import BestSingle, StackedLogit, crossfit
 from src.core.evaluate import ClusterBootstrap, interval, kappa, paired_delta
-from src.core.ladder import design_matrix
+from src.core.ladderbase import design_matrix
 from src.studies.suite import common
 from src.studies.suite.reference import Reference
 

@@ -21,7 +21,8 @@ from sklearn.base import clone
 from src.core import admissibility
 from src.core.aggregate import DawidSkene, StackedLogit
 from src.core.evaluate import kappa, paired_delta
-from src.core.ladder import LadderSettings, design_matrix
+from src.core.ladderbase import LadderSettings, design_matrix
+from src.core.verdicts import at_or_over
 from src.io.files import jsonable
 from src.studies.suite import common
 from src.studies.suite.reference import Reference
@@ -49,7 +50,7 @@ def size_curve(ref: Reference) -> dict:
     for k in range(K):
         subsets[k, order[: k + 1]] = True
     stacked = common.kappas(d.y, common.oof_many(d, mask=common.member_masks(d, subsets)))
-    majority = common.kappas(d.y, np.array([(t.votes[:, s].mean(axis=1) >= 0.5) for s in subsets], float))
+    majority = common.kappas(d.y, np.array([at_or_over(t.votes[:, s].mean(axis=1)) for s in subsets], float))
     mean_phi = [None] + [
         jsonable(admissibility.phi_bar_from(ref.phi[np.ix_(order[:k], order[:k])][admissibility.pair_index(k)]))
         for k in range(2, K + 1)

@@ -19,7 +19,7 @@ from sklearn.base import clone
 from src.core import admissibility
 from src.core.aggregate import BestSingle, MajorityVote, StackedLogit, crossfit
 from src.core.evaluate import ClusterBootstrap
-from src.core.ladder import LadderSettings, design_matrix
+from src.core.ladderbase import LadderSettings, design_matrix
 from src.core.verdicts import VerdictTable
 from src.studies.suite import common
 

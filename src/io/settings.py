@@ -1,7 +1,13 @@
-"""The settings of the composed config's plain groups, typed: the paths, the judge engine, tracking, and each
-beyond-the-paper study's own group (conf/prevalence, monitor, noise, rate, injection, traces).
+"""The settings of the composed config, typed and frozen: the paths, the judge engine, tracking, each
+beyond-the-paper study's own group (conf/prevalence, monitor, noise, rate, injection, traces), and
+:class:`Settings`, all of them together with the groups read by their own readers (roster, dataset, frame,
+stacker, analysis: their checked nodes, read-only).
 
-As with the suite's settings (:mod:`src.studies.suite.settings`), the values live in the YAML files only: these
+Every Hydra entry turns its composed config into a :class:`Settings` once, through the checked path
+(:func:`src.studies.checked.check_config`); below the entries no module sees the composed config itself, and a
+function takes the settings it reads.
+
+As with the suite's settings (:mod:`src.io.suite_settings`), the values live in the YAML files only: these
 dataclasses hold no defaults (an optional key defaults to ``None``: absent), so nothing is repeated in code. Built
 through :func:`src.io.config.build`, an unknown key (with the nearest known one), a missing key or a value of the
 wrong type is one line naming the file and the key, whatever the command that reads the group
@@ -9,9 +15,12 @@ wrong type is one line naming the file and the key, whatever the command that re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+from src.io.config import thaw
+from src.io.suite_settings import SuiteSettings
 from src.io.traces import TraceMapping
 
 
@@ -328,3 +337,59 @@ STUDIES: dict[str, type] = {
     "traces": TracesSettings,
 }
 """Each beyond-the-paper study's group and the settings it is read as."""
+
+
+@dataclass(frozen=True)
+class TopLevel:
+    """The composed config's own keys (conf/config.yaml) and the ones a DVC stage adds (``+metrics=``,
+    ``+betas=``, ``+redraw=``). The groups are checked by their own readers."""
+
+    verdicts: str | None
+    frontier: str | None
+    output: str
+    metrics: str | None = None
+    betas: str | None = None
+    redraw: bool | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A command's whole configuration, checked and frozen: the top-level keys (:class:`TopLevel`), the typed
+    settings of each plain group, and the nodes of the groups RAIM turns into objects through their own
+    allow-lists (``roster``, ``dataset``, ``frame``, ``stacker``, ``analysis``: read-only mappings, interpolations
+    resolved once, as Hydra composed them). ``composed``: the whole composed config, read-only (what a run logs,
+    scrubbed); ``unresolved``: the same before its interpolations were resolved (what a persisted copy keeps of a
+    reference to a secret: :func:`src.mlops.redact.persistable`). Built only by
+    :func:`src.studies.checked.check_config`."""
+
+    top: TopLevel
+    paths: PathsSettings
+    judge: JudgeSettings
+    tracking: TrackingSettings
+    roster: Mapping[str, Any]
+    dataset: Mapping[str, Any]
+    frame: Mapping[str, Any]
+    stacker: Mapping[str, Any]
+    analysis: Mapping[str, Any]
+    suite: SuiteSettings
+    prevalence: PrevalenceSettings
+    monitor: MonitorSettings
+    noise: NoiseSettings
+    rate: RateSettings
+    injection: InjectionSettings
+    traces: TracesSettings
+    composed: Mapping[str, Any]
+    unresolved: Mapping[str, Any]
+
+    @property
+    def verdicts(self) -> str | None:
+        return self.top.verdicts
+
+    @property
+    def output(self) -> str:
+        return self.top.output
+
+    def node(self, group: str) -> dict:
+        """One group's node as a new plain dict (its keys in the YAML's order): what a study records of its
+        settings, and what a reader that checks a node itself reads."""
+        return thaw(self.composed[group])

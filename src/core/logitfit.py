@@ -1,0 +1,215 @@
+"""The stacker refitted on many bootstrap draws at once (:mod:`src.core.refit`): scikit-learn's
+``LogisticRegression(C)`` objective, C·Σ wᵢ·logloss + ½‖β‖² with a free intercept, fitted by batched Newton for all
+draws together (:func:`fit_logit`), the held-out probabilities it gives (:func:`stacked_proba`), and any other
+stacker refitted draw by draw (:func:`loop_proba`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from sklearn.base import clone
+
+from src.core.memory import PerArray
+
+# a training part holding one gold class only is fitted as scikit-learn cannot: β = 0, intercept ±this
+SINGLE_CLASS_LOGIT = 30.0
+
+
+def softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log(1 + eᶯ) = max(η, 0) + log1p(e^{−|η|}) and σ(η) = (η ≥ 0 ? 1 : e^{−|η|}) / (1 + e^{−|η|}), stable for any η;
+    computed in place (the same operations on the same values: the same bits, fewer arrays of draws × rows)."""
+    e = np.abs(eta)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    log1pexp = np.maximum(eta, 0.0)
+    log1pexp += np.log1p(e)
+    sigmoid = np.where(eta >= 0, 1.0, e)
+    e += 1.0
+    sigmoid /= e
+    return log1pexp, sigmoid
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    """σ(z) = ½(1 + tanh(z/2)), in place on a new array: stable for any z, one transcendental per element."""
+    s = np.tanh(0.5 * z)
+    s += 1.0
+    s *= 0.5
+    return s
+
+
+def _pairs(Z: np.ndarray) -> np.ndarray:
+    """V × p(p+1)/2: each row's products z_i·z_j for i ≤ j (the upper triangle of zᵀz, row by row), in
+    float32: the Hessian only steers Newton's steps (its rounding moves how fast they converge, not where to)."""
+    iu, ju = _triangle(Z.shape[1])
+    return (Z[:, iu] * Z[:, ju]).astype(np.float32)
+
+
+# once per design matrix while it lives (a rung's fits, two per draw chunk and fold, share theirs)
+_row_pairs = PerArray(_pairs)
+
+
+def _hessians(a: np.ndarray, pairs: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """M × p × p: Zᵀ diag(aₘ) Z + diag(λ), each from its upper triangle (``pairs``: :func:`_pairs`), the weights a
+    (M × V) summed in float32."""
+    p = len(lam)
+    iu, ju = _triangle(p)
+    h = (a.astype(np.float32) @ pairs).astype(float)
+    H = np.empty((len(a), p, p))
+    H[:, iu, ju] = h
+    H[:, ju, iu] = h
+    H += np.diag(lam)
+    return H
+
+
+_triangle = functools.cache(np.triu_indices)
+
+# a step that shrinks the one before by this much or more is in Newton's quadratic range: the next step keeps its
+# Hessian (a chord step)
+CHORD = 1 / 50
+
+
+def fit_logit(
+    Z: np.ndarray,
+    W1: np.ndarray,
+    W0: np.ndarray,
+    C: float = 1.0,
+    start: np.ndarray | None = None,
+    max_iter: int = 100,
+    tol: float = 1e-10,
+) -> np.ndarray:
+    """M weighted L2 logistic regressions on shared rows; returns β (M × p), intercept first.
+
+    ``Z`` (V × p) holds the distinct feature rows with the intercept's column of ones first; ``W1`` and ``W0``
+    (M × V) each problem's weight of items with gold 1 and with gold 0 on each row (for unit items, their
+    counts). Problem m minimises scikit-learn's ``LogisticRegression(C=C)`` objective on those items with
+    ``sample_weight`` their weights: C·Σᵥ [(W1ₘᵥ + W0ₘᵥ)·log(1 + e^{zᵥβ}) − W1ₘᵥ·zᵥβ] + ½‖β₁:‖² (the
+    intercept β₀ unpenalised), i.e. solves its gradient g(β) = Σᵥ (Wₘᵥ·σ(zᵥβ) − W1ₘᵥ)·zᵥ + β₁:/C = 0, all
+    problems at once, from ``start`` (p, or M × p; default 0).
+
+    The steps are Newton's, β ← β − H⁻¹g (a solve), with H = Σᵥ Wₘᵥ·σ(1 − σ)·zᵥzᵥᵀ + I/C from its upper triangle on
+    the distinct rows that some problem weights; a problem whose last step shrank the one before by 50× or more (it
+    is in Newton's quadratic range) keeps its H for the next step (a chord step: no Hessian product) and gets a new
+    one as soon as a step shrinks less. A step that would enlarge ‖g‖ is halved (a Newton step) or retried with a
+    new Hessian (a chord step). A problem stops when its coefficients are within ``tol`` of the answer: when a step
+    moves none by ``tol``, or when the steps shrink by 50× or more and their rate (r = this step / the one before:
+    the next is r² of this one after a Newton step, r after a chord step; four times that) says what is left is
+    under ``tol``. The objective is strictly convex, so the start changes the number of steps, not the answer. A
+    problem whose items hold one class only (or none) gets β₁: = 0 and β₀ = ±:data:`SINGLE_CLASS_LOGIT` (it predicts
+    that class; scikit-learn refuses such a fit).
+    """
+    Z = np.asarray(Z, float)
+    W1, W0 = np.atleast_2d(np.asarray(W1, float)), np.atleast_2d(np.asarray(W0, float))
+    M, p = len(W1), Z.shape[1]
+    pos, neg = W1.sum(axis=1), W0.sum(axis=1)
+    single = (pos <= 0) | (neg <= 0)
+    B = np.zeros((M, p)) if start is None else np.array(np.broadcast_to(start, (M, p)), dtype=float)
+    B[single] = 0.0
+    B[single, 0] = np.where(pos[single] > 0, SINGLE_CLASS_LOGIT, -SINGLE_CLASS_LOGIT)
+    lam = np.full(p, 1.0 / C)
+    lam[0] = 0.0
+    pairs = _row_pairs(Z)
+    used = (W1 != 0).any(axis=0) | (W0 != 0).any(axis=0)  # a row no problem weights moves no fit
+    if not used.all():
+        Z, pairs, W1, W0 = Z[used], pairs[used], W1[:, used], W0[:, used]
+    active = np.flatnonzero(~single)
+    state = _Newton(Z, lam, W1[active], W1[active] + W0[active], B[active])
+    for _ in range(max_iter):
+        if not len(active):
+            break
+        left = state.step(pairs, tol)
+        B[active] = state.b
+        moving = left >= tol
+        if not moving.all():
+            active = active[moving]
+            state.keep(moving)
+    return B
+
+
+class _Newton:
+    """The state of :func:`fit_logit`'s unfinished problems: coefficients ``b``, σ(Zβ) ``s``, gradients ``g`` and their
+    squared norms ``gn``, each problem's Hessian H and whether its next step needs a new one (``fresh``), and the size
+    of its last step (``last``)."""
+
+    def __init__(self, Z: np.ndarray, lam: np.ndarray, w1: np.ndarray, w: np.ndarray, b: np.ndarray):
+        self.Z, self.lam, self.w1, self.w, self.b = Z, lam, w1, w, b
+        self.s, self.g, self.gn = self.gradient(w, w1, b)
+        self.H = np.empty((len(b), len(lam), len(lam)))
+        self.fresh = np.ones(len(b), bool)
+        self.last = np.full(len(b), np.inf)
+
+    def gradient(self, w: np.ndarray, w1: np.ndarray, b: np.ndarray):
+        """(σ(Zβ), g, ‖g‖²) of the problems with weights w (all items) and w1 (gold 1) at coefficients b."""
+        s = _sigmoid(b @ self.Z.T)
+        g = (w * s - w1) @ self.Z + b * self.lam
+        return s, g, np.einsum("mi,mi->m", g, g)
+
+    def step(self, pairs: np.ndarray, tol: float) -> np.ndarray:
+        """One step of every problem; returns a bound on how far each still is from its answer (its largest
+        coefficient's): the step's size, or where the steps shrink by 50× or more, what their rate leaves."""
+        r = np.flatnonzero(self.fresh)
+        if len(r):
+            s = self.s[r]
+            self.H[r] = _hessians(self.w[r] * s * (1 - s), pairs, self.lam)
+        step = np.linalg.solve(self.H, self.g[..., None])[..., 0]
+        size = np.abs(step).max(axis=1)
+        t = np.ones(len(step))
+        b = self.b - step
+        s, g, gn = self.gradient(self.w, self.w1, b)
+        for _halving in range(60):
+            bad = np.flatnonzero((gn > self.gn) & (t * size >= tol))
+            if not len(bad):
+                break
+            t[bad] = np.where(self.fresh[bad], 0.5 * t[bad], 0.0)  # a chord step is retried with a new Hessian
+            b[bad] = self.b[bad] - t[bad, None] * step[bad]
+            s[bad], g[bad], gn[bad] = self.gradient(self.w[bad], self.w1[bad], b[bad])
+        moved = t * size
+        retry = t == 0
+        r = np.where(np.isfinite(self.last), moved / self.last, 1.0)  # how much this step shrank the one before
+        # what is left after this step, with a margin of 4: a Newton step's next is r² of it (quadratic; the float32
+        # Hessian adds 10⁻⁴ of it at most), a chord step's r of it (linear)
+        left = moved * np.where(self.fresh & (t == 1), 4 * r * r + 1e-4, 4 * r)
+        self.fresh = retry | (r > CHORD)
+        self.last = np.where(retry, self.last, moved)
+        self.b, self.s, self.g, self.gn = b, s, g, gn
+        return np.where(retry, np.inf, np.where(r <= CHORD, np.minimum(left, moved), moved))
+
+    def keep(self, which: np.ndarray) -> None:
+        """Drop the problems not in ``which`` (a mask)."""
+        for name in ("w1", "w", "b", "s", "g", "gn", "H", "fresh", "last"):
+            setattr(self, name, getattr(self, name)[which])
+
+
+def stacked_proba(
+    Z: np.ndarray, t1: np.ndarray, t0: np.ndarray, C: float, start: np.ndarray | None = None
+) -> np.ndarray:
+    """draws × rows: p(hallucinated) of the stacker refitted per draw on rows ``Z`` (intercept column first) weighted
+    by t1 / t0 (draws × rows: each row's weight of gold-1 / gold-0 items), by :func:`fit_logit` started from
+    ``start`` (p), by default the fit to the draws' mean weights (:func:`mean_fit`)."""
+    start = mean_fit(Z, t1, t0, C) if start is None else start
+    return _sigmoid(fit_logit(Z, t1, t0, C, start) @ Z.T)
+
+
+def mean_fit(Z: np.ndarray, t1: np.ndarray, t0: np.ndarray, C: float) -> np.ndarray:
+    """β (p) of the stacker fitted to the mean of the draws' weights t1 / t0 (draws × rows): near every draw's fit,
+    a start for them (:func:`stacked_proba`)."""
+    return fit_logit(Z, t1.mean(axis=0), t0.mean(axis=0), C)[0]
+
+
+def loop_proba(stacker, rows: np.ndarray, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
+    """draws × rows: p(hallucinated) of any stacker refitted per draw by its own ``fit`` on ``rows`` (its input, one
+    item's columns a row) repeated by their weights t1 / t0 (draws × rows) with gold 1 / 0, row by row: one fit per
+    draw. A training part of one gold class (or none) predicts that class (p = σ(±:data:`SINGLE_CLASS_LOGIT`), 0
+    when empty), as :func:`fit_logit` does."""
+    rows = np.asarray(rows, float)
+    gold = np.tile([1, 0], len(rows))
+    out = np.empty((len(t1), len(rows)))
+    for b, w in enumerate(np.stack([t1, t0], axis=-1).reshape(len(t1), -1)):
+        rep = np.repeat(np.arange(2 * len(rows)), w.astype(int))  # row by row: each row's gold-1 items, then gold-0
+        y = gold[rep]
+        if len(np.unique(y)) < 2:
+            out[b] = _sigmoid(np.array(SINGLE_CLASS_LOGIT if len(y) and y[0] == 1 else -SINGLE_CLASS_LOGIT))
+        else:
+            out[b] = clone(stacker).fit(rows[rep // 2], y).predict_proba(rows)[:, 1]
+    return out
