@@ -461,14 +461,31 @@ def test_forge_clone_rebuilds_the_committed_sets_byte_identical(clone, reproduce
     assert _git_status(repo, env) == ""
 
 
+# The studies' settings in the clone's `dvc repro`s after the first: fewer draws and replicates, and the study of
+# candidates that instruct the judges on one dataset, so that each rerun of the analysis chain takes about half the
+# committed settings' time. What those tests check (which stages run, which files change) holds at any setting; the
+# first `dvc repro` runs the committed settings and reproduces dvc.lock byte for byte. The monitor keeps its
+# committed settings here: the test that adds a dataset sees DVC's run cache restore its outputs.
+SMALLER_STUDIES = (
+    "suite=fast",
+    "prevalence.n_boot=20",
+    "noise.n_boot=100",
+    "noise.draws=1",
+    "rate.replicates=50",
+    "rate.crosscheck.ppi_py=10",
+    "rate.crosscheck.cje.replicates=10",
+    "injection.datasets=[medhallu]",
+)
+SMALLER_MONITOR = ("monitor.evaluation.seeds=4", "monitor.evaluation.stable_streams=20")
+
+
 @pytest.mark.slow
 def test_clean_clone_exp_run_reruns_only_the_analysis(clone, reproduced):
     repo, env = clone
     # `dvc exp run -S` recomposes params.yaml from conf/ with the overrides, then reproduces in the workspace:
     # a stacker parameter reruns the stacking stage and what follows it, never the sets or the judges
-    out = _dvc(
-        "exp", "run", "-S", "stacker.C=0.5", "-S", "analysis.n_boot=200", "-S", "suite=fast", cwd=repo, env=env
-    ).stdout
+    settings = ("stacker.C=0.5", "analysis.n_boot=200", *SMALLER_STUDIES, *SMALLER_MONITOR)
+    out = _dvc("exp", "run", *(a for s in settings for a in ("-S", s)), cwd=repo, env=env).stdout
     assert all(f"Running stage '{s}'" in out for s in ("stacking", "suite", *BEYOND, "report")), out
     assert "Running stage 'balance@" not in out and "Running stage 'verdicts@" not in out
     params = yaml.safe_load((repo / "params.yaml").read_text())
@@ -503,12 +520,12 @@ def test_adding_a_dataset_runs_only_its_stages_and_never_deletes_the_users_raw_f
     (repo / "conf" / "dataset" / "newbench.yaml").write_text(spec)
     listed = repo / "conf" / "dataset" / "all.yaml"
     listed.write_text(listed.read_text() + "  newbench: ${paths.own_dir}/newbench\n")
-    sh([sys.executable, "-m", "src.track", "params"], repo, env)
+    sh([sys.executable, "-m", "src.track", "params", *SMALLER_STUDIES], repo, env)
     out = _dvc("repro", cwd=repo, env=env).stdout
     ran = _ran(out)
     # (the monitor reads no dataset: recomposing params.yaml from conf/ undoes the previous test's `dvc exp run -S
-    # stacker.C=0.5 -S analysis.n_boot=200`, settings its replay uses, back to those of the first `dvc repro`,
-    # so DVC's run cache restores its outputs instead of running it)
+    # stacker.C=0.5 -S analysis.n_boot=200` and its smaller monitor, settings its replay uses, back to those of the
+    # first `dvc repro`, so DVC's run cache restores its outputs instead of running it)
     assert {
         "balance@newbench",
         "verdicts@newbench",
@@ -544,7 +561,7 @@ def test_judging_a_new_set_reruns_only_its_own_stages_and_leaves_the_shipped_fil
     """README, "Your own benchmark", step 3 then step 5 again: the new set's verdicts go to its own folder of the
     cache, so `dvc repro` reruns its `verdicts` stage and the analysis, never a shipped set's `verdicts` stage, and
     no shipped set's cache file, table or audit changes; the headline `python -m src.run` stays green. (Follows
-    the test above, which added the set to `dataset=all`.)"""
+    the test above, which added the set to `dataset=all` and left the smaller studies' settings in params.yaml.)"""
     repo, env = clone
     shipped = {
         p: p.read_bytes()

@@ -45,18 +45,37 @@ def _module(module: str, args: list[str], env: dict[str, str], hydra_dir: Path) 
     )
 
 
-def _run(tmp_path: Path, studies: bool = False, **env: str) -> dict[str, bytes]:
-    """The files of the stacking stage (and with ``studies`` the study stages) under ``env``, by name. Every run
-    writes into the same folder, emptied after it: the documents record their own paths."""
-    out = tmp_path / "out"
+def _run(out: Path, **env: str) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """The files of the stacking stage, and those of the stacking and the study stages, under ``env``, by name.
+    Every run writes into the same folder, emptied after it: the documents record their own paths."""
     results = out / "results.json"
     _module("src.run", [f"output={results}"], _clean_env(**env), out / "hydra")
-    if studies:
-        for module, args in STUDIES:
-            _module(module, [f"output={results}", *(a.format(d=out) for a in args)], _clean_env(**env), out / "hydra")
-    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    stacking = _files(out)
+    for module, args in STUDIES:
+        _module(module, [f"output={results}", *(a.format(d=out) for a in args)], _clean_env(**env), out / "hydra")
+    files = _files(out)
     shutil.rmtree(out)
+    return stacking, files
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    files = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     return {k: v for k, v in files.items() if not k.startswith("hydra")}
+
+
+# OpenBLAS's AVX2 (Haswell) and AVX-512 (SkylakeX) kernels on one and two threads, and the kernel it picks by itself
+SETTINGS = {
+    "its own choice, 2 threads": {"OPENBLAS_NUM_THREADS": "2"},
+    "Haswell, 1 thread": {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
+    "SkylakeX, 2 threads": {"OPENBLAS_CORETYPE": "SkylakeX", "OPENBLAS_NUM_THREADS": "2"},
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, tuple[dict[str, bytes], dict[str, bytes]]]:
+    """The stacking stage and then the study stages under each of :data:`SETTINGS`, once for both tests below."""
+    out = tmp_path_factory.mktemp("blas") / "out"
+    return {name: _run(out, **env) for name, env in SETTINGS.items()}
 
 
 def _avx512() -> bool:
@@ -78,34 +97,24 @@ needs_avx512 = pytest.mark.skipif(not _avx512(), reason="OpenBLAS's SkylakeX ker
 
 @pytest.mark.slow
 @needs_avx512
-def test_results_do_not_depend_on_the_blas_kernel_or_the_thread_count(tmp_path):
+def test_results_do_not_depend_on_the_blas_kernel_or_the_thread_count(runs):
     """OpenBLAS's AVX2 (Haswell) and AVX-512 (SkylakeX) kernels on one and two threads, and the kernel it picks by
     itself, write the same bytes. Before the tie rule the two kernels decided TruthfulQA's tied refits differently
     (its intervals moved in the fourth digit) and wrote other last bits of every β."""
-    runs = {
-        "its own choice, 2 threads": _run(tmp_path, OPENBLAS_NUM_THREADS="2"),
-        "Haswell, 1 thread": _run(tmp_path, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"),
-        "SkylakeX, 2 threads": _run(tmp_path, OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="2"),
-    }
-    assert not any(_differing(runs).values()), _differing(runs)
+    stacking = {name: run[0] for name, run in runs.items()}
+    assert not any(_differing(stacking).values()), _differing(stacking)
 
 
 @pytest.mark.slow
 @needs_avx512
-def test_the_studies_do_not_depend_on_the_blas_kernel_or_the_thread_count(tmp_path):
+def test_the_studies_do_not_depend_on_the_blas_kernel_or_the_thread_count(runs):
     """The study stages (suite, prevalence, monitor, noise, rate: JSON and figures) write the same bytes under the
     Haswell kernels on one thread and the SkylakeX ones on two, and under OpenBLAS's own choice. Before floats were
     written by one rule their standard errors, window bounds and cross-check differences differed in the last bits
     (suite.json, prevalence.json, monitor.json and rate.json; rate.json between one and two threads too)."""
-    runs = {
-        "Haswell, 1 thread": _run(
-            tmp_path, True, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1"
-        ),
-        "SkylakeX, 2 threads": _run(tmp_path, True, OPENBLAS_CORETYPE="SkylakeX", OPENBLAS_NUM_THREADS="2"),
-        "its own choice, 2 threads": _run(tmp_path, True, OPENBLAS_NUM_THREADS="2"),
-    }
-    assert len(next(iter(runs.values()))) >= 12  # 6 JSON files and their figures
-    assert not any(_differing(runs).values()), _differing(runs)
+    studies = {name: run[1] for name, run in runs.items()}
+    assert len(next(iter(studies.values()))) >= 12  # 6 JSON files and their figures
+    assert not any(_differing(studies).values()), _differing(studies)
 
 
 def test_last_bits_counts_the_floats_that_differ_and_the_chance_of_a_flip(tmp_path):
