@@ -436,6 +436,28 @@ def test_regenerating_params_yaml_reads_the_config_files_as_data_first(conf, tmp
 
 
 @pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ("+judge.api_key=x", ("judge", "api_key")),
+        ("+stacker.maxiter=5", ("stacker", "maxiter")),
+        ("+stacker.max_iter=5", ("stacker.max_iter", "already")),
+    ],
+)
+def test_regenerating_params_yaml_refuses_a_composition_every_stage_would_refuse(tmp_path, override, words):
+    """An override that composes (``+`` adds any key) but names a key no command knows, or one Hydra cannot
+    compose, is refused in one line before params.yaml is written: the params.yaml already there stays as it
+    was, and no staged file is left."""
+    out = tmp_path / "params.yaml"
+    out.write_text("kept: true\n")
+    p = cli(tmp_path, "src.track", "params", override, "--out", str(out))
+    line = one_line_refusal(p, tmp_path / FLAG)
+    assert all(w in line for w in words), line
+    assert out.read_text() == "kept: true\n" and sorted(x.name for x in tmp_path.iterdir()) == ["params.yaml"]
+    assert cli(tmp_path, "src.track", "params", "stacker.C=0.5", "--out", str(out)).returncode == 0
+    assert "C: 0.5" in out.read_text()
+
+
+@pytest.mark.parametrize(
     "field", ["{evidence.__class__.__mro__}", "{candidate[0]}", "{question!r}", "{evidence:>99999}", "{x}"]
 )
 def test_a_frame_template_names_only_an_items_fields(conf, field):

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
@@ -97,7 +98,10 @@ def env_references(overrides: Iterable[str] = ()) -> set[str]:
 
 
 def write_params(
-    path: str | Path = ROOT / "params.yaml", overrides: Iterable[str] = (), clean: Callable[[Any], Any] | None = None
+    path: str | Path = ROOT / "params.yaml",
+    overrides: Iterable[str] = (),
+    clean: Callable[[Any], Any] | None = None,
+    verify: Callable[[Any], Any] | None = None,
 ) -> Path:
     """Regenerate params.yaml from conf/ exactly as `dvc exp run` does (DVC's Hydra composition), with every
     environment variable that conf/ or the overrides read (``${oc.env:NAME,default}``, and :data:`ENV_DEPENDENT`)
@@ -105,15 +109,29 @@ def write_params(
     Such a reference resolves to its default, and one that conf/ escapes (``\\${oc.env:…}``, as
     conf/roster/openai_server.yaml does for its key and base URL) is written as the reference itself, which is
     also what `dvc exp run -S` writes, whatever its environment holds. ``clean`` (the secret scrubber of the
-    entry point) rewrites the composed data when it changes it: an override that gives a secret as a value."""
+    entry point) rewrites the composed data when it changes it: an override that gives a secret as a value.
+    ``verify`` (the entry's config check) is called with the composed config (OmegaConf, as a DVC stage reads
+    params.yaml) before the file is moved into place: a composition every command would refuse is refused here,
+    and leaves the params.yaml that was there as it was."""
     from dvc.utils.hydra import compose_and_dump  # imported here, not at start-up: dvc ~0.14 s
     from dvc.utils.serialize import dump_yaml  # imported here, not at start-up: dvc ~0.14 s
 
-    overrides = list(overrides)
+    overrides, path = list(overrides), Path(path)
     names = set(ENV_DEPENDENT) | env_references(overrides)
     saved = {k: os.environ.pop(k) for k in sorted(names) if k in os.environ}
+    staged = path.with_name(f".{path.stem}.{os.getpid()}{path.suffix}")  # the suffix picks DVC's YAML writer
     try:
-        compose_and_dump(path, str(CONF_DIR), None, "config", "", overrides)
+        compose_and_dump(staged, str(CONF_DIR), None, "config", "", overrides)
+        composed = OmegaConf.load(staged)  # read as a DVC stage reads it (1e-06 a float, not a string)
+        data = OmegaConf.to_container(composed, resolve=False)
+        if clean is not None and (cleaned := clean(data)) != data:
+            dump_yaml(staged, cleaned)
+            composed = OmegaConf.load(staged)
+        if verify is not None:
+            verify(composed)
+        os.replace(staged, path)
+    except HydraException as e:  # a bad override: Hydra's own message, on one line
+        raise RaimError(f"params.yaml: {' '.join(str(e).split())[:300]}") from None
     except InterpolationResolutionError as e:
         raise RaimError(
             f"params.yaml: {' '.join(str(e).split())[:300]} (the environment variables conf/ and the "
@@ -122,11 +140,8 @@ def write_params(
         ) from None
     finally:
         os.environ.update(saved)
-    if clean is not None:
-        data = yaml.safe_load(Path(path).read_text())
-        if (cleaned := clean(data)) != data:
-            dump_yaml(path, cleaned)
-    return Path(path)
+        staged.unlink(missing_ok=True)
+    return path
 
 
 @one_line
@@ -134,9 +149,10 @@ def params_main(
     argv: list[str] | None = None,
     clean: Callable[[Any], Any] | None = None,
     check: Callable[[list[str]], None] | None = None,
+    verify: Callable[[Any], Any] | None = None,
 ) -> int:
-    """``python -m src.track params [override …]``: regenerate params.yaml from conf/ (``clean``: as in
-    :func:`write_params`; ``check``: called with the overrides before anything is composed —
+    """``python -m src.track params [override …]``: regenerate params.yaml from conf/ (``clean`` and ``verify``:
+    as in :func:`write_params`; ``check``: called with the overrides before anything is composed —
     :func:`src.io.trust.check_sources`, every file the composition reads checked as data)."""
     ap = ArgumentParser(prog="python -m src.track")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -146,7 +162,7 @@ def params_main(
     a = ap.parse_args(argv)
     if check is not None:
         check(a.overrides)
-    print(f"wrote {write_params(a.out, a.overrides, clean)}")
+    print(f"wrote {write_params(a.out, a.overrides, clean, verify)}")
     return 0
 
 
