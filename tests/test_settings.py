@@ -5,6 +5,7 @@ the entries imports OmegaConf or names a ``DictConfig``, and an unknown key is s
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -117,10 +118,11 @@ def test_building_the_settings_refuses_an_unknown_key_naming_it(override, line):
         check_config(cfg)
 
 
-def test_an_entry_refuses_an_unknown_key_in_one_line():
+def test_an_entry_refuses_an_unknown_key_in_one_line(tmp_path):
     r = subprocess.run(
         [sys.executable, "-m", "src.report", "+paths.remote=x"],
         cwd=ROOT,
+        env={**os.environ, "RAIM_HYDRA_DIR": str(tmp_path / "hydra")},  # its run folder stays out of the checkout
         capture_output=True,
         text=True,
         timeout=120,
