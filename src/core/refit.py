@@ -42,7 +42,7 @@ from src.core.evaluate import (
     from_counts,
     indicators,
 )
-from src.core.logitfit import loop_proba, mean_fit, stacked_proba
+from src.core.logitfit import fit_logit, loop_proba, mean_fit, sigmoid, start_hessian
 from src.core.memory import PerArray
 from src.core.verdicts import ABSTAIN, at_or_over
 
@@ -162,6 +162,9 @@ class RefitBootstrap:
         self.n_folds = len(folds)
         # :func:`src.core.evaluate.distinct_rows` of an array, once while it lives (the ladder's rungs read the same votes)
         self._rows = PerArray(distinct_rows)
+        # what two rungs on the same rows both compute from a fold's training weights, by rows and kind: the rows
+        # are the PerArray's, kept as long as this bootstrap
+        self._shared: dict[tuple, _LastCall] = {}
 
     # ------------------------------------------------------------------------------------------- the draws
 
@@ -221,7 +224,7 @@ class RefitBootstrap:
         }  # 0, 1 or ½: exact in float32
         for k in range(self.n_folds):
             train = (total - R[:, :, k]).astype(float)
-            t1, t0 = train[:, 0], train[:, 1]
+            t1, t0 = train[:, 0], train[:, 1]  # the same arrays for every rung: the rungs that share a step share it
             at = np.flatnonzero(fold == k)
             for name, rung in group.items():
                 pred[name][:, at] = rung.predict(t1, t0, k)[:, row[at]]
@@ -245,16 +248,12 @@ class RefitBootstrap:
 
     def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
-        per draw and fold (:func:`stacked_proba`, each fold's fits started from the fit to its first chunk of draws'
-        mean weights): hallucinated iff P ≥ ``threshold`` (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
+        per draw and fold (:class:`FoldFits`): hallucinated iff P ≥ ``threshold`` (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
         rows, inv = self._rows(F)
-        Z = np.column_stack([np.ones(len(rows)), rows])
-        starts: dict[int, np.ndarray] = {}  # each fold's start: the fit to its first chunk's mean weights
+        fits = FoldFits(np.column_stack([np.ones(len(rows)), rows]), C)
 
         def predict(t1, t0, k):
-            if k not in starts:
-                starts[k] = mean_fit(Z, t1, t0, C)
-            return at_or_over(stacked_proba(Z, t1, t0, C, starts[k]), threshold).astype(float)
+            return at_or_over(fits.proba(t1, t0, k), threshold).astype(float)
 
         return Rung(inv, len(rows), predict)
 
@@ -275,11 +274,10 @@ class RefitBootstrap:
         """The accuracy- or log-odds-weighted vote (:class:`src.core.aggregate.WeightedVote`), its member accuracies
         taken per draw and fold on the training part."""
         rows, inv = self._rows(votes)
-        both = np.vstack([rows, rows])
-        gold = np.r_[np.ones(len(rows)), np.zeros(len(rows))]
+        accuracies = self._accuracies(rows)
 
         def predict(t1, t0, k):
-            acc = member_accuracy(both, gold, np.hstack([t1, t0]))
+            acc = accuracies(t1, t0)
             p1 = WeightedVote.p1_of(rows, WeightedVote.weights_of(acc, weighting), weighting)
             return at_or_over(p1, threshold).astype(float)
 
@@ -292,17 +290,10 @@ class RefitBootstrap:
         abstentions answered by :data:`src.core.evaluate.FALLBACK` (:func:`src.core.evaluate.deployed`). Each
         call's choices are kept in the rung's ``chosen`` (:meth:`choices`)."""
         rows, inv = self._rows(votes)
-        K = rows.shape[1]
-        ind = [indicators(np.full(len(rows), g), rows).reshape(len(rows), K * 6) for g in (1, 0)]
+        choose = self._choosers(rows, min_coverage)
 
         def predict(t1, t0, k):
-            fit = (t1 @ ind[0] + t0 @ ind[1]).reshape(len(t1), K, 6)
-            kap = from_counts(fit)["kappa"]
-            total = fit.sum(axis=2)
-            cov = np.where(total > 0, (total - fit[..., 2] - fit[..., 5]) / np.where(total > 0, total, 1), 0.0)
-            ok = cov >= min_coverage - 1e-12
-            ok[~ok.any(axis=1)] = True
-            sel = np.argmax(np.where(ok, kap, -np.inf), axis=1)
+            sel = choose(t1, t0)
             rung.chosen.append(sel)
             pred = rows[:, sel].T
             return deployed(pred) if as_deployed else pred
@@ -310,10 +301,75 @@ class RefitBootstrap:
         rung = Rung(inv, len(rows), predict, abstains=not as_deployed)
         return rung
 
+    def _accuracies(self, rows: np.ndarray):
+        """The members' accuracies on a fold's training part (t1, t0: draws × rows) for the weighted votes on
+        ``rows``: computed once for the accuracy- and the log-odds-weighted rung (the same arrays come to both)."""
+        key = (id(rows), "accuracy")
+        if key not in self._shared:
+            both = np.vstack([rows, rows])
+            gold = np.r_[np.ones(len(rows)), np.zeros(len(rows))]
+            self._shared[key] = _LastCall(lambda t1, t0: member_accuracy(both, gold, np.hstack([t1, t0])))
+        return self._shared[key]
+
+    def _choosers(self, rows: np.ndarray, min_coverage: float):
+        """The CV-best member of a fold's training part (t1, t0: draws × rows) on ``rows``: the highest κ among the
+        members that answer ``min_coverage`` of it (all when none does), computed once for the rung and its
+        deployed twin (the same arrays come to both)."""
+        key = (id(rows), min_coverage)
+        if key not in self._shared:
+            K = rows.shape[1]
+            ind = [indicators(np.full(len(rows), g), rows).reshape(len(rows), K * 6) for g in (1, 0)]
+
+            def choose(t1, t0):
+                fit = (t1 @ ind[0] + t0 @ ind[1]).reshape(len(t1), K, 6)
+                kap = from_counts(fit)["kappa"]
+                total = fit.sum(axis=2)
+                cov = np.where(total > 0, (total - fit[..., 2] - fit[..., 5]) / np.where(total > 0, total, 1), 0.0)
+                ok = cov >= min_coverage - 1e-12
+                ok[~ok.any(axis=1)] = True
+                return np.argmax(np.where(ok, kap, -np.inf), axis=1)
+
+            self._shared[key] = _LastCall(choose)
+        return self._shared[key]
+
     def choices(self, rung: Rung) -> np.ndarray:
         """B × folds: the members a :meth:`best_cv` rung chose, once its draws were read."""
         F = self.n_folds
         return np.vstack([np.column_stack(rung.chosen[a : a + F]) for a in range(0, len(rung.chosen), F)])
+
+
+class _LastCall:
+    """``f(t1, t0)`` remembered for its last arguments (the same array objects): two rungs handed a fold's training
+    weights in turn (:meth:`RefitBootstrap._refit`) compute what they share once."""
+
+    def __init__(self, f):
+        self.f = f
+        self.last: tuple | None = None
+
+    def __call__(self, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
+        last = self.last
+        if last is None or last[0] is not t1 or last[1] is not t0:
+            last = self.last = (t1, t0, self.f(t1, t0))
+        return last[2]
+
+
+class FoldFits:
+    """The stacker on rows ``Z`` (intercept column first) refitted per draw and fold (:func:`fit_logit`), a chunk of
+    draws in one batch. Each fold's fits start from the fit to its first chunk's mean weights (:func:`mean_fit`) and
+    take their first step with that fit's Hessian (:func:`start_hessian`: a chord step, no Hessian product)."""
+
+    def __init__(self, Z: np.ndarray, C: float):
+        self.Z, self.C = Z, C
+        self.starts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fold → (β, its Hessian)
+
+    def proba(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
+        """draws × rows: p(hallucinated) of fold k's fits weighted t1 / t0 (draws × rows: each row's weight of
+        training items of gold 1 / gold 0)."""
+        if k not in self.starts:
+            b = mean_fit(self.Z, t1, t0, self.C)
+            self.starts[k] = b, start_hessian(self.Z, t1.mean(axis=0), t0.mean(axis=0), self.C, b)
+        b, H = self.starts[k]
+        return sigmoid(fit_logit(self.Z, t1, t0, self.C, b, hessian=H) @ self.Z.T)
 
 
 # ------------------------------------------------------------------------------------------- the variance
