@@ -1,6 +1,6 @@
 """The stacker refitted on many bootstrap draws at once (:mod:`src.core.refit`): scikit-learn's
 ``LogisticRegression(C)`` objective, C·Σ wᵢ·logloss + ½‖β‖² with a free intercept, fitted by batched Newton for all
-draws together (:func:`fit_logit`), the held-out probabilities it gives (:func:`stacked_proba`), and any other
+draws together (:func:`fit_logit`), the probabilities it gives per draw and fold (:class:`FoldFits`), and any other
 stacker refitted draw by draw (:func:`loop_proba`).
 """
 
@@ -215,16 +215,6 @@ class _Newton:
             setattr(self, name, getattr(self, name)[which])
 
 
-def stacked_proba(
-    Z: np.ndarray, t1: np.ndarray, t0: np.ndarray, C: float, start: np.ndarray | None = None
-) -> np.ndarray:
-    """draws × rows: p(hallucinated) of the stacker refitted per draw on rows ``Z`` (intercept column first) weighted
-    by t1 / t0 (draws × rows: each row's weight of gold-1 / gold-0 items), by :func:`fit_logit` started from
-    ``start`` (p), by default the fit to the draws' mean weights (:func:`mean_fit`)."""
-    start = mean_fit(Z, t1, t0, C) if start is None else start
-    return sigmoid(fit_logit(Z, t1, t0, C, start) @ Z.T)
-
-
 def start_hessian(Z: np.ndarray, w1: np.ndarray, w0: np.ndarray, C: float, beta: np.ndarray) -> np.ndarray:
     """p × p (or M × p × p for M rows of weights and of β): :func:`fit_logit`'s Hessian at β of the problem weighted
     w1 / w0 (rows' weights of gold-1 / gold-0 items): for the mean fit (:func:`mean_fit`) a Hessian near every
@@ -239,8 +229,28 @@ def start_hessian(Z: np.ndarray, w1: np.ndarray, w0: np.ndarray, C: float, beta:
 
 def mean_fit(Z: np.ndarray, t1: np.ndarray, t0: np.ndarray, C: float) -> np.ndarray:
     """β (p) of the stacker fitted to the mean of the draws' weights t1 / t0 (draws × rows): near every draw's fit,
-    a start for them (:func:`stacked_proba`)."""
+    a start for them (:class:`FoldFits`)."""
     return fit_logit(Z, t1.mean(axis=0), t0.mean(axis=0), C)[0]
+
+
+class FoldFits:
+    """The stacker on rows ``Z`` (intercept column first) refitted per draw and fold (:func:`fit_logit`), a chunk of
+    draws in one batch (:mod:`src.core.refit`'s stacker, the cascade's). Each fold's fits start from the fit to its
+    first chunk's mean weights (:func:`mean_fit`) and take their first step with that fit's Hessian
+    (:func:`start_hessian`: a chord step, no Hessian product)."""
+
+    def __init__(self, Z: np.ndarray, C: float):
+        self.Z, self.C = Z, C
+        self.starts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fold → (β, its Hessian)
+
+    def proba(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
+        """draws × rows: p(hallucinated) of fold k's fits weighted t1 / t0 (draws × rows: each row's weight of
+        training items of gold 1 / gold 0)."""
+        if k not in self.starts:
+            b = mean_fit(self.Z, t1, t0, self.C)
+            self.starts[k] = b, start_hessian(self.Z, t1.mean(axis=0), t0.mean(axis=0), self.C, b)
+        b, H = self.starts[k]
+        return sigmoid(fit_logit(self.Z, t1, t0, self.C, b, hessian=H) @ self.Z.T)
 
 
 def loop_proba(stacker, rows: np.ndarray, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:

@@ -42,7 +42,7 @@ from src.core.evaluate import (
     from_counts,
     indicators,
 )
-from src.core.logitfit import fit_logit, loop_proba, mean_fit, sigmoid, start_hessian
+from src.core.logitfit import FoldFits, loop_proba
 from src.core.memory import PerArray
 from src.core.verdicts import ABSTAIN, at_or_over
 
@@ -248,7 +248,8 @@ class RefitBootstrap:
 
     def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
-        per draw and fold (:class:`FoldFits`): hallucinated iff P ≥ ``threshold`` (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
+        per draw and fold (:class:`src.core.logitfit.FoldFits`): hallucinated iff P ≥ ``threshold``
+        (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
         rows, inv = self._rows(F)
         fits = FoldFits(np.column_stack([np.ones(len(rows)), rows]), C)
 
@@ -353,25 +354,6 @@ class _LastCall:
         return last[2]
 
 
-class FoldFits:
-    """The stacker on rows ``Z`` (intercept column first) refitted per draw and fold (:func:`fit_logit`), a chunk of
-    draws in one batch. Each fold's fits start from the fit to its first chunk's mean weights (:func:`mean_fit`) and
-    take their first step with that fit's Hessian (:func:`start_hessian`: a chord step, no Hessian product)."""
-
-    def __init__(self, Z: np.ndarray, C: float):
-        self.Z, self.C = Z, C
-        self.starts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fold → (β, its Hessian)
-
-    def proba(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
-        """draws × rows: p(hallucinated) of fold k's fits weighted t1 / t0 (draws × rows: each row's weight of
-        training items of gold 1 / gold 0)."""
-        if k not in self.starts:
-            b = mean_fit(self.Z, t1, t0, self.C)
-            self.starts[k] = b, start_hessian(self.Z, t1.mean(axis=0), t0.mean(axis=0), self.C, b)
-        b, H = self.starts[k]
-        return sigmoid(fit_logit(self.Z, t1, t0, self.C, b, hessian=H) @ self.Z.T)
-
-
 # ------------------------------------------------------------------------------------------- the variance
 
 
@@ -444,12 +426,14 @@ class OwnCounts:
             d = _share(on[r], v, self.fractional[r]).astype(share) - _share(ref[r], v, self.fractional[r]).astype(
                 share
             )  # draws × pairs: −1, 0, 1 (a fractional rung: any difference of probabilities)
-            bb, pp = np.nonzero(d)
+            moved = np.flatnonzero(d != 0)  # a flat index of a mask: 4× a 2-d np.nonzero of the values
+            bb, pp = np.divmod(moved, d.shape[1])
             kk, vv = np.divmod(self.pairs[r][pp], self.n_rows[r])
             rows = np.concatenate([(j0 + g) * b + bb for g in (0, 1)])
             cols = np.concatenate([(g * self.n_folds + kk) * self.n_rows[r] + vv for g in (0, 1)])
             shape = (len(self.channels) * b, self.maps[r].shape[0])
-            parts.append((sparse.csr_matrix((np.tile(d[bb, pp], 2), (rows, cols)), shape=shape) @ self.maps[r]).tocoo())
+            data = np.tile(d.ravel()[moved], 2)
+            parts.append((sparse.csr_matrix((data, (rows, cols)), shape=shape) @ self.maps[r]).tocoo())
         joined = [np.concatenate([getattr(p, a) for p in parts]) for a in ("data", "row", "col")]
         return sparse.coo_matrix((joined[0], (joined[1], joined[2])), shape=(len(self.channels) * b, self.n_clusters))
 
