@@ -162,9 +162,8 @@ class RefitBootstrap:
         self.n_folds = len(folds)
         # :func:`src.core.evaluate.distinct_rows` of an array, once while it lives (the ladder's rungs read the same votes)
         self._rows = PerArray(distinct_rows)
-        # what two rungs on the same rows both compute from a fold's training weights, by rows and kind: the rows
-        # are the PerArray's, kept as long as this bootstrap
-        self._shared: dict[tuple, _LastCall] = {}
+        # what two rungs on the same rows both compute from a fold's training weights, by rows and kind
+        self._shared: dict[tuple, tuple[np.ndarray, _LastCall]] = {}
 
     # ------------------------------------------------------------------------------------------- the draws
 
@@ -302,22 +301,32 @@ class RefitBootstrap:
         rung = Rung(inv, len(rows), predict, abstains=not as_deployed)
         return rung
 
-    def _accuracies(self, rows: np.ndarray):
+    def _shared_step(self, rows: np.ndarray, kind: tuple, make) -> _LastCall:
+        """The step ``make()`` (a function of a fold's training weights t1, t0) of the rungs on ``rows``, one
+        :class:`_LastCall` per rows and kind (the entry keeps the rows, so no other array takes their id)."""
+        key = (id(rows), *kind)
+        held = self._shared.get(key)
+        if held is None or held[0] is not rows:
+            held = self._shared[key] = (rows, _LastCall(make()))
+        return held[1]
+
+    def _accuracies(self, rows: np.ndarray) -> _LastCall:
         """The members' accuracies on a fold's training part (t1, t0: draws × rows) for the weighted votes on
         ``rows``: computed once for the accuracy- and the log-odds-weighted rung (the same arrays come to both)."""
-        key = (id(rows), "accuracy")
-        if key not in self._shared:
+
+        def make():
             both = np.vstack([rows, rows])
             gold = np.r_[np.ones(len(rows)), np.zeros(len(rows))]
-            self._shared[key] = _LastCall(lambda t1, t0: member_accuracy(both, gold, np.hstack([t1, t0])))
-        return self._shared[key]
+            return lambda t1, t0: member_accuracy(both, gold, np.hstack([t1, t0]))
 
-    def _choosers(self, rows: np.ndarray, min_coverage: float):
+        return self._shared_step(rows, ("accuracy",), make)
+
+    def _choosers(self, rows: np.ndarray, min_coverage: float) -> _LastCall:
         """The CV-best member of a fold's training part (t1, t0: draws × rows) on ``rows``: the highest κ among the
         members that answer ``min_coverage`` of it (all when none does), computed once for the rung and its
         deployed twin (the same arrays come to both)."""
-        key = (id(rows), min_coverage)
-        if key not in self._shared:
+
+        def make():
             K = rows.shape[1]
             ind = [indicators(np.full(len(rows), g), rows).reshape(len(rows), K * 6) for g in (1, 0)]
 
@@ -330,8 +339,9 @@ class RefitBootstrap:
                 ok[~ok.any(axis=1)] = True
                 return np.argmax(np.where(ok, kap, -np.inf), axis=1)
 
-            self._shared[key] = _LastCall(choose)
-        return self._shared[key]
+            return choose
+
+        return self._shared_step(rows, ("best", min_coverage), make)
 
     def choices(self, rung: Rung) -> np.ndarray:
         """B × folds: the members a :meth:`best_cv` rung chose, once its draws were read."""
