@@ -56,14 +56,24 @@ class Rung:
     predictions on every row (draws × rows, in {0, 1, ½}) fitted with t1 / t0 (draws × rows) as each row's weight of
     training items of gold 1 / gold 0 in each draw; ``abstains`` says whether a prediction can be ½. A
     ``fractional`` rung predicts instead each row's probability of the verdict 1 (in [0, 1], never an abstention):
-    a randomised rule's expected verdict, its items counted in the cells (g, 1) and (g, 0) by that probability."""
+    a randomised rule's expected verdict, its items counted in the cells (g, 1) and (g, 0) by that probability.
+    ``at_rows(t1, t0, k, rows)``, where given, gives fold k's predictions on some rows only (:meth:`predict_at`)."""
 
-    def __init__(self, inv: np.ndarray, n_rows: int, predict, abstains: bool = False, fractional: bool = False):
+    def __init__(
+        self, inv: np.ndarray, n_rows: int, predict, abstains: bool = False, fractional: bool = False, at_rows=None
+    ):
         if abstains and fractional:
             raise ValueError("a fractional rung never abstains")
         self.inv, self.n_rows, self.predict, self.abstains = inv, n_rows, predict, abstains
         self.fractional = fractional
+        self._at_rows = at_rows
         self.chosen: list[np.ndarray] = []  # the CV-best single's choices, one array per call of predict
+
+    def predict_at(self, t1: np.ndarray, t0: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
+        """Fold k's predictions on ``rows`` only (draws × rows): ``at_rows(t1, t0, k, rows)`` where the rung has it
+        (it may answer None: not those rows), else :attr:`predict`'s read there."""
+        got = None if self._at_rows is None else self._at_rows(t1, t0, k, rows)
+        return self.predict(t1, t0, k)[:, rows] if got is None else got
 
 
 def _share(pred: np.ndarray, v: float, fractional: bool) -> np.ndarray:
@@ -226,7 +236,7 @@ class RefitBootstrap:
             t1, t0 = train[:, 0], train[:, 1]  # the same arrays for every rung: the rungs that share a step share it
             at = np.flatnonzero(fold == k)
             for name, rung in group.items():
-                pred[name][:, at] = rung.predict(t1, t0, k)[:, row[at]]
+                pred[name][:, at] = rung.predict_at(t1, t0, k, row[at])
         dtype = np.float64 if any(rung.fractional for rung in group.values()) else R.dtype
         on = R.reshape(len(R), 2, -1)[:, :, pairs].astype(dtype)
         return {name: (confusion(on, pred[name], rung.fractional), pred[name]) for name, rung in group.items()}

@@ -217,7 +217,10 @@ class CascadeRefit:
             out[:, self.held[k]] = self.fold(t1, t0, k)[:, j]
             return out
 
-        return Rung(self.inv, len(self.e), predict, fractional=fractional)
+        def at_rows(t1, t0, k, rows):  # the rows fold k's held-out items hold, as the refit reads them: no copy
+            return self.fold(t1, t0, k)[:, j] if np.array_equal(rows, self.held[k]) else None
+
+        return Rung(self.inv, len(self.e), predict, fractional=fractional, at_rows=at_rows)
 
     def share(self, i: int) -> Rung:
         """The cascade at the i-th share: each row's probability of the verdict 1."""
