@@ -43,7 +43,7 @@ from src.core.evaluate import (
     indicators,
 )
 from src.core.logitfit import FoldFits, loop_proba
-from src.core.memory import PerArray
+from src.core.memory import LastCall, PerArray
 from src.core.verdicts import ABSTAIN, at_or_over
 
 # the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
@@ -173,7 +173,7 @@ class RefitBootstrap:
         # :func:`src.core.evaluate.distinct_rows` of an array, once while it lives (the ladder's rungs read the same votes)
         self._rows = PerArray(distinct_rows)
         # what two rungs on the same rows both compute from a fold's training weights, by rows and kind
-        self._shared: dict[tuple, tuple[np.ndarray, _LastCall]] = {}
+        self._shared: dict[tuple, tuple[np.ndarray, LastCall]] = {}
 
     # ------------------------------------------------------------------------------------------- the draws
 
@@ -311,16 +311,16 @@ class RefitBootstrap:
         rung = Rung(inv, len(rows), predict, abstains=not as_deployed)
         return rung
 
-    def _shared_step(self, rows: np.ndarray, kind: tuple, make) -> _LastCall:
+    def _shared_step(self, rows: np.ndarray, kind: tuple, make) -> LastCall:
         """The step ``make()`` (a function of a fold's training weights t1, t0) of the rungs on ``rows``, one
-        :class:`_LastCall` per rows and kind (the entry keeps the rows, so no other array takes their id)."""
+        :class:`LastCall` per rows and kind (the entry keeps the rows, so no other array takes their id)."""
         key = (id(rows), *kind)
         held = self._shared.get(key)
         if held is None or held[0] is not rows:
-            held = self._shared[key] = (rows, _LastCall(make()))
+            held = self._shared[key] = (rows, LastCall(make()))
         return held[1]
 
-    def _accuracies(self, rows: np.ndarray) -> _LastCall:
+    def _accuracies(self, rows: np.ndarray) -> LastCall:
         """The members' accuracies on a fold's training part (t1, t0: draws × rows) for the weighted votes on
         ``rows``: computed once for the accuracy- and the log-odds-weighted rung (the same arrays come to both)."""
 
@@ -331,7 +331,7 @@ class RefitBootstrap:
 
         return self._shared_step(rows, ("accuracy",), make)
 
-    def _choosers(self, rows: np.ndarray, min_coverage: float) -> _LastCall:
+    def _choosers(self, rows: np.ndarray, min_coverage: float) -> LastCall:
         """The CV-best member of a fold's training part (t1, t0: draws × rows) on ``rows``: the highest κ among the
         members that answer ``min_coverage`` of it (all when none does), computed once for the rung and its
         deployed twin (the same arrays come to both)."""
@@ -357,21 +357,6 @@ class RefitBootstrap:
         """B × folds: the members a :meth:`best_cv` rung chose, once its draws were read."""
         F = self.n_folds
         return np.vstack([np.column_stack(rung.chosen[a : a + F]) for a in range(0, len(rung.chosen), F)])
-
-
-class _LastCall:
-    """``f(t1, t0)`` remembered for its last arguments (the same array objects): two rungs handed a fold's training
-    weights in turn (:meth:`RefitBootstrap._refit`) compute what they share once."""
-
-    def __init__(self, f):
-        self.f = f
-        self.last: tuple | None = None
-
-    def __call__(self, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
-        last = self.last
-        if last is None or last[0] is not t1 or last[1] is not t0:
-            last = self.last = (t1, t0, self.f(t1, t0))
-        return last[2]
 
 
 # ------------------------------------------------------------------------------------------- the variance
