@@ -122,6 +122,17 @@ def test_a_float32_step_stops_no_fit():
     assert not state.low
 
 
+@pytest.mark.filterwarnings("error")
+def test_a_fit_started_at_its_answer_stops_there_quietly():
+    """Balanced weights (each row's gold-1 weight its gold-0 weight) from β = 0: the answer itself, a float32 step of
+    size 0, then steps in doubles of size 0 — no rate of 0 / 0 is taken (no warning), β stays 0 (p = ½: a tie)."""
+    _, votes, _ = panel(5)
+    rows = np.unique(votes, axis=0)
+    w = np.random.default_rng(3).integers(1, 4, (3, len(rows))).astype(float)
+    Z = np.column_stack([np.ones(len(rows)), rows])
+    assert np.array_equal(fit_logit(Z, w, w, 1.0), np.zeros((3, Z.shape[1])))
+
+
 def test_batched_fit_gives_a_one_class_problem_its_class():
     Z = np.column_stack([np.ones(3), [0.0, 0.5, 1.0]])
     B = fit_logit(Z, np.array([[1.0, 2, 0], [0, 0, 0]]), np.array([[0.0, 0, 0], [1, 1, 1]]))

@@ -198,7 +198,8 @@ class _Newton:
             s[bad], g[bad], gn[bad] = self.gradient(w[bad], w1[bad], b[bad])
         moved = t * size
         retry = t == 0
-        r = np.where(np.isfinite(self.last), moved / self.last, 1.0)  # how much this step shrank the one before
+        # how much this step shrank the one before (1 after none, or after a float32 step of size 0: no rate yet)
+        r = np.divide(moved, self.last, out=np.ones_like(moved), where=np.isfinite(self.last) & (self.last > 0))
         # what is left after this step, with a margin of 4: a Newton step's next is r² of it (quadratic; the float32
         # Hessian adds 10⁻⁴ of it at most), a chord step's r of it (linear)
         left = moved * np.where(self.fresh & (t == 1), 4 * r * r + 1e-4, 4 * r)
