@@ -28,6 +28,8 @@ machine's load and thread settings printed before and after:
 4. **Start-up** (``--parts startup``): ``python -m src.run --help`` and the main job without tracking, each its
    wall time and its imports' time by ``-X importtime`` (the sum of the top-level imports), and the main job's
    import share.
+5. **Profile** (``--parts profile``, not among the defaults): the whole analysis (B = ``--boot``) under cProfile,
+   where its time goes.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from harness import (  # noqa: E402
     interleaved,
     machine,
     paired,
+    profiled,
     ratio,
     settle,
     summary,
@@ -375,6 +378,7 @@ def main() -> None:
         ("today", lambda: today_part(a, core) if a.today else print("2b. skipped: no --today checkout")),
         ("cli", lambda: cli_part(a.repeats, a.load)),
         ("startup", lambda: startup_part(a.repeats)),
+        ("profile", lambda: profiled("5. whole analysis", lambda: ladder.analyze(table, StackedLogit(), s))),
     ):
         if name in parts:
             settle()  # each part starts on a quiet machine (1-min load < 1.2)

@@ -11,14 +11,19 @@ by chunk of draws, on its single pass over the draws (the same draws: one genera
 Prints the resident memory after building the table, the peak over the analysis, and the wall time;
 ``--max-weight-mb 4096`` keeps the weights whole, for comparison. ``--today DIR`` runs this script and the one of the
 checkout at DIR (e.g. the main branch's) in turn, each in a fresh process, and prints the ratio of their times and
-both peaks.
+both peaks. ``--peaks N`` also samples the resident size every 20 ms during the analysis and prints where the main
+thread was at its last N new highs (the call stack's innermost frames): where the peak is.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,11 +50,39 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+@contextlib.contextmanager
+def peak_stacks(keep: int):
+    """Sample the resident size every 20 ms in a thread; on exit, print where the main thread was at each of the last
+    ``keep`` new highs (5 MB or more above the one before)."""
+    main_id, seen, done = threading.main_thread().ident, [], threading.Event()
+
+    def sample():
+        high = 0.0
+        while not done.wait(0.02):
+            now = rss_mb()
+            if now > high + 5:
+                high = now
+                frames = traceback.extract_stack(sys._current_frames()[main_id])[-7:]
+                seen.append((now, " > ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in frames)))
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        print(f"where the resident size reached its last {keep} highs (innermost frames last):")
+        for mb, where in seen[-keep:]:
+            print(f"  {mb:6.0f} MB  {where}")
+
+
 def main() -> None:
     ap = workload_parser(__doc__, datasets=4, items=250_000, members=8)
     ap.add_argument("--boot", type=int, default=2000)
     ap.add_argument("--max-weight-mb", type=float, default=evaluate.MAX_WEIGHT_BYTES / 2**20)
     ap.add_argument("--today", help="a checkout to compare with (its bench/bench_memory.py, the same arguments)")
+    ap.add_argument("--peaks", type=int, default=0, help="print where the analysis reached its last N memory highs")
     a = ap.parse_args()
     if a.today:
         argv = [x for x in sys.argv[1:] if x not in ("--today", a.today) and not x.startswith("--today=")]
@@ -87,7 +120,8 @@ def main() -> None:
     settle()
     before = rss_mb()
     t0 = time.perf_counter()
-    doc = ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)
+    with peak_stacks(a.peaks) if a.peaks else contextlib.nullcontext():
+        doc = ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)
     dt = time.perf_counter() - t0
     print(
         f"analysis (ladder.analyze, B={a.boot}): {dt:.1f} s; RSS before {before:.0f} MB, peak {peak_mb():.0f} MB "

@@ -13,6 +13,8 @@
    (``tol=1e-12``; at its default 1e-4 a few near-threshold predictions of small budgets move, and κ means with
    them by 1e-4).
 
+``--parts profile`` runs the whole suite once under cProfile instead (where its time goes).
+
 ``--today DIR`` runs this script and the one of the checkout at DIR (e.g. the main branch's) in turn with the same
 arguments, each in a fresh process, and prints the ratio of the whole suite's minima (use ``--parts suite``).
 """
@@ -35,6 +37,7 @@ from harness import (  # noqa: E402
     cpu,
     interleaved,
     machine,
+    profiled,
     ratio,
     settle,
     summary,
@@ -147,6 +150,8 @@ def main() -> None:
         f"{a.datasets} datasets × {a.items} items × {a.members} judges; {machine()}; BLAS held to one thread "
         f"inside the suite"
     )
+    if "profile" in a.parts:
+        profiled("the whole suite", lambda: run_suite(table, stacker, s, cfg))
     if "suite" in a.parts:
         settle()  # 1-min load < 1.2 before the clocks start
         times, last = interleaved({"suite": lambda: run_suite(table, stacker, s, cfg)}, a.repeats)

@@ -168,3 +168,18 @@ def against(today: str, script: str, argv: list[str], patterns: dict[str, str], 
             for name, pattern in patterns.items():
                 got[side][name].append(float(re.findall(pattern, out.stdout)[-1]))
     return got
+
+
+def profiled(label: str, fn, top: int = 30) -> None:
+    """``fn()`` under cProfile on a quiet machine: its wall time under the profiler, then the ``top`` entries by
+    cumulative and by own time (where the time goes: docs/benchmarks.md quotes these)."""
+    import cProfile
+    import pstats
+
+    settle()
+    prof = cProfile.Profile()
+    t = time.perf_counter()
+    prof.runcall(fn)
+    print(f"{label} under cProfile: {time.perf_counter() - t:.1f} s [{cpu()}]")
+    for order in ("cumulative", "tottime"):
+        pstats.Stats(prof, stream=sys.stdout).sort_stats(order).print_stats(top)

@@ -156,6 +156,36 @@ def test_a_refit_draw_is_the_cascade_fitted_on_the_draws_repeated_items(stacker)
     np.testing.assert_array_equal(got["panel"], got[0])  # nothing escalated: the panel
 
 
+def test_a_share_reads_its_held_out_rows_without_the_whole_row_set():
+    """The refit reads each fold's predictions on the rows its held-out items hold: a share's rung gives just those
+    (the rows of the fold's pairs), the same numbers as its whole-row predictions read there; other rows are read off
+    those."""
+    from src.core.aggregate import cluster_folds
+    from src.core.evaluate import ClusterBootstrap
+    from src.core.refit import RefitBootstrap
+
+    df = simulate.panel(40, 2, [0.8, 0.7, 0.66, 0.6, 0.58], rho=0.2, abstain_rate=0.05, seed=4, frontier_accuracy=0.85)
+    t = verdicts.validate(df, frontier="frontier")
+    folds = cluster_folds(t.gold, t.clusters, 5, 0)
+    refit = cascade.CascadeRefit(
+        StackedLogit(n_votes=t.votes.shape[1]), t.votes, t.frontier, np.array([0.2, 0.5]), folds
+    )
+    rb = RefitBootstrap(t.gold, folds, ClusterBootstrap(t.clusters, 6, 1))
+    rungs = refit.rungs()
+    cells = rb.cells(list(rungs.values()))
+    fold, row = np.divmod(cells.pairs[0], rungs[0].n_rows)
+    rng = np.random.default_rng(0)
+    t1, t0 = (rng.integers(0, 3, (6, rungs[0].n_rows)).astype(float) for _ in range(2))
+    for k in range(len(folds)):
+        rows = row[fold == k]
+        assert np.array_equal(rows, refit.held[k])
+        for rung in (rungs[1], rungs["panel"]):
+            direct = rung._at_rows(t1, t0, k, rows)
+            assert direct is not None and np.array_equal(direct, rung.predict(t1, t0, k)[:, rows])
+            assert rung._at_rows(t1, t0, k, rows[1:]) is None  # other rows: read off the whole set
+            assert np.array_equal(rung.predict_at(t1, t0, k, rows[1:]), rung.predict(t1, t0, k)[:, rows[1:]])
+
+
 def test_the_headline_reads_the_refit_interval():
     """The fewest escalations non-inferior: from the refit lower bound of Δκ, the fixed-prediction one kept apart."""
     base = {"target": 0.0, "share": 0.0, "kappa": {}, "cost_per_1k": 1.0}

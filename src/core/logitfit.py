@@ -1,6 +1,6 @@
 """The stacker refitted on many bootstrap draws at once (:mod:`src.core.refit`): scikit-learn's
 ``LogisticRegression(C)`` objective, C·Σ wᵢ·logloss + ½‖β‖² with a free intercept, fitted by batched Newton for all
-draws together (:func:`fit_logit`), the held-out probabilities it gives (:func:`stacked_proba`), and any other
+draws together (:func:`fit_logit`), the probabilities it gives per draw and fold (:class:`FoldFits`), and any other
 stacker refitted draw by draw (:func:`loop_proba`).
 """
 
@@ -31,7 +31,7 @@ def softplus_sigmoid(eta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return log1pexp, sigmoid
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
+def sigmoid(z: np.ndarray) -> np.ndarray:
     """σ(z) = ½(1 + tanh(z/2)), in place on a new array: stable for any z, one transcendental per element."""
     s = np.tanh(0.5 * z)
     s += 1.0
@@ -68,6 +68,8 @@ _triangle = functools.cache(np.triu_indices)
 # a step that shrinks the one before by this much or more is in Newton's quadratic range: the next step keeps its
 # Hessian (a chord step)
 CHORD = 1 / 50
+# while every problem's last step is at least this, σ and the gradients are computed in float32 (_Newton)
+LOW = 1e-3
 
 
 def fit_logit(
@@ -78,6 +80,7 @@ def fit_logit(
     start: np.ndarray | None = None,
     max_iter: int = 100,
     tol: float = 1e-10,
+    hessian: np.ndarray | None = None,
 ) -> np.ndarray:
     """M weighted L2 logistic regressions on shared rows; returns β (M × p), intercept first.
 
@@ -95,7 +98,9 @@ def fit_logit(
     new Hessian (a chord step). A problem stops when its coefficients are within ``tol`` of the answer: when a step
     moves none by ``tol``, or when the steps shrink by 50× or more and their rate (r = this step / the one before:
     the next is r² of this one after a Newton step, r after a chord step; four times that) says what is left is
-    under ``tol``. The objective is strictly convex, so the start changes the number of steps, not the answer. A
+    under ``tol``. With ``hessian`` (p × p, or M × p × p: e.g. :func:`start_hessian`, the Hessian of a fit near
+    every problem's at the start) the first step is a chord step with it: no Hessian product for it. The objective
+    is strictly convex, so the start (and the first step's Hessian) changes the number of steps, not the answer. A
     problem whose items hold one class only (or none) gets β₁: = 0 and β₀ = ±:data:`SINGLE_CLASS_LOGIT` (it predicts
     that class; scikit-learn refuses such a fit).
     """
@@ -115,6 +120,9 @@ def fit_logit(
         Z, pairs, W1, W0 = Z[used], pairs[used], W1[:, used], W0[:, used]
     active = np.flatnonzero(~single)
     state = _Newton(Z, lam, W1[active], W1[active] + W0[active], B[active])
+    if hessian is not None:
+        state.H[:] = np.broadcast_to(hessian, (M, p, p))[active]
+        state.fresh[:] = False
     for _ in range(max_iter):
         if not len(active):
             break
@@ -130,71 +138,120 @@ def fit_logit(
 class _Newton:
     """The state of :func:`fit_logit`'s unfinished problems: coefficients ``b``, σ(Zβ) ``s``, gradients ``g`` and their
     squared norms ``gn``, each problem's Hessian H and whether its next step needs a new one (``fresh``), and the size
-    of its last step (``last``)."""
+    of its last step (``last``).
+
+    While every problem's steps are larger than :data:`LOW` (``low``), σ and the gradients are computed in float32
+    (a gradient's rounding, ~10⁻⁷ of its terms, moves such a step by far less than the step: the next steps mend
+    it); from then on in doubles, the gradient at the current β computed again, and no problem stops before."""
 
     def __init__(self, Z: np.ndarray, lam: np.ndarray, w1: np.ndarray, w: np.ndarray, b: np.ndarray):
         self.Z, self.lam, self.w1, self.w, self.b = Z, lam, w1, w, b
-        self.s, self.g, self.gn = self.gradient(w, w1, b)
+        self.low = True
+        self.Z32, self.w132, self.w32 = Z.astype(np.float32), w1.astype(np.float32), w.astype(np.float32)
+        self.s, self.g, self.gn = self.gradient(self.w32, self.w132, b)
         self.H = np.empty((len(b), len(lam), len(lam)))
         self.fresh = np.ones(len(b), bool)
         self.last = np.full(len(b), np.inf)
 
     def gradient(self, w: np.ndarray, w1: np.ndarray, b: np.ndarray):
-        """(σ(Zβ), g, ‖g‖²) of the problems with weights w (all items) and w1 (gold 1) at coefficients b."""
-        s = _sigmoid(b @ self.Z.T)
-        g = (w * s - w1) @ self.Z + b * self.lam
+        """(σ(Zβ), g, ‖g‖²) of the problems with weights w (all items) and w1 (gold 1) at coefficients b, in w's
+        precision (g and ‖g‖² in doubles)."""
+        if w.dtype == np.float32:
+            s = sigmoid(b.astype(np.float32) @ self.Z32.T)
+            g = ((w * s - w1) @ self.Z32).astype(float) + b * self.lam
+        else:
+            s = sigmoid(b @ self.Z.T)
+            g = (w * s - w1) @ self.Z + b * self.lam
         return s, g, np.einsum("mi,mi->m", g, g)
+
+    def _weights(self) -> tuple[np.ndarray, np.ndarray]:
+        """(w, w1) in the precision of the steps: float32 while ``low``."""
+        return (self.w32, self.w132) if self.low else (self.w, self.w1)
+
+    def _doubles(self) -> None:
+        """Leave the float32 steps: σ, g and ‖g‖² at the current β computed again in doubles."""
+        self.low = False
+        del self.Z32, self.w32, self.w132
+        self.s, self.g, self.gn = self.gradient(self.w, self.w1, self.b)
 
     def step(self, pairs: np.ndarray, tol: float) -> np.ndarray:
         """One step of every problem; returns a bound on how far each still is from its answer (its largest
         coefficient's): the step's size, or where the steps shrink by 50× or more, what their rate leaves."""
+        if self.low and (self.last < LOW).any():
+            self._doubles()
+        w, w1 = self._weights()
         r = np.flatnonzero(self.fresh)
         if len(r):
             s = self.s[r]
-            self.H[r] = _hessians(self.w[r] * s * (1 - s), pairs, self.lam)
+            self.H[r] = _hessians(w[r] * s * (1 - s), pairs, self.lam)
         step = np.linalg.solve(self.H, self.g[..., None])[..., 0]
         size = np.abs(step).max(axis=1)
         t = np.ones(len(step))
         b = self.b - step
-        s, g, gn = self.gradient(self.w, self.w1, b)
+        s, g, gn = self.gradient(w, w1, b)
         for _halving in range(60):
             bad = np.flatnonzero((gn > self.gn) & (t * size >= tol))
             if not len(bad):
                 break
             t[bad] = np.where(self.fresh[bad], 0.5 * t[bad], 0.0)  # a chord step is retried with a new Hessian
             b[bad] = self.b[bad] - t[bad, None] * step[bad]
-            s[bad], g[bad], gn[bad] = self.gradient(self.w[bad], self.w1[bad], b[bad])
+            s[bad], g[bad], gn[bad] = self.gradient(w[bad], w1[bad], b[bad])
         moved = t * size
         retry = t == 0
-        r = np.where(np.isfinite(self.last), moved / self.last, 1.0)  # how much this step shrank the one before
+        # how much this step shrank the one before (1 after none, or after a float32 step of size 0: no rate yet)
+        r = np.divide(moved, self.last, out=np.ones_like(moved), where=np.isfinite(self.last) & (self.last > 0))
         # what is left after this step, with a margin of 4: a Newton step's next is r² of it (quadratic; the float32
         # Hessian adds 10⁻⁴ of it at most), a chord step's r of it (linear)
         left = moved * np.where(self.fresh & (t == 1), 4 * r * r + 1e-4, 4 * r)
         self.fresh = retry | (r > CHORD)
         self.last = np.where(retry, self.last, moved)
         self.b, self.s, self.g, self.gn = b, s, g, gn
-        return np.where(retry, np.inf, np.where(r <= CHORD, np.minimum(left, moved), moved))
+        out = np.where(retry, np.inf, np.where(r <= CHORD, np.minimum(left, moved), moved))
+        return np.maximum(out, tol) if self.low else out  # a float32 step stops nothing
 
     def keep(self, which: np.ndarray) -> None:
         """Drop the problems not in ``which`` (a mask)."""
-        for name in ("w1", "w", "b", "s", "g", "gn", "H", "fresh", "last"):
+        names = ("w1", "w", "b", "s", "g", "gn", "H", "fresh", "last") + (("w132", "w32") if self.low else ())
+        for name in names:
             setattr(self, name, getattr(self, name)[which])
 
 
-def stacked_proba(
-    Z: np.ndarray, t1: np.ndarray, t0: np.ndarray, C: float, start: np.ndarray | None = None
-) -> np.ndarray:
-    """draws × rows: p(hallucinated) of the stacker refitted per draw on rows ``Z`` (intercept column first) weighted
-    by t1 / t0 (draws × rows: each row's weight of gold-1 / gold-0 items), by :func:`fit_logit` started from
-    ``start`` (p), by default the fit to the draws' mean weights (:func:`mean_fit`)."""
-    start = mean_fit(Z, t1, t0, C) if start is None else start
-    return _sigmoid(fit_logit(Z, t1, t0, C, start) @ Z.T)
+def start_hessian(Z: np.ndarray, w1: np.ndarray, w0: np.ndarray, C: float, beta: np.ndarray) -> np.ndarray:
+    """p × p (or M × p × p for M rows of weights and of β): :func:`fit_logit`'s Hessian at β of the problem weighted
+    w1 / w0 (rows' weights of gold-1 / gold-0 items): for the mean fit (:func:`mean_fit`) a Hessian near every
+    draw's, their common first step (``hessian`` of :func:`fit_logit`)."""
+    w = np.atleast_2d(w1) + np.atleast_2d(w0)
+    s = sigmoid(np.atleast_2d(beta) @ np.asarray(Z, float).T)
+    lam = np.full(Z.shape[1], 1.0 / C)
+    lam[0] = 0.0
+    H = _hessians(w * s * (1 - s), _row_pairs(Z), lam)
+    return H if np.ndim(beta) > 1 else H[0]
 
 
 def mean_fit(Z: np.ndarray, t1: np.ndarray, t0: np.ndarray, C: float) -> np.ndarray:
     """β (p) of the stacker fitted to the mean of the draws' weights t1 / t0 (draws × rows): near every draw's fit,
-    a start for them (:func:`stacked_proba`)."""
+    a start for them (:class:`FoldFits`)."""
     return fit_logit(Z, t1.mean(axis=0), t0.mean(axis=0), C)[0]
+
+
+class FoldFits:
+    """The stacker on rows ``Z`` (intercept column first) refitted per draw and fold (:func:`fit_logit`), a chunk of
+    draws in one batch (:mod:`src.core.refit`'s stacker, the cascade's). Each fold's fits start from the fit to its
+    first chunk's mean weights (:func:`mean_fit`) and take their first step with that fit's Hessian
+    (:func:`start_hessian`: a chord step, no Hessian product)."""
+
+    def __init__(self, Z: np.ndarray, C: float):
+        self.Z, self.C = Z, C
+        self.starts: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # fold → (β, its Hessian)
+
+    def proba(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
+        """draws × rows: p(hallucinated) of fold k's fits weighted t1 / t0 (draws × rows: each row's weight of
+        training items of gold 1 / gold 0)."""
+        if k not in self.starts:
+            b = mean_fit(self.Z, t1, t0, self.C)
+            self.starts[k] = b, start_hessian(self.Z, t1.mean(axis=0), t0.mean(axis=0), self.C, b)
+        b, H = self.starts[k]
+        return sigmoid(fit_logit(self.Z, t1, t0, self.C, b, hessian=H) @ self.Z.T)
 
 
 def loop_proba(stacker, rows: np.ndarray, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
@@ -209,7 +266,7 @@ def loop_proba(stacker, rows: np.ndarray, t1: np.ndarray, t0: np.ndarray) -> np.
         rep = np.repeat(np.arange(2 * len(rows)), w.astype(int))  # row by row: each row's gold-1 items, then gold-0
         y = gold[rep]
         if len(np.unique(y)) < 2:
-            out[b] = _sigmoid(np.array(SINGLE_CLASS_LOGIT if len(y) and y[0] == 1 else -SINGLE_CLASS_LOGIT))
+            out[b] = sigmoid(np.array(SINGLE_CLASS_LOGIT if len(y) and y[0] == 1 else -SINGLE_CLASS_LOGIT))
         else:
             out[b] = clone(stacker).fit(rows[rep // 2], y).predict_proba(rows)[:, 1]
     return out

@@ -5,7 +5,8 @@ An analysis frees most of what it allocates for one dataset before the next, but
 the freed pages of its heap for reuse, so the resident size stays at the high-water mark of the datasets before
 and the next dataset's peak lands on top of it. :func:`trim` asks the allocator to return those pages
 (``malloc_trim(0)``); where there is no glibc it does nothing. :class:`PerArray` computes a value of an array
-once while the array lives (the refit bootstrap's fits share their design matrix's rows, :mod:`src.core.refit`).
+once while the array lives (the refit bootstrap's fits share their design matrix's rows, :mod:`src.core.refit`), and
+:class:`LastCall` a function of two arrays once while the same arrays come back.
 """
 
 from __future__ import annotations
@@ -58,3 +59,19 @@ class PerArray(Generic[T]):
         live = [(seen, v) for seen, v in self._seen if seen() is not None]
         self._seen = live[max(0, len(live) - self.keep + 1) :] + [(weakref.ref(X), value)]
         return value
+
+
+class LastCall:
+    """``f(a, b)`` remembered for its last arguments (the same array objects, held while remembered): two callers
+    handed the same arrays in turn compute what they share once (the refit bootstrap's rungs, a fold's training
+    weights: :mod:`src.core.refit`)."""
+
+    def __init__(self, f: Callable[[np.ndarray, np.ndarray], np.ndarray]):
+        self.f = f
+        self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        last = self.last
+        if last is None or last[0] is not a or last[1] is not b:
+            last = self.last = (a, b, self.f(a, b))
+        return last[2]

@@ -42,8 +42,8 @@ from src.core.evaluate import (
     from_counts,
     indicators,
 )
-from src.core.logitfit import loop_proba, mean_fit, stacked_proba
-from src.core.memory import PerArray
+from src.core.logitfit import FoldFits, loop_proba
+from src.core.memory import LastCall, PerArray
 from src.core.verdicts import ABSTAIN, at_or_over
 
 # the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
@@ -56,14 +56,24 @@ class Rung:
     predictions on every row (draws × rows, in {0, 1, ½}) fitted with t1 / t0 (draws × rows) as each row's weight of
     training items of gold 1 / gold 0 in each draw; ``abstains`` says whether a prediction can be ½. A
     ``fractional`` rung predicts instead each row's probability of the verdict 1 (in [0, 1], never an abstention):
-    a randomised rule's expected verdict, its items counted in the cells (g, 1) and (g, 0) by that probability."""
+    a randomised rule's expected verdict, its items counted in the cells (g, 1) and (g, 0) by that probability.
+    ``at_rows(t1, t0, k, rows)``, where given, gives fold k's predictions on some rows only (:meth:`predict_at`)."""
 
-    def __init__(self, inv: np.ndarray, n_rows: int, predict, abstains: bool = False, fractional: bool = False):
+    def __init__(
+        self, inv: np.ndarray, n_rows: int, predict, abstains: bool = False, fractional: bool = False, at_rows=None
+    ):
         if abstains and fractional:
             raise ValueError("a fractional rung never abstains")
         self.inv, self.n_rows, self.predict, self.abstains = inv, n_rows, predict, abstains
         self.fractional = fractional
+        self._at_rows = at_rows
         self.chosen: list[np.ndarray] = []  # the CV-best single's choices, one array per call of predict
+
+    def predict_at(self, t1: np.ndarray, t0: np.ndarray, k: int, rows: np.ndarray) -> np.ndarray:
+        """Fold k's predictions on ``rows`` only (draws × rows): ``at_rows(t1, t0, k, rows)`` where the rung has it
+        (it may answer None: not those rows), else :attr:`predict`'s read there."""
+        got = None if self._at_rows is None else self._at_rows(t1, t0, k, rows)
+        return self.predict(t1, t0, k)[:, rows] if got is None else got
 
 
 def _share(pred: np.ndarray, v: float, fractional: bool) -> np.ndarray:
@@ -162,6 +172,8 @@ class RefitBootstrap:
         self.n_folds = len(folds)
         # :func:`src.core.evaluate.distinct_rows` of an array, once while it lives (the ladder's rungs read the same votes)
         self._rows = PerArray(distinct_rows)
+        # what two rungs on the same rows both compute from a fold's training weights, by rows and kind
+        self._shared: dict[tuple, tuple[np.ndarray, LastCall]] = {}
 
     # ------------------------------------------------------------------------------------------- the draws
 
@@ -221,10 +233,10 @@ class RefitBootstrap:
         }  # 0, 1 or ½: exact in float32
         for k in range(self.n_folds):
             train = (total - R[:, :, k]).astype(float)
-            t1, t0 = train[:, 0], train[:, 1]
+            t1, t0 = train[:, 0], train[:, 1]  # the same arrays for every rung: the rungs that share a step share it
             at = np.flatnonzero(fold == k)
             for name, rung in group.items():
-                pred[name][:, at] = rung.predict(t1, t0, k)[:, row[at]]
+                pred[name][:, at] = rung.predict_at(t1, t0, k, row[at])
         dtype = np.float64 if any(rung.fractional for rung in group.values()) else R.dtype
         on = R.reshape(len(R), 2, -1)[:, :, pairs].astype(dtype)
         return {name: (confusion(on, pred[name], rung.fractional), pred[name]) for name, rung in group.items()}
@@ -245,16 +257,13 @@ class RefitBootstrap:
 
     def stacked(self, F: np.ndarray, C: float, threshold: float) -> Rung:
         """The stacker on its design matrix ``F`` (n × d, :meth:`src.core.aggregate.StackedLogit.features`), refitted
-        per draw and fold (:func:`stacked_proba`, each fold's fits started from the fit to its first chunk of draws'
-        mean weights): hallucinated iff P ≥ ``threshold`` (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
+        per draw and fold (:class:`src.core.logitfit.FoldFits`): hallucinated iff P ≥ ``threshold``
+        (:func:`src.core.verdicts.at_or_over`: ties by rule)."""
         rows, inv = self._rows(F)
-        Z = np.column_stack([np.ones(len(rows)), rows])
-        starts: dict[int, np.ndarray] = {}  # each fold's start: the fit to its first chunk's mean weights
+        fits = FoldFits(np.column_stack([np.ones(len(rows)), rows]), C)
 
         def predict(t1, t0, k):
-            if k not in starts:
-                starts[k] = mean_fit(Z, t1, t0, C)
-            return at_or_over(stacked_proba(Z, t1, t0, C, starts[k]), threshold).astype(float)
+            return at_or_over(fits.proba(t1, t0, k), threshold).astype(float)
 
         return Rung(inv, len(rows), predict)
 
@@ -275,11 +284,10 @@ class RefitBootstrap:
         """The accuracy- or log-odds-weighted vote (:class:`src.core.aggregate.WeightedVote`), its member accuracies
         taken per draw and fold on the training part."""
         rows, inv = self._rows(votes)
-        both = np.vstack([rows, rows])
-        gold = np.r_[np.ones(len(rows)), np.zeros(len(rows))]
+        accuracies = self._accuracies(rows)
 
         def predict(t1, t0, k):
-            acc = member_accuracy(both, gold, np.hstack([t1, t0]))
+            acc = accuracies(t1, t0)
             p1 = WeightedVote.p1_of(rows, WeightedVote.weights_of(acc, weighting), weighting)
             return at_or_over(p1, threshold).astype(float)
 
@@ -292,23 +300,58 @@ class RefitBootstrap:
         abstentions answered by :data:`src.core.evaluate.FALLBACK` (:func:`src.core.evaluate.deployed`). Each
         call's choices are kept in the rung's ``chosen`` (:meth:`choices`)."""
         rows, inv = self._rows(votes)
-        K = rows.shape[1]
-        ind = [indicators(np.full(len(rows), g), rows).reshape(len(rows), K * 6) for g in (1, 0)]
+        choose = self._choosers(rows, min_coverage)
 
         def predict(t1, t0, k):
-            fit = (t1 @ ind[0] + t0 @ ind[1]).reshape(len(t1), K, 6)
-            kap = from_counts(fit)["kappa"]
-            total = fit.sum(axis=2)
-            cov = np.where(total > 0, (total - fit[..., 2] - fit[..., 5]) / np.where(total > 0, total, 1), 0.0)
-            ok = cov >= min_coverage - 1e-12
-            ok[~ok.any(axis=1)] = True
-            sel = np.argmax(np.where(ok, kap, -np.inf), axis=1)
+            sel = choose(t1, t0)
             rung.chosen.append(sel)
             pred = rows[:, sel].T
             return deployed(pred) if as_deployed else pred
 
         rung = Rung(inv, len(rows), predict, abstains=not as_deployed)
         return rung
+
+    def _shared_step(self, rows: np.ndarray, kind: tuple, make) -> LastCall:
+        """The step ``make()`` (a function of a fold's training weights t1, t0) of the rungs on ``rows``, one
+        :class:`LastCall` per rows and kind (the entry keeps the rows, so no other array takes their id)."""
+        key = (id(rows), *kind)
+        held = self._shared.get(key)
+        if held is None or held[0] is not rows:
+            held = self._shared[key] = (rows, LastCall(make()))
+        return held[1]
+
+    def _accuracies(self, rows: np.ndarray) -> LastCall:
+        """The members' accuracies on a fold's training part (t1, t0: draws × rows) for the weighted votes on
+        ``rows``: computed once for the accuracy- and the log-odds-weighted rung (the same arrays come to both)."""
+
+        def make():
+            both = np.vstack([rows, rows])
+            gold = np.r_[np.ones(len(rows)), np.zeros(len(rows))]
+            return lambda t1, t0: member_accuracy(both, gold, np.hstack([t1, t0]))
+
+        return self._shared_step(rows, ("accuracy",), make)
+
+    def _choosers(self, rows: np.ndarray, min_coverage: float) -> LastCall:
+        """The CV-best member of a fold's training part (t1, t0: draws × rows) on ``rows``: the highest κ among the
+        members that answer ``min_coverage`` of it (all when none does), computed once for the rung and its
+        deployed twin (the same arrays come to both)."""
+
+        def make():
+            K = rows.shape[1]
+            ind = [indicators(np.full(len(rows), g), rows).reshape(len(rows), K * 6) for g in (1, 0)]
+
+            def choose(t1, t0):
+                fit = (t1 @ ind[0] + t0 @ ind[1]).reshape(len(t1), K, 6)
+                kap = from_counts(fit)["kappa"]
+                total = fit.sum(axis=2)
+                cov = np.where(total > 0, (total - fit[..., 2] - fit[..., 5]) / np.where(total > 0, total, 1), 0.0)
+                ok = cov >= min_coverage - 1e-12
+                ok[~ok.any(axis=1)] = True
+                return np.argmax(np.where(ok, kap, -np.inf), axis=1)
+
+            return choose
+
+        return self._shared_step(rows, ("best", min_coverage), make)
 
     def choices(self, rung: Rung) -> np.ndarray:
         """B × folds: the members a :meth:`best_cv` rung chose, once its draws were read."""
@@ -388,12 +431,14 @@ class OwnCounts:
             d = _share(on[r], v, self.fractional[r]).astype(share) - _share(ref[r], v, self.fractional[r]).astype(
                 share
             )  # draws × pairs: −1, 0, 1 (a fractional rung: any difference of probabilities)
-            bb, pp = np.nonzero(d)
+            moved = np.flatnonzero(d != 0)  # a flat index of a mask: 4× a 2-d np.nonzero of the values
+            bb, pp = np.divmod(moved, d.shape[1])
             kk, vv = np.divmod(self.pairs[r][pp], self.n_rows[r])
             rows = np.concatenate([(j0 + g) * b + bb for g in (0, 1)])
             cols = np.concatenate([(g * self.n_folds + kk) * self.n_rows[r] + vv for g in (0, 1)])
             shape = (len(self.channels) * b, self.maps[r].shape[0])
-            parts.append((sparse.csr_matrix((np.tile(d[bb, pp], 2), (rows, cols)), shape=shape) @ self.maps[r]).tocoo())
+            data = np.tile(d.ravel()[moved], 2)
+            parts.append((sparse.csr_matrix((data, (rows, cols)), shape=shape) @ self.maps[r]).tocoo())
         joined = [np.concatenate([getattr(p, a) for p in parts]) for a in ("data", "row", "col")]
         return sparse.coo_matrix((joined[0], (joined[1], joined[2])), shape=(len(self.channels) * b, self.n_clusters))
 

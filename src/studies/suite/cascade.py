@@ -50,7 +50,7 @@ from src.core.errors import RaimError
 from src.core.evaluate import METRICS, ClusterBootstrap, Delta, distinct_rows, from_counts, interval, paired_delta
 from src.core.ladder import refit_ci, refit_delta
 from src.core.ladderbase import LadderSettings, design_matrix
-from src.core.logitfit import loop_proba, stacked_proba
+from src.core.logitfit import FoldFits, loop_proba
 from src.core.names import metric_name
 from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung
 from src.core.verdicts import ABSTAIN, VerdictTable, at_or_over
@@ -163,7 +163,7 @@ class CascadeRefit:
         expectation, so each share is a fractional :class:`src.core.refit.Rung` (each row's probability of the verdict
         1, :func:`merge` of :func:`escalation_prob`). The stacker is fitted once per draw chunk and fold for all shares
     (:meth:`fold`):
-        by :func:`src.core.logitfit.stacked_proba` for :class:`StackedLogit`, by its own fit otherwise
+        by :class:`src.core.logitfit.FoldFits` for :class:`StackedLogit`, by its own fit otherwise
         (:func:`src.core.logitfit.loop_proba`)."""
 
     def __init__(
@@ -182,12 +182,13 @@ class CascadeRefit:
         self.to_x = sparse.csr_matrix((np.ones(len(rows)), (np.arange(len(rows)), self.x_of)))
         self.stacker, self.shares = stacker, np.asarray(shares, float)
         self.Z = np.column_stack([np.ones(len(self.x_rows)), stacker.features(self.x_rows)])
+        self.fits = FoldFits(self.Z, stacker.C)  # each fold's fits start from one fit, not one per chunk of draws
         self.held = [np.unique(self.inv[te]) for _, te in folds]  # the rows each fold's held-out items hold
         self._kept: tuple | None = None
 
-    def _proba(self, t1: np.ndarray, t0: np.ndarray) -> np.ndarray:
+    def _proba(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
         if type(self.stacker) is StackedLogit:
-            return stacked_proba(self.Z, t1, t0, self.stacker.C)
+            return self.fits.proba(t1, t0, k)
         return loop_proba(self.stacker, self.x_rows, t1, t0)
 
     def fold(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
@@ -198,7 +199,7 @@ class CascadeRefit:
         if kept is not None and kept[0] == k and _same(kept[1], t1) and _same(kept[2], t0):
             return kept[3]
         x1, x0 = (np.asarray(t @ self.to_x) for t in (t1, t0))
-        p = self._proba(x1, x0)
+        p = self._proba(x1, x0, k)
         conf = confidence_of(p, self.stacker.threshold)
         tau, q = band_thresholds(conf, self.shares, x1 + x0)
         xr = self.x_of[self.held[k]]
@@ -216,7 +217,10 @@ class CascadeRefit:
             out[:, self.held[k]] = self.fold(t1, t0, k)[:, j]
             return out
 
-        return Rung(self.inv, len(self.e), predict, fractional=fractional)
+        def at_rows(t1, t0, k, rows):  # the rows fold k's held-out items hold, as the refit reads them: no copy
+            return self.fold(t1, t0, k)[:, j] if np.array_equal(rows, self.held[k]) else None
+
+        return Rung(self.inv, len(self.e), predict, fractional=fractional, at_rows=at_rows)
 
     def share(self, i: int) -> Rung:
         """The cascade at the i-th share: each row's probability of the verdict 1."""
