@@ -701,6 +701,18 @@ def test_language_switch_and_odd_tokens_are_read_on_the_candidate_side_only():
     assert detector.scan({"candidate": "Yes.", "evidence": text}).reasons == ()
 
 
+@pytest.mark.parametrize("first", ["evidence", "candidate"])
+def test_a_remembered_answer_is_the_answer_for_its_own_field(first):
+    """The detector remembers its answers per (text, field): a text read first as evidence is still flagged as a
+    candidate, and the other way round; the memory is bounded."""
+    detector._detect.cache_clear()
+    text = "The charter was ratified in 1990. Esta es una colección de artículos de la página."
+    answers = {f: detector.detect(text, f) for f in [first, {"evidence": "candidate"}.get(first, "evidence")]}
+    assert answers["candidate"].flagged and not answers["evidence"].flagged
+    assert detector.detect(text, "candidate") is answers["candidate"] and detector._detect.cache_info().hits == 1
+    assert detector._detect.cache_info().maxsize == detector.DETECTED
+
+
 def test_encodings_a_model_reads_are_decoded():
     assert detector.encoded("note: \\u0059\\u0065\\u0073\\u0021")
     assert detector.encoded("signal: -.-- . ...")

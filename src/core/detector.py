@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import codecs
+import functools
 import re
 import unicodedata
 import urllib.parse
@@ -475,11 +476,23 @@ class Detection:
     reasons: tuple[str, ...]
 
 
+DETECTED = 1 << 16
+"""How many (text, field) answers :func:`detect` remembers (least recently used first out): an item's unchanged
+fields are scanned again under every attack planted in another field, and a served request's evidence repeats."""
+
+
 def detect(text: str, field: str | None = None) -> Detection:
     """Whether ``text`` looks like a prompt injection aimed at a judge, and why (the :data:`RULES` that match
-    its :func:`normalise` d form, then ``invisible_characters`` / ``homoglyphs`` from the raw text)."""
+    its :func:`normalise` d form, then ``invisible_characters`` / ``homoglyphs`` from the raw text). A pure
+    function of its arguments, so the last :data:`DETECTED` answers are remembered."""
     if not isinstance(text, str) or not text:
         return Detection(False, ())
+    return _detect(text, field)
+
+
+@functools.lru_cache(maxsize=DETECTED)
+def _detect(text: str, field: str | None) -> Detection:
+    """:func:`detect` of a non-empty text."""
     norm = normalise(text)
     reasons = [name for name, rx in RULES.items() if rx.search(norm)]
     plain = unicodedata.normalize("NFKC", strip_format(text))  # other scripts as written (no lookalike folding)
