@@ -26,7 +26,7 @@ from sklearn.base import clone
 from src.core.aggregate import StackedLogit, cluster_folds
 from src.core.evaluate import from_counts, indicators
 from src.core.ladderbase import design_matrix
-from src.core.logitfit import softplus_sigmoid
+from src.core.logitfit import sigmoid, softplus_sigmoid
 from src.core.verdicts import ABSTAIN, VerdictTable
 
 # --------------------------------------------------------------------------------------------- the stacker
@@ -88,10 +88,6 @@ def member_masks(d: Design, subsets: np.ndarray) -> np.ndarray:
 
 
 NEAR_THRESHOLD = 1e-9  # oof_many refits a fold unmerged when a probability lies this close to the threshold
-
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
 @dataclass
@@ -254,7 +250,7 @@ def _newton(Z, y, r, c, w, on, lam, max_iter, tol):
 
 def predict_proba(B: np.ndarray, F: np.ndarray) -> np.ndarray:
     """P(hallucinated) of each fitted problem (rows of B) on items F → M × n."""
-    return _sigmoid(B[:, :1] + B[:, 1:] @ np.asarray(F, float).T)
+    return sigmoid(B[:, :1] + B[:, 1:] @ np.asarray(F, float).T)
 
 
 def oof_many(
