@@ -72,6 +72,13 @@ CHORD = 1 / 50
 LOW = 1e-3
 
 
+def _penalty(p: int, C: float) -> np.ndarray:
+    """The L2 penalty's diagonal of C·Σ wᵢ·logloss + ½‖β‖² divided by C: 1/C on each coefficient, 0 on the intercept."""
+    lam = np.full(p, 1.0 / C)
+    lam[0] = 0.0
+    return lam
+
+
 def fit_logit(
     Z: np.ndarray,
     W1: np.ndarray,
@@ -112,8 +119,7 @@ def fit_logit(
     B = np.zeros((M, p)) if start is None else np.array(np.broadcast_to(start, (M, p)), dtype=float)
     B[single] = 0.0
     B[single, 0] = np.where(pos[single] > 0, SINGLE_CLASS_LOGIT, -SINGLE_CLASS_LOGIT)
-    lam = np.full(p, 1.0 / C)
-    lam[0] = 0.0
+    lam = _penalty(p, C)
     pairs = _row_pairs(Z)
     used = (W1 != 0).any(axis=0) | (W0 != 0).any(axis=0)  # a row no problem weights moves no fit
     if not used.all():
@@ -222,9 +228,7 @@ def start_hessian(Z: np.ndarray, w1: np.ndarray, w0: np.ndarray, C: float, beta:
     draw's, their common first step (``hessian`` of :func:`fit_logit`)."""
     w = np.atleast_2d(w1) + np.atleast_2d(w0)
     s = sigmoid(np.atleast_2d(beta) @ np.asarray(Z, float).T)
-    lam = np.full(Z.shape[1], 1.0 / C)
-    lam[0] = 0.0
-    H = _hessians(w * s * (1 - s), _row_pairs(Z), lam)
+    H = _hessians(w * s * (1 - s), _row_pairs(Z), _penalty(Z.shape[1], C))
     return H if np.ndim(beta) > 1 else H[0]
 
 
