@@ -21,6 +21,8 @@ CI_ENV = {
 }
 for _k, _v in CI_ENV.items():
     os.environ.setdefault(_k, _v)
+if os.environ.get("PYTEST_XDIST_WORKER"):  # each of `-n N`'s workers already holds a core: the analysis's threads
+    os.environ.setdefault("RAIM_ANALYSIS_THREADS", "1")  # (src.core.threads) would only contend for it
 # the venv's console scripts (dvc, mlflow, uvicorn) first on PATH, as CI's activated venv has them, so that
 # `.venv/bin/python -m pytest` works without activating the venv
 _BIN = str(Path(sys.executable).parent)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes.util
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -78,3 +79,17 @@ def test_a_per_array_value_is_computed_once_while_its_array_lives_and_goes_with_
     assert all(seen() is x for (seen, _), x in zip(per._seen, (a, c, d), strict=True))
     per(e)  # a fourth live array: the oldest (a's) goes
     assert per(a) == 3.0 and len(calls) == 6
+
+
+def test_a_last_call_is_remembered_per_thread():
+    """Two threads handed different arrays each keep theirs: neither evicts the other's (the refit bootstrap's
+    chunks on the analysis's threads, src.core.threads)."""
+    calls = []
+    shared = memory.LastCall(lambda a, b: calls.append(threading.current_thread().name) or a + b)
+    mine, theirs = (np.ones(3), np.zeros(3)), (np.full(3, 2.0), np.zeros(3))
+    shared(*mine)
+    other = threading.Thread(target=shared, args=theirs, name="other")
+    other.start()
+    other.join()
+    assert np.array_equal(shared(*mine), np.ones(3))
+    assert calls == [threading.current_thread().name, "other"]  # the main thread's memory survived the other's call

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import threading
 import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -62,16 +63,17 @@ class PerArray(Generic[T]):
 
 
 class LastCall:
-    """``f(a, b)`` remembered for its last arguments (the same array objects, held while remembered): two callers
-    handed the same arrays in turn compute what they share once (the refit bootstrap's rungs, a fold's training
-    weights: :mod:`src.core.refit`)."""
+    """``f(a, b)`` remembered for its last arguments (the same array objects, held while remembered), one memory per
+    thread: two callers on a thread handed the same arrays in turn compute what they share once (the refit
+    bootstrap's rungs, a fold's training weights: :mod:`src.core.refit`), and callers on other threads (the
+    bootstrap's other chunks, :mod:`src.core.threads`) neither read nor evict it."""
 
     def __init__(self, f: Callable[[np.ndarray, np.ndarray], np.ndarray]):
         self.f = f
-        self.last: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._local = threading.local()
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        last = self.last
+        last = getattr(self._local, "last", None)
         if last is None or last[0] is not a or last[1] is not b:
-            last = self.last = (a, b, self.f(a, b))
+            last = self._local.last = (a, b, self.f(a, b))
         return last[2]

@@ -28,10 +28,13 @@ interval the ladder's calls read (docs/intervals.md has the derivation and the m
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from scipy import sparse
 from scipy.stats import norm
 
+from src.core import threads
 from src.core.aggregate import WeightedVote, member_accuracy
 from src.core.evaluate import (
     MAX_WEIGHT_BYTES,
@@ -44,6 +47,7 @@ from src.core.evaluate import (
 )
 from src.core.logitfit import FoldFits, loop_proba
 from src.core.memory import LastCall, PerArray
+from src.core.threads import InOrder
 from src.core.verdicts import ABSTAIN, at_or_over
 
 # the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
@@ -174,6 +178,7 @@ class RefitBootstrap:
         self._rows = PerArray(distinct_rows)
         # what two rungs on the same rows both compute from a fold's training weights, by rows and kind
         self._shared: dict[tuple, tuple[np.ndarray, LastCall]] = {}
+        self._picks = threading.local()  # the CV-best choices of the chunk this thread refits (:meth:`part`)
 
     # ------------------------------------------------------------------------------------------- the draws
 
@@ -208,19 +213,45 @@ class RefitBootstrap:
     def refit(self, w: np.ndarray, rungs: dict[str, Rung], cells: Cells):
         """For draws of weights w, chunk by chunk, each rung's (counts, predictions), every rung refitted on each
         fold's training part: the draw's clusters outside the fold, weighted by their multiplicity (as duplicated
-        rows would be). Rungs on the same rows (one ``inv`` array) share their counts by fold, gold and row, and each
-        fold's training weights: the same arrays reach their ``predict``, fold by fold."""
+        rows would be) (:meth:`parts`, :meth:`part`, :meth:`keep`, on this thread)."""
+        for part in self.parts(w, rungs, cells):
+            yield self.keep(self.part(part))
+
+    def parts(self, w: np.ndarray, rungs: dict[str, Rung], cells: Cells):
+        """The chunks of draws of weights w that :meth:`part` refits, each with what it needs: independent of each
+        other (:class:`src.core.threads.InOrder` may refit several at once)."""
+        for part in self._split(w, cells, list(rungs.values())):
+            yield part, rungs, cells
+
+    def part(self, job: tuple[np.ndarray, dict[str, Rung], Cells]) -> tuple[dict, list]:
+        """One chunk of draws (:meth:`parts`) refitted: (each rung's (counts, predictions), the CV-best choices its
+        :meth:`best_cv` rungs made, for :meth:`keep`). Rungs on the same rows (one ``inv`` array) share their counts
+        by fold, gold and row, and each fold's training weights: the same arrays reach their ``predict``, fold by
+        fold."""
+        w, rungs, cells = job
         groups: dict[tuple[int, int], list[tuple[int, str]]] = {}
         for r, (name, rung) in enumerate(rungs.items()):
             groups.setdefault((id(rung.inv), rung.n_rows), []).append((r, name))
-        for part in self._split(w, cells, list(rungs.values())):
-            N = cells.counts(part)
+        self._picks.now = picks = []
+        try:
+            N = cells.counts(w)
             out = {}
             for members in groups.values():
                 r0, name0 = members[0]
                 R = cells.layout(N, r0, rungs[name0].n_rows)
                 out.update(self._refit({name: rungs[name] for _, name in members}, R, cells.pairs[r0]))
-            yield {name: out[name] for name in rungs}
+        finally:
+            self._picks.now = None
+        return {name: out[name] for name in rungs}, picks
+
+    @staticmethod
+    def keep(done: tuple[dict, list]) -> dict:
+        """A refitted chunk (:meth:`part`) taken in draw order: its CV-best choices join their rungs' ``chosen``;
+        returns each rung's (counts, predictions)."""
+        out, picks = done
+        for rung, sel in picks:
+            rung.chosen.append(sel)
+        return out
 
     def _refit(self, group: dict[str, Rung], R: np.ndarray, pairs: np.ndarray) -> dict:
         """A chunk's (counts, predictions) of rungs on the same rows from their counts by fold, gold and row (R), read
@@ -304,7 +335,8 @@ class RefitBootstrap:
 
         def predict(t1, t0, k):
             sel = choose(t1, t0)
-            rung.chosen.append(sel)
+            now = getattr(self._picks, "now", None)  # inside :meth:`part`: kept in draw order by :meth:`keep`
+            (rung.chosen if now is None else now).append(sel if now is None else (rung, sel))
             pred = rows[:, sel].T
             return deployed(pred) if as_deployed else pred
 
@@ -517,17 +549,25 @@ class DrawReader:
         self.cells = refit.cells(list(rungs.values()))
         self.own = OwnCounts(self.cells, list(rungs.values()))
         self.totals: dict[str, list[np.ndarray]] = {r: [] for r in rungs}
+        self.threads = InOrder(refit.part, threads.count())
 
     def add(self, w: np.ndarray) -> None:
-        """The next draws' cluster multiplicities (draws × clusters)."""
-        for chunk in self.refit.refit(w, self.rungs, self.cells):
-            for r in self.rungs:
-                self.totals[r].append(chunk[r][0])
-            self.own.add([chunk[r][1] for r in self.rungs])
-            del chunk  # before the next chunk is refitted
+        """The next draws' cluster multiplicities (draws × clusters): their chunks refitted on the analysis's threads
+        (:class:`src.core.threads.InOrder`), each taken in draw order as it is done."""
+        for job in self.refit.parts(w, self.rungs, self.cells):
+            for done in self.threads.put(job):
+                self._take(done)
+
+    def _take(self, done: tuple[dict, list]) -> None:
+        chunk = self.refit.keep(done)
+        for r in self.rungs:
+            self.totals[r].append(chunk[r][0])
+        self.own.add([chunk[r][1] for r in self.rungs])
 
     def result(self) -> RefitDraws:
         """Each rung's B × 6 counts and the own term (:class:`RefitDraws`)."""
+        for done in self.threads.drain():
+            self._take(done)
         if not self.own.n_draws:
             raise ValueError("no bootstrap draws")
         names = list(self.rungs)

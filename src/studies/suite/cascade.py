@@ -38,6 +38,7 @@ calibrated on held-out labelled data, else escalate); the rule itself is :mod:`s
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -184,7 +185,9 @@ class CascadeRefit:
         self.Z = np.column_stack([np.ones(len(self.x_rows)), stacker.features(self.x_rows)])
         self.fits = FoldFits(self.Z, stacker.C)  # each fold's fits start from one fit, not one per chunk of draws
         self.held = [np.unique(self.inv[te]) for _, te in folds]  # the rows each fold's held-out items hold
-        self._kept: tuple | None = None
+        self._kept = (
+            threading.local()
+        )  # per thread: the bootstrap's chunks may be refitted on several (src.core.threads)
 
     def _proba(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
         if type(self.stacker) is StackedLogit:
@@ -195,7 +198,7 @@ class CascadeRefit:
         """Fold k's verdicts refitted on training weights t1 / t0 (draws × rows) on the rows its held-out items hold
         (draws × shares + 1 × those rows): each share's (probability of 1), then the panel's alone. Computed once
         for all the shares' rungs: kept while the same weights come back."""
-        kept = self._kept
+        kept = getattr(self._kept, "last", None)
         if kept is not None and kept[0] == k and _same(kept[1], t1) and _same(kept[2], t0):
             return kept[3]
         x1, x0 = (np.asarray(t @ self.to_x) for t in (t1, t0))
@@ -206,7 +209,7 @@ class CascadeRefit:
         panel = at_or_over(p[:, xr], self.stacker.threshold).astype(float)
         esc = np.maximum(escalation_prob(conf[:, None, xr], tau[:, :, None], q[:, :, None]), self.flag[self.held[k]])
         verdicts = np.concatenate([merge(panel[:, None, :], self.e[self.held[k]], esc), panel[:, None, :]], axis=1)
-        self._kept = (k, t1, t0, verdicts)
+        self._kept.last = (k, t1, t0, verdicts)
         return verdicts
 
     def _rung(self, j: int, fractional: bool) -> Rung:

@@ -1,0 +1,93 @@
+"""Work spread over the cores this process may use, its results taken in the order it was handed out.
+
+The refit bootstrap's parts (chunks of draws, :mod:`src.core.refit`) are independent until their counts are summed:
+:class:`InOrder` computes them on a few threads while the caller goes on drawing the next weights, and hands the
+results back in the order the parts came, so every sum is taken in the same order whatever the number of threads
+(the same bits with 1 thread or 8). NumPy and BLAS release the interpreter's lock in their loops, so threads,
+not processes: no copy of the table, nothing pickled. BLAS itself stays on one thread per worker (the analysis holds
+it there): the products are small, and a part is the unit of work.
+
+``RAIM_ANALYSIS_THREADS`` sets the number of threads (1: everything on the calling thread, as before); by default
+it is the number of cores this process may use. It changes the time, never a result.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+from src.core.errors import RaimError
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+THREADS_ENV = "RAIM_ANALYSIS_THREADS"
+
+
+def cores() -> int:
+    """The cores this process may use (its CPU affinity where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def count() -> int:
+    """The analysis's threads: ``RAIM_ANALYSIS_THREADS`` when set (a whole number ≥ 1), else :func:`cores`."""
+    raw = os.environ.get(THREADS_ENV, "").strip()
+    if not raw:
+        return cores()
+    if not raw.isdigit() or int(raw) < 1:
+        raise RaimError(f"{THREADS_ENV}={raw!r}: the analysis's threads must be a whole number ≥ 1")
+    return int(raw)
+
+
+class InOrder(Generic[T, R]):
+    """``fn`` over the items handed to :meth:`put`, on ``workers`` threads, with at most ``workers`` items in flight;
+    the results come back (from :meth:`put` as they are due, the rest from :meth:`drain`) in the items' order.
+
+    The first item is computed on the calling thread before any other starts, so state a computation sets up on its
+    first call (a fit's starting point, say) is set by the first item whatever the number of threads. With
+    ``workers`` 1 every item is computed on the calling thread, in :meth:`put`. A worker's exception is raised in
+    the caller, at the item's turn; the other items in flight are cancelled or finished, never left running."""
+
+    def __init__(self, fn: Callable[[T], R], workers: int):
+        self.fn, self.workers = fn, workers
+        self._pending: deque[Future] = deque()
+        self._pool: ThreadPoolExecutor | None = None
+        self._first = True
+
+    def put(self, item: T) -> list[R]:
+        """Hand ``item`` over; returns the results now due (in order; none while items are in flight below the
+        bound)."""
+        if self.workers <= 1 or self._first:
+            self._first = False
+            return [self.fn(item)]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="raim-analysis")
+        self._pending.append(self._pool.submit(self.fn, item))
+        due = []
+        while len(self._pending) > self.workers:
+            due.append(self._result())
+        return due
+
+    def drain(self) -> list[R]:
+        """Every result still in flight, in order; the threads end."""
+        try:
+            return [self._result() for _ in range(len(self._pending))]
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Cancel what has not started, wait for what has, end the threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._pending.clear()
+
+    def _result(self) -> R:
+        try:
+            return self._pending.popleft().result()
+        except BaseException:
+            self.close()
+            raise

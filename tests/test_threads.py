@@ -1,0 +1,128 @@
+"""The analysis on several threads (src/core/threads.py): results in the order the work was handed out, the first
+item on the calling thread, a worker's error raised at its turn, and the refit bootstrap giving the same bits on
+one thread as on several."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from src.core import ladder, ladderbase, refit, threads, verdicts
+from src.core.aggregate import StackedLogit, cluster_folds
+from src.core.errors import RaimError
+from src.core.evaluate import ClusterBootstrap
+from src.core.refit import DrawReader, RefitBootstrap
+from src.core.threads import InOrder
+from src.studies import simulate
+
+
+def test_results_come_back_in_the_order_the_items_came_whatever_finishes_first():
+    seen: list[str] = []
+
+    def slow_first(i: int) -> int:
+        seen.append(threading.current_thread().name)
+        time.sleep(0.02 * (5 - i % 5))  # later items finish first
+        return i * i
+
+    pool = InOrder(slow_first, 3)
+    got = [r for i in range(12) for r in pool.put(i)] + pool.drain()
+    assert got == [i * i for i in range(12)]
+    assert seen[0] == threading.current_thread().name  # the first item on the calling thread
+    assert any(name.startswith("raim-analysis") for name in seen[1:])  # the others on the workers
+
+
+def test_no_more_items_are_in_flight_than_workers():
+    pool = InOrder(lambda i: i, 2)
+    pool.put(0)
+    assert pool.put(1) == [] and pool.put(2) == []  # two in flight
+    assert pool.put(3) == [1]  # the third waits for the oldest
+    assert pool.drain() == [2, 3]
+
+
+def test_one_worker_computes_every_item_on_the_calling_thread():
+    names = []
+    pool = InOrder(lambda i: names.append(threading.current_thread().name) or i, 1)
+    assert [pool.put(i) for i in range(3)] == [[0], [1], [2]] and pool.drain() == []
+    assert set(names) == {threading.current_thread().name}
+
+
+def test_a_workers_error_is_raised_at_its_turn_and_the_threads_end():
+    def fails_on_two(i: int) -> int:
+        if i == 2:
+            raise ValueError("item 2")
+        return i
+
+    pool = InOrder(fails_on_two, 2)
+    got = [r for i in range(4) for r in pool.put(i)]  # raises when item 2's turn comes, or in drain
+    with pytest.raises(ValueError, match="item 2"):
+        got += pool.drain()
+    assert got == [0, 1] and pool._pool is None
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5"])
+def test_a_bad_thread_count_is_one_line_naming_the_variable(monkeypatch, raw):
+    monkeypatch.setenv(threads.THREADS_ENV, raw)
+    with pytest.raises(RaimError, match=f"{threads.THREADS_ENV}={raw!r}"):
+        threads.count()
+
+
+def test_the_thread_count_defaults_to_the_usable_cores(monkeypatch):
+    monkeypatch.delenv(threads.THREADS_ENV, raising=False)
+    assert threads.count() == threads.cores() >= 1
+    monkeypatch.setenv(threads.THREADS_ENV, "3")
+    assert threads.count() == 3
+
+
+def small_parts(monkeypatch):
+    """A few draws per chunk, so the refit bootstrap has many chunks to spread."""
+    monkeypatch.setattr(refit, "MIN_CHUNK", 1)
+    monkeypatch.setattr(refit, "MAX_WEIGHT_BYTES", 40_000)
+
+
+def read_draws(gold, votes, clusters, n_boot=60):
+    folds = cluster_folds(gold, clusters, 5, 0)
+    rb = RefitBootstrap(gold, folds, ClusterBootstrap(clusters, n_boot, 4))
+    rungs = {
+        "stacked": rb.stacked(votes, 1.0, 0.5),
+        "cv": rb.best_cv(votes, 0.5),
+        "dep": rb.best_cv(votes, 0.5, as_deployed=True),
+        "acc": rb.weighted(votes, "accuracy"),
+    }
+    full = {r: np.full(6, 20.0) for r in rungs}
+    reader = DrawReader(rb, rungs, full)
+    for w in rb.boot.chunks():
+        reader.add(w)
+    return reader, reader.result(), rb.choices(rungs["cv"]), rb.choices(rungs["dep"])
+
+
+def test_the_refit_draws_are_the_same_bits_on_one_thread_and_on_several(monkeypatch):
+    """Counts, the own term and the CV-best choices (kept in draw order, not in the order chunks finish)."""
+    small_parts(monkeypatch)
+    rng = np.random.default_rng(5)
+    gold, votes = simulate.draw(rng, 80, 2, [0.8, 0.72, 0.66, 0.62, 0.6, 0.55], 0.3, 0.05)
+    clusters = np.repeat(np.arange(80), 2)
+    monkeypatch.setenv(threads.THREADS_ENV, "1")
+    _, one, cv1, dep1 = read_draws(gold, votes, clusters)
+    monkeypatch.setenv(threads.THREADS_ENV, "3")
+    reader, many, cv3, dep3 = read_draws(gold, votes, clusters)
+    assert reader.threads.workers == 3
+    assert len(one.counts["stacked"]) == 60 and cv1.shape == (60, 5)
+    for r in one.counts:
+        assert np.array_equal(one.counts[r], many.counts[r])
+    assert np.array_equal(one.own, many.own)
+    assert np.array_equal(cv1, cv3) and np.array_equal(dep1, dep3) and np.array_equal(cv1, dep1)
+
+
+def test_the_whole_analysis_writes_the_same_document_on_one_thread_and_on_two(monkeypatch):
+    small_parts(monkeypatch)
+    table = verdicts.validate(simulate.suite(2, 240, 5), frontier="frontier")
+    s = ladderbase.LadderSettings(n_boot=80)
+    docs = []
+    for n in ("1", "2"):
+        monkeypatch.setenv(threads.THREADS_ENV, n)
+        docs.append(json.dumps(ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)))
+    assert docs[0] == docs[1]
