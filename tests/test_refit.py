@@ -133,6 +133,39 @@ def test_a_fit_started_at_its_answer_stops_there_quietly():
     assert np.array_equal(fit_logit(Z, w, w, 1.0), np.zeros((3, Z.shape[1])))
 
 
+@pytest.mark.parametrize("p", [1, 4, 11, 21])
+def test_the_compiled_newton_solve_is_lapacks(p):
+    """The Cholesky factors and two triangular solves of each Newton step give numpy's (LAPACK's) solve."""
+    rng = np.random.default_rng(p)
+    A = rng.normal(size=(30, p, p))
+    H = A @ A.transpose(0, 2, 1) + 0.1 * np.eye(p)
+    g = rng.normal(size=(30, p))
+    L = logitfit._factors(H)
+    assert L is not None  # numba is a dependency
+    np.testing.assert_allclose(L @ L.transpose(0, 2, 1), H, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(logitfit._newton_steps(H, L, g), np.linalg.solve(H, g[..., None])[..., 0], rtol=1e-9)
+
+
+def test_a_hessian_that_is_not_positive_definite_is_solved_by_lu():
+    """Rounding can leave a Hessian (summed in float32) without a Cholesky factor: that problem's step is LU's."""
+    H = np.array([[[2.0, 0.0], [0.0, 1.0]], [[1.0, 2.0], [2.0, 1.0]]])  # the second is indefinite
+    g = np.array([[2.0, 1.0], [3.0, 3.0]])
+    L = logitfit._factors(H)
+    assert L[0, 0, 0] > 0 and L[1, 0, 0] == 0
+    np.testing.assert_allclose(logitfit._newton_steps(H, L, g), np.linalg.solve(H, g[..., None])[..., 0])
+
+
+def test_the_fits_are_the_same_without_numba(monkeypatch):
+    _, votes, _ = panel()
+    rows = np.unique(votes, axis=0)
+    rng = np.random.default_rng(1)
+    W1, W0 = (rng.integers(0, 4, (20, len(rows))).astype(float) for _ in range(2))
+    Z = np.column_stack([np.ones(len(rows)), rows])
+    compiled = fit_logit(Z, W1, W0, 1.0)
+    monkeypatch.setattr(logitfit.compiled, "njit", lambda fn: None)
+    np.testing.assert_allclose(fit_logit(Z, W1, W0, 1.0), compiled, atol=1e-9)
+
+
 def test_batched_fit_gives_a_one_class_problem_its_class():
     Z = np.column_stack([np.ones(3), [0.0, 0.5, 1.0]])
     B = fit_logit(Z, np.array([[1.0, 2, 0], [0, 0, 0]]), np.array([[0.0, 0, 0], [1, 1, 1]]))

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from src.core import ladder, ladderbase, refit, threads, verdicts
+from src.core import evaluate, ladder, ladderbase, refit, threads, verdicts
 from src.core.aggregate import StackedLogit, cluster_folds
 from src.core.errors import RaimError
 from src.core.evaluate import ClusterBootstrap
@@ -28,7 +28,7 @@ def test_results_come_back_in_the_order_the_items_came_whatever_finishes_first()
         time.sleep(0.02 * (5 - i % 5))  # later items finish first
         return i * i
 
-    pool = InOrder(slow_first, 3)
+    pool = InOrder(slow_first, 3, first_alone=True)
     got = [r for i in range(12) for r in pool.put(i)] + pool.drain()
     assert got == [i * i for i in range(12)]
     assert seen[0] == threading.current_thread().name  # the first item on the calling thread
@@ -37,10 +37,9 @@ def test_results_come_back_in_the_order_the_items_came_whatever_finishes_first()
 
 def test_no_more_items_are_in_flight_than_workers():
     pool = InOrder(lambda i: i, 2)
-    pool.put(0)
-    assert pool.put(1) == [] and pool.put(2) == []  # two in flight
-    assert pool.put(3) == [1]  # the third waits for the oldest
-    assert pool.drain() == [2, 3]
+    assert pool.put(0) == [] and pool.put(1) == []  # two in flight
+    assert pool.put(2) == [0]  # the third waits for the oldest
+    assert pool.drain() == [1, 2]
 
 
 def test_one_worker_computes_every_item_on_the_calling_thread():
@@ -126,3 +125,64 @@ def test_the_whole_analysis_writes_the_same_document_on_one_thread_and_on_two(mo
         monkeypatch.setenv(threads.THREADS_ENV, n)
         docs.append(json.dumps(ladder.to_json(ladder.analyze(table, StackedLogit(), s), s)))
     assert docs[0] == docs[1]
+
+
+def test_in_order_takes_an_item_only_when_a_thread_can_start_it():
+    taken = []
+
+    def items():
+        for i in range(6):
+            taken.append(i)
+            yield i
+
+    def first_is_slow(i: int) -> int:
+        time.sleep(0.1 if i == 0 else 0)
+        return i
+
+    got = threads.in_order(first_is_slow, items(), 2)
+    assert next(got) == 0
+    assert taken == [0, 1, 2]  # two in flight and the one that waited for a thread
+    assert list(got) == [1, 2, 3, 4, 5]
+
+
+def record_datasets(monkeypatch):
+    """Wrap the per-dataset analysis: how many run at once, and with how many refit threads."""
+    seen = {"now": 0, "most": 0, "workers": set()}
+    lock = threading.Lock()
+    real = ladder.analyze_dataset
+
+    def counted(*args):
+        with lock:
+            seen["now"] += 1
+            seen["most"] = max(seen["most"], seen["now"])
+            seen["workers"].add(args[-1])
+        time.sleep(0.05)  # long enough for a second dataset to start beside it
+        try:
+            return real(*args)
+        finally:
+            with lock:
+                seen["now"] -= 1
+
+    monkeypatch.setattr(ladder, "analyze_dataset", counted)
+    return seen
+
+
+def test_small_datasets_are_analysed_side_by_side_each_refit_on_one_thread(monkeypatch):
+    monkeypatch.setenv(threads.THREADS_ENV, "2")
+    table = verdicts.validate(simulate.suite(3, 120, 4), frontier="frontier")
+    assert ladder.side_by_side(table, 40)
+    seen = record_datasets(monkeypatch)
+    results = ladder.analyze(table, StackedLogit(), ladderbase.LadderSettings(n_boot=40))
+    assert list(results) == table.datasets  # in the table's order, whatever finished first
+    assert seen["most"] == 2 and seen["workers"] == {1}
+
+
+def test_a_large_tables_datasets_go_one_at_a_time_their_refits_on_the_threads(monkeypatch):
+    """Where a dataset's bootstrap weights would not be kept whole, two datasets at once would double the memory."""
+    monkeypatch.setenv(threads.THREADS_ENV, "2")
+    monkeypatch.setattr(evaluate, "MAX_WEIGHT_BYTES", 40 * 8 * 40 - 1)  # B × clusters × 8 bytes, just over
+    table = verdicts.validate(simulate.suite(2, 80, 4), frontier="frontier")
+    assert not ladder.side_by_side(table, 40)
+    seen = record_datasets(monkeypatch)
+    ladder.analyze(table, StackedLogit(), ladderbase.LadderSettings(n_boot=40))
+    assert seen["most"] == 1 and seen["workers"] == {None}  # None: the refit's chunks on every thread

@@ -20,7 +20,7 @@ import numpy as np
 from sklearn.base import clone
 from threadpoolctl import threadpool_limits
 
-from src.core import admissibility, memory
+from src.core import admissibility, evaluate, memory, threads
 from src.core.aggregate import (
     BestSingle,
     DawidSkene,
@@ -70,6 +70,7 @@ from src.core.refit import (
     normal_interval,
     unseen_discordance,
 )
+from src.core.threads import in_order
 from src.core.verdicts import ABSTAIN, VerdictTable
 
 
@@ -79,10 +80,12 @@ def analyze_dataset(
     s: LadderSettings,
     best_avg: str | None,
     folds: list[tuple] | None = None,
+    workers: int | None = None,
 ) -> DatasetResult:
     """The whole ladder on one dataset (members that never voted on it are set aside and listed; members
     below ``s.min_coverage`` are not eligible as a single-judge comparator, and listed with the reason).
-    ``folds``: the dataset's cluster folds when already computed (:func:`dataset_folds`)."""
+    ``folds``: the dataset's cluster folds when already computed (:func:`dataset_folds`); ``workers``: the refit
+    bootstrap's threads (:class:`src.core.refit.DrawReader`; default :func:`src.core.threads.count`)."""
     # a copy, not a view: the result keeps it, and a view would keep the whole vote matrix alive with it
     best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)].copy()
     table, excluded = active_members(table)
@@ -119,7 +122,7 @@ def analyze_dataset(
     boot = ClusterBootstrap(clusters, s.n_boot, s.seed)
     at = {**{k: cells[i] for i, k in enumerate(named)}, **({} if alt is None else {"other_encoding": cells[-1]})}
     rb = RefitBootstrap(y, folds, boot)
-    reader = DrawReader(rb, refit_rungs(rb, stacker, X, votes, s.min_coverage, alt_stacker), at)
+    reader = DrawReader(rb, refit_rungs(rb, stacker, X, votes, s.min_coverage, alt_stacker), at, workers)
     # one pass over the draws: the fixed predictions' counts, the members' pair statistics, the refits
     raw, pair_draws = boot.sweep(
         [boot.per_cluster(y, P), admissibility.cluster_pair_stats(boot, y, votes)], (reader.add,)
@@ -415,24 +418,44 @@ def analyze(
 
     ``folds``: :func:`dataset_folds` of the table when the caller has them (else each dataset's are computed
     as it is analysed). BLAS runs on one thread here: the products are small, and threads contending for
-    shared cores multiply the time."""
+    shared cores multiply the time. The analysis's threads (:func:`src.core.threads.count`) take several datasets
+    side by side when each is small (:func:`side_by_side`), else one dataset at a time, its refit bootstrap's
+    chunks on the threads: the same results either way, each dataset's subset built as it starts."""
 
     check_settings(s, stacker)
+    n = threads.count()
+    together = n > 1 and side_by_side(table, s.n_boot)
     with threadpool_limits(1):
         best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
-        results = {}
-        for name, t in table.each_dataset():  # one subset at a time
+
+        def one(job: tuple[str, VerdictTable]) -> tuple[str, DatasetResult]:
+            name, t = job
             if len(np.unique(t.gold)) < 2:
                 raise AnalysisError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
             try:
-                results[name] = analyze_dataset(t, stacker, s, best_avg, None if folds is None else folds[name])
+                fold = None if folds is None else folds[name]
+                return name, analyze_dataset(t, stacker, s, best_avg, fold, 1 if together else None)
             except AnalysisError as e:
                 raise AnalysisError(f"{table.source}: dataset {name!r}: {e}") from e
+
+        results = {}
+        for name, results[name] in in_order(one, table.each_dataset(), n if together else 1):
             results[name].summary["selected"]["best_avg_ineligible"] = avg_ineligible
-            del t
             memory.trim()  # the next dataset's peak starts from what is live, not from this one's high-water mark
     _apply_holm(results, s.core, s.holm)
     return results
+
+
+def side_by_side(table: VerdictTable, n_boot: int) -> bool:
+    """Whether the datasets are analysed side by side on the analysis's threads: when there are several and each
+    one's bootstrap weights would be kept whole in doubles (B × its clusters × 8 bytes within
+    :data:`src.core.evaluate.MAX_WEIGHT_BYTES`), so that two datasets at once hold no more than a few such
+    matrices; a larger table's datasets go one at a time (its memory bounded by one dataset's)."""
+    if len(table.datasets) < 2:
+        return False
+    ds = table.items["dataset"].to_numpy()
+    largest = max(len(np.unique(table.clusters[ds == name])) for name in table.datasets)
+    return n_boot * largest * 8 <= evaluate.MAX_WEIGHT_BYTES
 
 
 def holm_families(datasets: list[str], core: list[str], mode: str = "core") -> list[list[str]]:

@@ -11,6 +11,7 @@ import functools
 import numpy as np
 from sklearn.base import clone
 
+from src.core import compiled
 from src.core.memory import PerArray
 
 # a training part holding one gold class only is fitted as scikit-learn cannot: β = 0, intercept ±this
@@ -79,6 +80,71 @@ def _penalty(p: int, C: float) -> np.ndarray:
     return lam
 
 
+def _factor(H: np.ndarray, L: np.ndarray) -> None:
+    """Each H (M × p × p, symmetric) factored as L·Lᵀ into ``L`` (lower; Cholesky); a problem whose H is not
+    numerically positive definite gets L[m, 0, 0] = 0 (:func:`_newton_steps` then solves it by LU). Written to
+    compile (:func:`src.core.compiled.njit`)."""
+    M, p = H.shape[0], H.shape[1]
+    for m in range(M):
+        for j in range(p):
+            d = H[m, j, j]
+            for k in range(j):
+                d -= L[m, j, k] * L[m, j, k]
+            if not d > 0.0:
+                L[m, 0, 0] = 0.0
+                break
+            d = np.sqrt(d)
+            L[m, j, j] = d
+            for i in range(j + 1, p):
+                t = H[m, i, j]
+                for k in range(j):
+                    t -= L[m, i, k] * L[m, j, k]
+                L[m, i, j] = t / d
+
+
+def _solve(L: np.ndarray, g: np.ndarray, out: np.ndarray) -> None:
+    """out[m] = (L·Lᵀ)⁻¹ g[m] by the two triangular solves, for every problem whose factor holds (L[m, 0, 0] > 0).
+    Written to compile (:func:`src.core.compiled.njit`)."""
+    M, p = L.shape[0], L.shape[1]
+    for m in range(M):
+        if not L[m, 0, 0] > 0.0:
+            continue
+        for i in range(p):
+            t = g[m, i]
+            for k in range(i):
+                t -= L[m, i, k] * out[m, k]
+            out[m, i] = t / L[m, i, i]
+        for i in range(p - 1, -1, -1):
+            t = out[m, i]
+            for k in range(i + 1, p):
+                t -= L[m, k, i] * out[m, k]
+            out[m, i] = t / L[m, i, i]
+
+
+def _factors(H: np.ndarray) -> np.ndarray | None:
+    """The Cholesky factors of H (M × p × p) by :func:`_factor`, compiled; None without numba."""
+    factor = compiled.njit(_factor)
+    if factor is None:
+        return None
+    L = np.zeros_like(H)
+    factor(np.ascontiguousarray(H), L)
+    return L
+
+
+def _newton_steps(H: np.ndarray, L: np.ndarray | None, g: np.ndarray) -> np.ndarray:
+    """H⁻¹g per problem (M × p): from the factors L (:func:`_factors`) where they hold, by LU otherwise (no numba,
+    or an H not numerically positive definite)."""
+    solve = compiled.njit(_solve)
+    if L is None or solve is None:
+        return np.linalg.solve(H, g[..., None])[..., 0]
+    step = np.zeros_like(g)
+    solve(L, np.ascontiguousarray(g), step)
+    bad = np.flatnonzero(~(L[:, 0, 0] > 0.0))
+    if len(bad):
+        step[bad] = np.linalg.solve(H[bad], g[bad, :, None])[..., 0]
+    return step
+
+
 def fit_logit(
     Z: np.ndarray,
     W1: np.ndarray,
@@ -128,6 +194,8 @@ def fit_logit(
     state = _Newton(Z, lam, W1[active], W1[active] + W0[active], B[active])
     if hessian is not None:
         state.H[:] = np.broadcast_to(hessian, (M, p, p))[active]
+        factors = _factors(np.asarray(hessian, float).reshape(-1, p, p))  # once when every problem shares it
+        state.L = None if factors is None else np.array(np.broadcast_to(factors, (M, p, p))[active])
         state.fresh[:] = False
     for _ in range(max_iter):
         if not len(active):
@@ -156,6 +224,7 @@ class _Newton:
         self.Z32, self.w132, self.w32 = Z.astype(np.float32), w1.astype(np.float32), w.astype(np.float32)
         self.s, self.g, self.gn = self.gradient(self.w32, self.w132, b)
         self.H = np.empty((len(b), len(lam), len(lam)))
+        self.L: np.ndarray | None = np.zeros_like(self.H)  # H's Cholesky factors (:func:`_factors`; None without numba)
         self.fresh = np.ones(len(b), bool)
         self.last = np.full(len(b), np.inf)
 
@@ -189,8 +258,10 @@ class _Newton:
         r = np.flatnonzero(self.fresh)
         if len(r):
             s = self.s[r]
-            self.H[r] = _hessians(w[r] * s * (1 - s), pairs, self.lam)
-        step = np.linalg.solve(self.H, self.g[..., None])[..., 0]
+            self.H[r] = H = _hessians(w[r] * s * (1 - s), pairs, self.lam)
+            factors = _factors(H)
+            self.L = None if factors is None or self.L is None else _put(self.L, r, factors)
+        step = _newton_steps(self.H, self.L, self.g)
         size = np.abs(step).max(axis=1)
         t = np.ones(len(step))
         b = self.b - step
@@ -220,6 +291,13 @@ class _Newton:
         names = ("w1", "w", "b", "s", "g", "gn", "H", "fresh", "last") + (("w132", "w32") if self.low else ())
         for name in names:
             setattr(self, name, getattr(self, name)[which])
+        if self.L is not None:
+            self.L = self.L[which]
+
+
+def _put(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+    a[at] = values
+    return a
 
 
 def start_hessian(Z: np.ndarray, w1: np.ndarray, w0: np.ndarray, C: float, beta: np.ndarray) -> np.ndarray:

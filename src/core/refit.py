@@ -50,8 +50,8 @@ from src.core.memory import LastCall, PerArray
 from src.core.threads import InOrder
 from src.core.verdicts import ABSTAIN, at_or_over
 
-# the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
-MIN_CHUNK = 64
+# the fewest and the most draws refitted at once (RefitBootstrap._split), memory permitting
+MIN_CHUNK, MAX_CHUNK = 64, 400
 
 
 class Rung:
@@ -187,18 +187,16 @@ class RefitBootstrap:
         return Cells(self.y, self.fold_of, self.item_cluster, self.n_clusters, rungs)
 
     def _split(self, w: np.ndarray, cells: Cells, rungs: list[Rung]):
-        """A chunk of the bootstrap's weights (:meth:`ClusterBootstrap.chunks`) in chunks of draws: as many as fill an
-        eighth of :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles and at least
-        :data:`MIN_CHUNK`, fewer where a chunk × (cells + 8 × the largest rung's rows) array of doubles would
-        exceed it. The stacker's fits start from the fit to their chunk's mean weights and run as one batch: where a
-        refitted probability is the threshold in exact arithmetic (a tie, as on a balanced panel of uninformative
-        members) the last bits of β decide the prediction, and they follow the start and the batch, so the chunks
-        are those results.json's refits were first made with wherever those hold at least MIN_CHUNK draws. A
-        fractional rung's predictions are doubles: its (fold, row) pairs add to the width."""
-        first = MAX_WEIGHT_BYTES // (64 * (len(self.y) + 6 * self.n_clusters))
+        """A chunk of the bootstrap's weights (:meth:`ClusterBootstrap.chunks`) in chunks of draws refitted as one
+        batch: as many as fill :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles, within
+        [:data:`MIN_CHUNK`, :data:`MAX_CHUNK`], fewer where a chunk × (cells + 8 × the largest rung's rows) array of
+        doubles would exceed it. Larger batches spread each Newton step's fixed costs over more fits (fewer than
+        ~250 draws cost up to 1.5× the time); past a few hundred they only hold more memory. A fractional rung's
+        predictions are doubles: its (fold, row) pairs add to the width. The results do not depend on the chunks."""
+        fill = MAX_WEIGHT_BYTES // (8 * (len(self.y) + 6 * self.n_clusters))
         width = len(cells) + 8 * max(r.n_rows for r in rungs)
         width += sum(len(pairs) for r, pairs in zip(rungs, cells.pairs) if r.fractional)
-        rows = max(1, min(max(MIN_CHUNK, first), MAX_WEIGHT_BYTES // (8 * width)))
+        rows = max(1, min(max(MIN_CHUNK, min(fill, MAX_CHUNK)), MAX_WEIGHT_BYTES // (8 * width)))
         for a in range(0, len(w), rows):
             yield w[a : a + rows]
 
@@ -232,7 +230,8 @@ class RefitBootstrap:
         groups: dict[tuple[int, int], list[tuple[int, str]]] = {}
         for r, (name, rung) in enumerate(rungs.items()):
             groups.setdefault((id(rung.inv), rung.n_rows), []).append((r, name))
-        self._picks.now = picks = []
+        picks: list[tuple[Rung, np.ndarray]] = []
+        self._picks.now = picks
         try:
             N = cells.counts(w)
             out = {}
@@ -336,7 +335,10 @@ class RefitBootstrap:
         def predict(t1, t0, k):
             sel = choose(t1, t0)
             now = getattr(self._picks, "now", None)  # inside :meth:`part`: kept in draw order by :meth:`keep`
-            (rung.chosen if now is None else now).append(sel if now is None else (rung, sel))
+            if now is None:
+                rung.chosen.append(sel)
+            else:
+                now.append((rung, sel))
             pred = rows[:, sel].T
             return deployed(pred) if as_deployed else pred
 
@@ -542,14 +544,18 @@ class RefitDraws:
 
 class DrawReader:
     """:meth:`RefitDraws.collect` as a reader of weights (:meth:`add`, chunk by chunk of draws, e.g. beside the fixed
-    predictions' sums in one :meth:`ClusterBootstrap.sweep`); :meth:`result` gives the :class:`RefitDraws`."""
+    predictions' sums in one :meth:`ClusterBootstrap.sweep`); :meth:`result` gives the :class:`RefitDraws`. The
+    chunks are refitted on ``workers`` threads (:class:`src.core.threads.InOrder`) and summed in draw order."""
 
-    def __init__(self, refit: RefitBootstrap, rungs: dict[str, Rung], full: dict[str, np.ndarray]):
+    def __init__(
+        self, refit: RefitBootstrap, rungs: dict[str, Rung], full: dict[str, np.ndarray], workers: int | None = None
+    ):
         self.refit, self.rungs, self.full = refit, rungs, full
         self.cells = refit.cells(list(rungs.values()))
         self.own = OwnCounts(self.cells, list(rungs.values()))
         self.totals: dict[str, list[np.ndarray]] = {r: [] for r in rungs}
-        self.threads = InOrder(refit.part, threads.count())
+        # the chunks on ``workers`` threads (default: :func:`src.core.threads.count`); the first sets the fits' starts
+        self.threads = InOrder(refit.part, threads.count() if workers is None else workers, first_alone=True)
 
     def add(self, w: np.ndarray) -> None:
         """The next draws' cluster multiplicities (draws × clusters): their chunks refitted on the analysis's threads

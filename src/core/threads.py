@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
@@ -46,16 +46,17 @@ class InOrder(Generic[T, R]):
     """``fn`` over the items handed to :meth:`put`, on ``workers`` threads, with at most ``workers`` items in flight;
     the results come back (from :meth:`put` as they are due, the rest from :meth:`drain`) in the items' order.
 
-    The first item is computed on the calling thread before any other starts, so state a computation sets up on its
-    first call (a fit's starting point, say) is set by the first item whatever the number of threads. With
+    With ``first_alone`` the first item is computed on the calling thread before any other starts, so state a
+    computation sets up on its first call (a fit's starting point, say) is set by the first item whatever the
+    number of threads. With
     ``workers`` 1 every item is computed on the calling thread, in :meth:`put`. A worker's exception is raised in
     the caller, at the item's turn; the other items in flight are cancelled or finished, never left running."""
 
-    def __init__(self, fn: Callable[[T], R], workers: int):
+    def __init__(self, fn: Callable[[T], R], workers: int, first_alone: bool = False):
         self.fn, self.workers = fn, workers
         self._pending: deque[Future] = deque()
         self._pool: ThreadPoolExecutor | None = None
-        self._first = True
+        self._first = first_alone
 
     def put(self, item: T) -> list[R]:
         """Hand ``item`` over; returns the results now due (in order; none while items are in flight below the
@@ -91,3 +92,13 @@ class InOrder(Generic[T, R]):
         except BaseException:
             self.close()
             raise
+
+
+def in_order(fn: Callable[[T], R], items: Iterable[T], workers: int) -> Iterator[R]:
+    """``fn`` over ``items`` on ``workers`` threads (:class:`InOrder`), each result as soon as it is due, in the
+    items' order; an item is taken from ``items`` only when at most ``workers`` are in flight (with 1 worker, one at
+    a time: a large table's datasets are never held together)."""
+    pool: InOrder[T, R] = InOrder(fn, workers)
+    for item in items:
+        yield from pool.put(item)
+    yield from pool.drain()
