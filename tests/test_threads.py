@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from omegaconf import OmegaConf
 
 from src.core import evaluate, ladder, ladderbase, refit, threads, verdicts
 from src.core.aggregate import StackedLogit, cluster_folds
@@ -18,6 +19,7 @@ from src.core.evaluate import ClusterBootstrap
 from src.core.refit import DrawReader, RefitBootstrap
 from src.core.threads import InOrder
 from src.studies import simulate
+from src.studies.suite import run_suite
 
 
 def test_results_come_back_in_the_order_the_items_came_whatever_finishes_first():
@@ -175,6 +177,7 @@ def test_small_datasets_are_analysed_side_by_side_each_refit_on_one_thread(monke
     results = ladder.analyze(table, StackedLogit(), ladderbase.LadderSettings(n_boot=40))
     assert list(results) == table.datasets  # in the table's order, whatever finished first
     assert seen["most"] == 2 and seen["workers"] == {1}
+    assert ladder.dataset_threads(table, 40) == (2, 1)
 
 
 def test_a_large_tables_datasets_go_one_at_a_time_their_refits_on_the_threads(monkeypatch):
@@ -186,3 +189,24 @@ def test_a_large_tables_datasets_go_one_at_a_time_their_refits_on_the_threads(mo
     seen = record_datasets(monkeypatch)
     ladder.analyze(table, StackedLogit(), ladderbase.LadderSettings(n_boot=40))
     assert seen["most"] == 1 and seen["workers"] == {None}  # None: the refit's chunks on every thread
+
+
+def test_the_suite_writes_the_same_document_on_one_thread_and_on_two(monkeypatch):
+    """Its datasets side by side (the rows, the sub-panels, the cascade): the same document but for the timings."""
+    cfg = OmegaConf.to_container(
+        OmegaConf.merge(OmegaConf.load("conf/suite/default.yaml"), OmegaConf.load("conf/suite/fast.yaml")), resolve=True
+    )
+    cfg.pop("defaults", None)
+    cfg["budget"].update(draws=10, curve_draws=3, curve_budgets=[10, 25])
+    cfg["mechanism"].update(subpanels=6, subpanel_boot=40)
+    cfg["panel"]["n_boot"] = 40
+    table = verdicts.validate(simulate.suite(3, 160, 5), frontier="frontier")
+    s = ladderbase.LadderSettings(n_boot=40, core=table.datasets)
+    docs = []
+    for n in ("1", "2"):
+        monkeypatch.setenv(threads.THREADS_ENV, n)
+        doc = run_suite(table, StackedLogit(), s, cfg)
+        assert set(doc.pop("timings")) >= {"cascade", "learning_curve", "subpanels"}
+        docs.append(json.dumps(doc, sort_keys=True))
+    assert ladder.dataset_threads(table, 40) == (2, 1)
+    assert docs[0] == docs[1]

@@ -423,8 +423,7 @@ def analyze(
     chunks on the threads: the same results either way, each dataset's subset built as it starts."""
 
     check_settings(s, stacker)
-    n = threads.count()
-    together = n > 1 and side_by_side(table, s.n_boot)
+    outer, inner = dataset_threads(table, s.n_boot)
     with threadpool_limits(1):
         best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
 
@@ -434,16 +433,24 @@ def analyze(
                 raise AnalysisError(f"{table.source}: dataset {name!r} has a single gold class; the ladder needs both")
             try:
                 fold = None if folds is None else folds[name]
-                return name, analyze_dataset(t, stacker, s, best_avg, fold, 1 if together else None)
+                return name, analyze_dataset(t, stacker, s, best_avg, fold, inner)
             except AnalysisError as e:
                 raise AnalysisError(f"{table.source}: dataset {name!r}: {e}") from e
 
         results = {}
-        for name, results[name] in in_order(one, table.each_dataset(), n if together else 1):
+        for name, results[name] in in_order(one, table.each_dataset(), outer):
             results[name].summary["selected"]["best_avg_ineligible"] = avg_ineligible
             memory.trim()  # the next dataset's peak starts from what is live, not from this one's high-water mark
     _apply_holm(results, s.core, s.holm)
     return results
+
+
+def dataset_threads(table: VerdictTable, n_boot: int) -> tuple[int, int | None]:
+    """(threads for the datasets, each dataset's refit threads) of an analysis of ``table`` on the analysis's
+    threads (:func:`src.core.threads.count`): (that count, 1) when its datasets go side by side
+    (:func:`side_by_side`), else (1, None: one dataset at a time, its refit bootstrap's chunks on every thread)."""
+    n = threads.count()
+    return (n, 1) if n > 1 and side_by_side(table, n_boot) else (1, None)
 
 
 def side_by_side(table: VerdictTable, n_boot: int) -> bool:

@@ -22,7 +22,9 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from src.core.aggregate import StackedLogit
+from src.core.ladder import dataset_threads
 from src.core.ladderbase import LadderSettings
+from src.core.threads import in_order
 from src.core.verdicts import VerdictTable
 from src.io.files import jsonable
 from src.io.suite_settings import SuiteSettings, as_dict, suite_settings
@@ -86,31 +88,12 @@ def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds, flags=Non
     sps: dict[str, dict] = {}
     K = len(table.members)
     subsets = mechanism.draw_subpanels(K, m.subpanels, m.subpanel_min_size, rng_for(seed, "subpanels"))
-    for name, ref in refs.items():
-        log.info("suite: %s", name)
-        row = {
-            "members": ref.table.members,
-            "member_kappa": ref.member_kappa,
-            "phi": np.where(np.isnan(ref.phi), None, ref.phi).tolist(),
-            "admissibility": ref.admissibility.as_dict(),
-        }
-        with _timed(tm, "regime_recovery"):
-            row["regime"] = budget.regime_recovery(
-                ref, list(b.budgets), b.draws, rng_for(seed, "regime", name), s.kappa0, s.c, s.phi0
-            )
-        with _timed(tm, "learning_curve"):
-            row["curve"] = budget.learning_curve(
-                ref, list(b.curve_budgets), b.curve_draws, rng_for(seed, "curve", name)
-            )
-        with _timed(tm, "size_curve"):
-            row["size"] = panel.size_curve(ref)
-        with _timed(tm, "leave_one_out"):
-            row["leave_one_out"] = panel.leave_one_out(ref, p.n_boot, seed, s.level)
-        with _timed(tm, "label_free"):
-            row["label_free"] = panel.label_free(ref, s.n_boot, s.seed, s.level)
-        with _timed(tm, "subpanels"):
-            sps[name] = mechanism.subpanels(ref, subsets, m.subpanel_boot, seed, s.level, s.min_coverage)
+    outer, _ = dataset_threads(table, s.n_boot)  # small datasets side by side (each one's parts are independent)
+    jobs = ((name, ref, cfg, s, subsets) for name, ref in refs.items())
+    for name, (row, sps[name], took) in in_order(_per_dataset, jobs, outer):
         per[name] = row
+        for key, seconds in took.items():
+            tm[key] = tm.get(key, 0.0) + seconds
     wanted = list(p.transfer or s.core or [])
     core = [n for n in wanted if n in refs] or list(refs)  # as the ladder's Holm family: all when none is present
     with _timed(tm, "transfer"):
@@ -143,6 +126,36 @@ def _run_suite(table, stacker, s, cfg: SuiteSettings, measured, folds, flags=Non
     with _timed(tm, "cascade"):
         doc["cascade"] = cascade.run(refs, table, stacker, s, cfg.cascade, costs["panel"], seed, flags)
     return jsonable(doc)
+
+
+def _per_dataset(job: tuple) -> tuple[str, tuple[dict, dict, dict]]:
+    """One dataset's rows of the suite: (name, (its row of ``datasets``, its sub-panel outcomes, each part's
+    seconds)); its random draws from generators of its own (:func:`rng_for`), whichever thread computes it."""
+    name, ref, cfg, s, subsets = job
+    b, p, m, seed = cfg.budget, cfg.panel, cfg.mechanism, cfg.seed
+    tm: dict[str, float] = {}
+    log.info("suite: %s", name)
+    row = {
+        "members": ref.table.members,
+        "member_kappa": ref.member_kappa,
+        "phi": np.where(np.isnan(ref.phi), None, ref.phi).tolist(),
+        "admissibility": ref.admissibility.as_dict(),
+    }
+    with _timed(tm, "regime_recovery"):
+        row["regime"] = budget.regime_recovery(
+            ref, list(b.budgets), b.draws, rng_for(seed, "regime", name), s.kappa0, s.c, s.phi0
+        )
+    with _timed(tm, "learning_curve"):
+        row["curve"] = budget.learning_curve(ref, list(b.curve_budgets), b.curve_draws, rng_for(seed, "curve", name))
+    with _timed(tm, "size_curve"):
+        row["size"] = panel.size_curve(ref)
+    with _timed(tm, "leave_one_out"):
+        row["leave_one_out"] = panel.leave_one_out(ref, p.n_boot, seed, s.level)
+    with _timed(tm, "label_free"):
+        row["label_free"] = panel.label_free(ref, s.n_boot, s.seed, s.level)
+    with _timed(tm, "subpanels"):
+        sp = mechanism.subpanels(ref, subsets, m.subpanel_boot, seed, s.level, s.min_coverage)
+    return name, (row, sp, tm)
 
 
 def _subpanel_rows(sps: dict, members: list[str], subsets: np.ndarray) -> dict:

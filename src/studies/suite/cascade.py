@@ -49,11 +49,12 @@ from src.core.aggregate import StackedLogit
 from src.core.detector import scan
 from src.core.errors import RaimError
 from src.core.evaluate import METRICS, ClusterBootstrap, Delta, distinct_rows, from_counts, interval, paired_delta
-from src.core.ladder import refit_ci, refit_delta
+from src.core.ladder import dataset_threads, refit_ci, refit_delta
 from src.core.ladderbase import LadderSettings, design_matrix
 from src.core.logitfit import FoldFits, loop_proba
 from src.core.names import metric_name
 from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung
+from src.core.threads import in_order
 from src.core.verdicts import ABSTAIN, VerdictTable, at_or_over
 from src.io.suite_settings import CascadeSettings, settings_of
 from src.studies.suite import common
@@ -258,17 +259,22 @@ def _fixed_ci(est: float, fixed: np.ndarray, level: float) -> dict:
 
 
 def bootstrap_draws(
-    ref: Reference, s: LadderSettings, refit: CascadeRefit, P: np.ndarray, counts: np.ndarray
+    ref: Reference,
+    s: LadderSettings,
+    refit: CascadeRefit,
+    P: np.ndarray,
+    counts: np.ndarray,
+    workers: int | None = None,
 ) -> tuple[dict, dict, RefitDraws]:
     """One pass over the dataset's paired cluster bootstrap (the ladder's draws, :meth:`Reference.bootstrap`): the
     fixed predictions' metric draws (B × rows of P: the shares, the panel, the expensive judge), each refitted
     rung's (:class:`CascadeRefit`, on the ladder's folds) and the own term of the variance correction
-    (:class:`src.core.refit.DrawReader`, linearised at the rows' full-sample ``counts``)."""
+    (:class:`src.core.refit.DrawReader` on ``workers`` threads, linearised at the rows' full-sample ``counts``)."""
     boot = ref.bootstrap(s.n_boot, s.seed)
     S = len(refit.shares)
     rungs = refit.rungs()
     full = {r: counts[S if r == "panel" else r] for r in rungs}
-    reader = DrawReader(RefitBootstrap(ref.gold, ref.design.folds, boot), rungs, full)
+    reader = DrawReader(RefitBootstrap(ref.gold, ref.design.folds, boot), rungs, full, workers)
     (raw,) = boot.sweep([boot.per_cluster(ref.gold, P.T)], (reader.add,))
     rd = reader.result()
     return from_counts(ClusterBootstrap.unpack(raw)), {r: from_counts(c) for r, c in rd.counts.items()}, rd
@@ -284,9 +290,10 @@ def dataset(
     cost_1k: tuple[float, float],
     seed: int,
     flagged: np.ndarray | None = None,
+    workers: int | None = None,
 ) -> dict:
     """The cascade curve of one dataset (see the module docstring); ``flagged`` items (a prompt injection,
-    :func:`src.core.detector.scan`) escalate at every share."""
+    :func:`src.core.detector.scan`) escalate at every share; ``workers``: its refit bootstrap's threads."""
     cfg = settings(cfg)
     t = ref.table
     cheap_t, e_votes = _split(t, expensive)
@@ -301,7 +308,7 @@ def dataset(
     P = np.vstack([cf["verdicts"], cf["panel"], e_votes])  # (S + 2) × n: the curve, panel alone, expensive alone
     counts = common.counts(y, P)
     refit_rule = CascadeRefit(st, X, e_votes, shares, ref.design.folds, flagged)
-    fixed, refit, rd = bootstrap_draws(ref, s, refit_rule, P, counts)
+    fixed, refit, rd = bootstrap_draws(ref, s, refit_rule, P, counts, workers)
     reading = _Reading(from_counts(counts), fixed, refit, rd, len(shares), s.level)
     share = cf["escalated"].mean(axis=1)
     rand = _random_kappa(y, cf["panel"], e_votes, shares, cfg.random_draws, rng_for(seed, "cascade-random", ref.name))
@@ -452,20 +459,14 @@ def run(
     exp_1k = costs["frontier"]["per_1k"] if is_frontier else costs["members"][expensive]["per_1k"]
     cheap_1k = float(sum(costs["members"][m]["per_1k"] for m in cheap))
     defended = cfg.injection_defence == "escalate" and flags is not None
-    per = {
-        n: dataset(
-            r,
-            stacker,
-            s,
-            expensive,
-            shares,
-            cfg,
-            (cheap_1k, exp_1k),
-            seed,
-            np.array([bool(flags.get(str(i), False)) for i in r.table.items["item_id"]]) if defended else None,
-        )
-        for n, r in refs.items()
-    }
+    outer, inner = dataset_threads(table, s.n_boot)  # small datasets side by side, as the ladder's
+
+    def one(item: tuple[str, Reference]) -> tuple[str, dict]:
+        n, r = item
+        flagged = np.array([bool(flags.get(str(i), False)) for i in r.table.items["item_id"]]) if defended else None
+        return n, dataset(r, stacker, s, expensive, shares, cfg, (cheap_1k, exp_1k), seed, flagged, inner)
+
+    per = dict(in_order(one, refs.items(), outer))
     done = {n: d for n, d in per.items() if "skipped" not in d}
     saved = {
         key: [d[key]["calls_saved"] if d[key] else 0.0 for d in done.values()]
