@@ -10,8 +10,9 @@ from scipy.stats import norm
 from src.core import decide, ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
 from src.core.evaluate import ABSTAIN, ClusterBootstrap, deployed, from_counts, indicators, kappa
+from src.core.intervals import unseen_discordance
 from src.core.ladder import refit_delta
-from src.core.refit import RefitBootstrap, gradients, unseen_discordance
+from src.core.refit import RefitBootstrap, gradients
 from src.present.summary import summary_lines
 from src.studies import simulate
 

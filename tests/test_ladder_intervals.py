@@ -9,7 +9,8 @@ from scipy.stats import norm
 from src.core import ladder, ladderbase, verdicts
 from src.core.aggregate import StackedLogit
 from src.core.evaluate import ClusterBootstrap, from_counts, indicators, interval, paired_delta
-from src.core.refit import RefitBootstrap, fisher_interval, gradients
+from src.core.intervals import fisher_interval
+from src.core.refit import RefitBootstrap, gradients
 from src.studies import simulate
 
 Z = norm.ppf(0.975)

@@ -8,8 +8,9 @@ from sklearn.linear_model import LogisticRegression
 from src.core import logitfit, refit
 from src.core.aggregate import BestSingle, StackedLogit, WeightedVote, cluster_folds
 from src.core.evaluate import ClusterBootstrap, distinct_rows, from_counts, indicators
+from src.core.intervals import corrected_interval
 from src.core.logitfit import SINGLE_CLASS_LOGIT, fit_logit
-from src.core.refit import RefitBootstrap, RefitDraws, corrected_interval, gradients
+from src.core.refit import RefitBootstrap, RefitDraws, gradients
 from src.studies import simulate
 
 

@@ -46,6 +46,13 @@ from src.core.evaluate import (
     interval,
     paired_delta,
 )
+from src.core.intervals import (
+    corrected_interval,
+    corrected_variance,
+    fisher_interval,
+    normal_interval,
+    unseen_discordance,
+)
 from src.core.ladderbase import (
     COMPARATORS,
     DELTA_METRICS,
@@ -59,17 +66,7 @@ from src.core.ladderbase import (
     design_matrix,
     single_judge_eligibility,
 )
-from src.core.refit import (
-    DrawReader,
-    RefitBootstrap,
-    RefitDraws,
-    Rung,
-    corrected_interval,
-    corrected_variance,
-    fisher_interval,
-    normal_interval,
-    unseen_discordance,
-)
+from src.core.refit import DrawReader, RefitBootstrap, RefitDraws, Rung
 from src.core.threads import in_order
 from src.core.verdicts import ABSTAIN, VerdictTable
 
@@ -240,10 +237,10 @@ def refit_ci(
     level: float,
     fisher: bool = False,
 ) -> list[float]:
-    """A metric's corrected refit interval (:func:`src.core.refit.corrected_interval`: its refit ``draws``, its
+    """A metric's corrected refit interval (:func:`src.core.intervals.corrected_interval`: its refit ``draws``, its
     fixed-prediction ``fixed`` ones, the own term ``correction``), cut to the metric's range (κ in [−1, 1], bacc and
     F1 in [0, 1]); with ``fisher``, a κ's is normal on Fisher's atanh scale instead
-    (:func:`src.core.refit.fisher_interval`: the ladder's comparators, docs/intervals.md)."""
+    (:func:`src.core.intervals.fisher_interval`: the ladder's comparators, docs/intervals.md)."""
     ci, se, _ = corrected_interval(estimate, draws, fixed, correction, level)
     if fisher and metric == "kappa":
         return fisher_interval(estimate, se, level)
@@ -261,7 +258,7 @@ def refit_delta(
 ) -> Delta:
     """A paired Δ on its refit draws (``held``: the fixed-prediction draws, ``correction``: the own term of
     :meth:`src.core.refit.RefitDraws.correction`): the corrected normal interval, its one-sided p and call. With
-    ``unseen`` (:func:`src.core.refit.unseen_discordance`) its variance is never under the discordance floor,
+    ``unseen`` (:func:`src.core.intervals.unseen_discordance`) its variance is never under the discordance floor,
     the fixed-prediction draws' variance plus ``unseen`` (``floored`` says whether the floor set it)."""
     var = corrected_variance(draws, held, correction)
     floor = None if unseen is None else float(np.var(held)) + unseen
@@ -272,7 +269,7 @@ def refit_delta(
 def comparison(gold: np.ndarray, stacked: np.ndarray, other: np.ndarray, name: str, level: float) -> dict:
     """What a paired Δ (stacked − ``name``) rests on, from the two arms' verdicts: its evidence
     (:func:`src.core.evaluate.evidence`: the discordant items, each arm's abstentions) and, per metric, the
-    variance of the discordance a sample of its size cannot rule out (:func:`src.core.refit.unseen_discordance`)."""
+    variance of the discordance a sample of its size cannot rule out (:func:`src.core.intervals.unseen_discordance`)."""
     return {**evidence(stacked, other, ("stacked", name)), "unseen": unseen_discordance(gold, stacked, other, level)}
 
 
@@ -288,7 +285,7 @@ def ladder_deltas(
     clean win against the oracle) and against it as deployed (``best_cv_deployed``, the same calls). Without ``refit``: the paper's paired cluster bootstrap of the fixed
     out-of-fold predictions (``fixed`` draws, percentile interval). With ``refit`` (the refitted rungs' metric
     draws) and ``rd`` (:class:`src.core.refit.RefitDraws`): each refitted rung's draws in place of its fixed ones,
-    and the corrected normal interval of :func:`src.core.refit.corrected_interval` (its standard error ``se``),
+    and the corrected normal interval of :func:`src.core.intervals.corrected_interval` (its standard error ``se``),
     never narrower than the discordance floor (:func:`refit_delta`) of ``paired`` (:func:`comparison`, per rung
     compared item by item; its evidence is recorded beside every Δ, refit or fixed)."""
     deltas: dict[str, dict[str, Delta]] = {}
