@@ -120,10 +120,11 @@ def analyze_dataset(
     at = {**{k: cells[i] for i, k in enumerate(named)}, **({} if alt is None else {"other_encoding": cells[-1]})}
     rb = RefitBootstrap(y, folds, boot)
     reader = DrawReader(rb, refit_rungs(rb, stacker, X, votes, s.min_coverage, alt_stacker), at)
+    tables = [boot.per_row(y, P), admissibility.cluster_pair_stats(boot, y, votes)]
+    del P  # n × (comparators + members) doubles, read only by the tables: not held over the draws
     # one pass over the draws: the fixed predictions' counts, the members' pair statistics, the refits
-    raw, pair_draws = boot.sweep(
-        [boot.per_cluster(y, P), admissibility.cluster_pair_stats(boot, y, votes)], (reader.add,)
-    )
+    raw, pair_draws = boot.sweep(tables, (reader.add,))
+    del tables
     draws = from_counts(ClusterBootstrap.unpack(raw))
     rd = reader.result()
     refit = {r: from_counts(c) for r, c in rd.counts.items()}
@@ -419,6 +420,7 @@ def analyze(
 
     check_settings(s, stacker)
     with threadpool_limits(1):
+        memory.trim()  # what building the table freed (pandas' columns, pyarrow's pool) is handed back first
         best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
         results = {}
         for name, t in table.each_dataset():  # one subset at a time

@@ -36,6 +36,7 @@ from src.core.aggregate import WeightedVote, member_accuracy
 from src.core.evaluate import (
     MAX_WEIGHT_BYTES,
     ClusterBootstrap,
+    class_counts,
     classes,
     deployed,
     distinct_rows,
@@ -121,8 +122,7 @@ class Cells:
         """Each draw's count of items in each cell (draws × cells), ``block`` draws at a time, summed cluster by
         cluster in the weights' dtype: whole numbers, exact (:class:`ClusterBootstrap` keeps float32 only while
         every count stays under 2²⁴)."""
-        A = self.by_cluster_csc.astype(w.dtype, copy=False)
-        return np.vstack([(A @ np.ascontiguousarray(w[a : a + block].T)).T for a in range(0, len(w), block)])
+        return class_counts(self.by_cluster_csc, w, block)
 
     def layout(self, N: np.ndarray, r: int, n_rows: int) -> np.ndarray:
         """Rung r's counts of a chunk's draws by gold, fold and row (draws × 2 × folds × rows)."""
