@@ -231,3 +231,16 @@ def test_best_single_calls():
 def test_coverage_counts_abstentions():
     v = np.array([[1, ABSTAIN], [0, ABSTAIN], [ABSTAIN, 1], [1, 0]])
     assert evaluate.coverage(v) == pytest.approx([0.75, 0.5])
+
+
+def test_chunks_of_draws_hold_whole_blocks(monkeypatch):
+    """Weights drawn again chunk by chunk come in whole blocks of CHUNK_BLOCK draws (the refit's parts: none left a
+    few draws short), the same draws; weights that fit whole are kept whole, as before."""
+    clusters = np.arange(1000)
+    monkeypatch.setattr(evaluate, "MAX_WEIGHT_BYTES", 4 * 1000 * 150)  # room for 150 draws
+    boot = ClusterBootstrap(clusters, n_boot=400, seed=3)
+    assert boot.chunk == 128 and [len(w) for w in boot.chunks()] == [128, 128, 128, 16]
+    assert np.array_equal(boot.weights, ClusterBootstrap(clusters, n_boot=400, seed=3, chunk=400).weights)
+    assert ClusterBootstrap(clusters, n_boot=150, seed=3)._weights is not None  # 150 fit: kept whole
+    monkeypatch.setattr(evaluate, "MAX_WEIGHT_BYTES", 4 * 1000 * 40)  # room for fewer than a block
+    assert ClusterBootstrap(clusters, n_boot=400, seed=3).chunk == 40

@@ -32,6 +32,10 @@ _N_COUNTS = 6
 # B × clusters bootstrap weights up to this size are drawn once and kept; larger ones are drawn again, chunk by
 # chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
 MAX_WEIGHT_BYTES = 64 * 2**20
+# such a chunk holds a whole number of blocks of this many draws where it holds one at all: the refit bootstrap's
+# parts of a chunk (src.core.refit.MIN_CHUNK) then all hold this many, none a short remainder that costs a part's
+# fixed work for a few draws (2,000 draws of 125,000 clusters: 16 chunks of 128, not 15 of 134 split 64 + 64 + 6)
+CHUNK_BLOCK = 64
 # from this many picks per call multiplicities() counts them in a compiled loop (numba's import: ~0.4 s, once)
 COMPILE_PICKS = 2**22
 # A deployed judge must answer every item: a single judge's abstention is its score ½ (§2's encoding of an
@@ -193,6 +197,12 @@ def _count_picks(rng: np.random.Generator, out: np.ndarray) -> None:
             row[int(rng.random() * n_clusters)] += 1
 
 
+def _chunk_draws(room: int) -> int:
+    """Draws per chunk when ``room`` draws' weights fit in :data:`MAX_WEIGHT_BYTES`: a whole number of
+    :data:`CHUNK_BLOCK` draws where that many fit, else ``room``."""
+    return room - room % CHUNK_BLOCK if room >= CHUNK_BLOCK else room
+
+
 class ClusterBootstrap:
     """Paired cluster bootstrap (§2): B draws of whole clusters with replacement, shared by every comparator.
 
@@ -211,9 +221,10 @@ class ClusterBootstrap:
         # a count is at most n_clusters draws × the largest cluster: whole numbers up to 2²⁴ are exact in float32
         self.largest = int(np.bincount(self.item_cluster).max()) if n else 0
         self.dtype = np.float32 if nc * self.largest < 2**24 else np.float64
-        self.chunk = int(chunk or max(1, MAX_WEIGHT_BYTES // (np.dtype(self.dtype).itemsize * max(nc, 1))))
+        room = int(chunk or max(1, MAX_WEIGHT_BYTES // (np.dtype(self.dtype).itemsize * max(nc, 1))))
+        self.chunk = room if chunk else _chunk_draws(room)
         self._agg = sparse.csr_matrix((np.ones(n), (self.item_cluster, np.arange(n))), shape=(nc, n))
-        self._weights = next(self._draws(self.n_boot)) if self.n_boot <= self.chunk else None
+        self._weights = next(self._draws(self.n_boot)) if self.n_boot <= room else None
 
     def _draws(self, chunk: int):
         """Weight chunks (≤ ``chunk`` draws × n_clusters), in draw order, from a fresh generator."""

@@ -56,6 +56,7 @@ from src.core.ladderbase import (
     best_on_average,
     check_settings,
     checked_folds,
+    cluster_numbers,
     design_matrix,
     single_judge_eligibility,
 )
@@ -86,7 +87,7 @@ def analyze_dataset(
     # a copy, not a view: the result keeps it, and a view would keep the whole vote matrix alive with it
     best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)].copy()
     table, excluded = active_members(table)
-    y, clusters, votes = table.gold, table.clusters, table.votes
+    y, clusters, votes = table.gold, cluster_numbers(table), table.votes
     ok, ineligible = single_judge_eligibility(table, s.min_coverage)
     X, extra_names = design_matrix(table, s.features)
     stacker = clone(stacker).set_params(n_votes=votes.shape[1])
@@ -177,7 +178,7 @@ def analyze_dataset(
     adm["members_uncertain"] = [m for m, v in members.items() if v["kappa_ci"][0] < s.kappa0 <= v["kappa_ci"][1]]
     summary = {
         "n": int(len(y)),
-        "n_clusters": int(len(np.unique(clusters))),
+        "n_clusters": len(boot.cluster_ids),
         "excluded_members": excluded,
         "balance": {"supported": int(np.sum(y == 0)), "hallucinated": int(np.sum(y == 1))},
         "abstentions": {"count": int(np.sum(votes == ABSTAIN)), "rate": float(np.mean(votes == ABSTAIN))},

@@ -34,6 +34,7 @@ from scipy.stats import norm
 
 from src.core.aggregate import WeightedVote, member_accuracy
 from src.core.evaluate import (
+    CHUNK_BLOCK,
     MAX_WEIGHT_BYTES,
     ClusterBootstrap,
     class_counts,
@@ -47,8 +48,9 @@ from src.core.logitfit import FoldFits, loop_proba
 from src.core.memory import LastCall, PerArray
 from src.core.verdicts import ABSTAIN, at_or_over
 
-# the fewest draws refitted at once (RefitBootstrap._draw_chunks) unless memory bounds them
-MIN_CHUNK = 64
+# the fewest draws refitted at once (RefitBootstrap._split) unless memory bounds them; the bootstrap's chunks of
+# draws hold whole numbers of them
+MIN_CHUNK = CHUNK_BLOCK
 
 
 class Rung:
