@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from scipy import sparse
 from sklearn.metrics import balanced_accuracy_score, cohen_kappa_score, f1_score
 from statsmodels.stats.multitest import multipletests
 
@@ -181,6 +182,34 @@ def test_one_sweep_gives_every_reader_the_same_draws():
     assert np.allclose(sums, boot.weights.astype(float) @ boot._agg @ values)
 
 
+def test_a_sweep_through_rows_gives_the_per_cluster_sums():
+    """A table of few distinct rows is summed per draw through the draws' counts of items on each row (a
+    RowTable): the same numbers, bit for bit, as the per-cluster table's product, on kept and on chunked draws
+    (every chunk's blocks of 32 draws); values that are not whole numbers keep the per-cluster table."""
+    rng = np.random.default_rng(8)
+    clusters = np.repeat(np.arange(300), rng.integers(1, 4, 300))
+    gold = rng.integers(0, 2, len(clusters))
+    preds = np.column_stack([random_pred(rng, gold), random_pred(rng, gold, 0.6, 0.2), random_pred(rng, gold)])
+    for chunk in (None, 45):
+        boot = ClusterBootstrap(clusters, n_boot=200, seed=1, chunk=chunk)
+        table = boot.per_row(gold, preds)
+        assert isinstance(table, evaluate.RowTable) and table.values.dtype == np.float32
+        raw, direct = boot.sweep([table, boot.per_cluster(gold, preds)])
+        assert np.array_equal(raw, direct) and np.array_equal(ClusterBootstrap.unpack(raw), boot.counts(gold, preds))
+    rows, inv = evaluate.distinct_rows(preds)
+    assert isinstance(boot.row_table(rows + 0.25, inv), np.ndarray)  # not whole: each cluster's sums in doubles
+    many = np.arange(len(clusters))  # as many rows as items: the per-cluster table is cheaper
+    assert isinstance(boot.row_table(np.ones((len(clusters), 2)), many), np.ndarray)
+
+
+def test_class_counts_of_blocks_are_each_draws_counts():
+    rng = np.random.default_rng(2)
+    w = rng.integers(0, 4, (70, 50)).astype(np.float32)
+    A = sparse.random(9, 50, density=0.3, random_state=1, format="csc")
+    A.data = np.ceil(A.data * 3)
+    assert np.array_equal(evaluate.class_counts(A, w, block=32), w @ A.T.toarray())
+
+
 def test_paired_delta_calls():
     d = paired_delta(0.05, np.random.default_rng(0).normal(0.05, 0.01, 2000))
     assert d.call == "clear improvement" and d.ci[0] > 0 and d.p_one_sided < 0.01
@@ -202,3 +231,16 @@ def test_best_single_calls():
 def test_coverage_counts_abstentions():
     v = np.array([[1, ABSTAIN], [0, ABSTAIN], [ABSTAIN, 1], [1, 0]])
     assert evaluate.coverage(v) == pytest.approx([0.75, 0.5])
+
+
+def test_chunks_of_draws_hold_whole_blocks(monkeypatch):
+    """Weights drawn again chunk by chunk come in whole blocks of CHUNK_BLOCK draws (the refit's parts: none left a
+    few draws short), the same draws; weights that fit whole are kept whole, as before."""
+    clusters = np.arange(1000)
+    monkeypatch.setattr(evaluate, "MAX_WEIGHT_BYTES", 4 * 1000 * 150)  # room for 150 draws
+    boot = ClusterBootstrap(clusters, n_boot=400, seed=3)
+    assert boot.chunk == 128 and [len(w) for w in boot.chunks()] == [128, 128, 128, 16]
+    assert np.array_equal(boot.weights, ClusterBootstrap(clusters, n_boot=400, seed=3, chunk=400).weights)
+    assert ClusterBootstrap(clusters, n_boot=150, seed=3)._weights is not None  # 150 fit: kept whole
+    monkeypatch.setattr(evaluate, "MAX_WEIGHT_BYTES", 4 * 1000 * 40)  # room for fewer than a block
+    assert ClusterBootstrap(clusters, n_boot=400, seed=3).chunk == 40

@@ -154,3 +154,13 @@ def test_a_kappas_interval_is_normal_on_fishers_scale(result):
     # at the bound the normal interval, cut to [−1, 1] (atanh's slope would make any se > 0 read [−1, 1])
     assert fisher_interval(1.0, 0.0) == [1.0, 1.0] and fisher_interval(1.0, 0.01) == pytest.approx([1 - Z * 0.01, 1])
     assert fisher_interval(-0.99, 0.01) == pytest.approx([-1.0, -0.99 + Z * 0.01])
+
+
+def test_cluster_numbers_are_the_sorted_ids_inverse():
+    """The folds and the bootstrap take each item's cluster as a number: the same numbers as np.unique of the id
+    strings (code point order: accents, case, digits and characters beyond the BMP included)."""
+    ids = ["b", "a", "B", "é", "e\u0301x", "10", "9", "𝔸", "a", "ß", "Z", "é"]
+    df = pd.DataFrame({"item_id": [f"i{i}" for i in range(len(ids))], "cluster_id": ids, "gold": [0, 1] * 6, "m": 1})
+    table = verdicts.validate(df)
+    _, inv = np.unique(table.clusters, return_inverse=True)
+    assert np.array_equal(ladderbase.cluster_numbers(table), inv.ravel())

@@ -199,12 +199,13 @@ def admitted_share(
     return share_admitted(stats, member_kappa_draws, kappa0, c, phi0)
 
 
-def cluster_pair_stats(boot, gold: np.ndarray, votes: np.ndarray) -> np.ndarray:
-    """Each cluster's sums of :func:`pair_stats` (n_clusters × 4P, :meth:`ClusterBootstrap.cluster_sums`), from the
-    stats of the distinct (votes, gold) rows."""
+def cluster_pair_stats(boot, gold: np.ndarray, votes: np.ndarray):
+    """The sums of :func:`pair_stats` (4P per item) as :meth:`ClusterBootstrap.sweep` reads them, from the stats of
+    the distinct (votes, gold) rows (:meth:`ClusterBootstrap.row_table`: through the rows where that is cheaper, else
+    each cluster's sums, n_clusters × 4P)."""
     rows, inv = distinct_rows(np.column_stack([votes, gold]))
     stats = pair_stats(rows[:, -1], rows[:, :-1])
-    return boot.cluster_sums(stats.reshape(len(rows), -1), inv)
+    return boot.row_table(stats.reshape(len(rows), -1), inv)
 
 
 def share_admitted(stats: np.ndarray, member_kappa_draws: np.ndarray, kappa0: float, c: float, phi0: float) -> float:

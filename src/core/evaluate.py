@@ -10,7 +10,10 @@ Every metric is computed from six confusion counts per item (gold × {1, 0, abst
 matrix product: cluster resampling weights (B × clusters) times per-cluster counts (clusters × (2 + 4·P): each
 gold class's items, then four of the six cells per prediction, the other two following by subtraction), taken in
 chunks of draws when B × clusters weights would not fit in :data:`MAX_WEIGHT_BYTES`. Every term is a whole number,
-so the product is exact in any summation order (in float32 while the largest count stays under 2²⁴).
+so the product is exact in any summation order (in float32 while the largest count stays under 2²⁴). Where the
+items take few distinct rows of values (a panel's verdicts: a few thousand among 250,000 items), the product is
+taken through the rows instead (:class:`RowTable`): each draw's count of items per row, times the rows' values —
+the same whole numbers, for a fraction of the work and without the clusters × q table.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ _N_COUNTS = 6
 # B × clusters bootstrap weights up to this size are drawn once and kept; larger ones are drawn again, chunk by
 # chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
 MAX_WEIGHT_BYTES = 64 * 2**20
+# such a chunk holds a whole number of blocks of this many draws where it holds one at all: the refit bootstrap's
+# parts of a chunk (src.core.refit.MIN_CHUNK) then all hold this many, none a short remainder that costs a part's
+# fixed work for a few draws (2,000 draws of 125,000 clusters: 16 chunks of 128, not 15 of 134 split 64 + 64 + 6)
+CHUNK_BLOCK = 64
 # from this many picks per call multiplicities() counts them in a compiled loop (numba's import: ~0.4 s, once)
 COMPILE_PICKS = 2**22
 # A deployed judge must answer every item: a single judge's abstention is its score ½ (§2's encoding of an
@@ -147,6 +154,39 @@ def multiplicities(rng: np.random.Generator, n_draws: int, n_clusters: int, dtyp
     return out
 
 
+def transposed(w: np.ndarray, block: int = 32):
+    """The draws' weights (draws × clusters) as C-contiguous clusters × draws blocks of ``block`` draws, in draw
+    order: what a sparse (classes × clusters) product reads (a block's copy, not the whole chunk's)."""
+    for a in range(0, len(w), block):
+        yield np.ascontiguousarray(w[a : a + block].T)
+
+
+def class_counts(by_class: sparse.spmatrix, w: np.ndarray, block: int = 32) -> np.ndarray:
+    """Each draw's count of items in each class (draws × classes) from ``by_class`` (classes × clusters: each
+    cluster's items in each class) and the draws' multiplicities ``w`` (draws × clusters), ``block`` draws at a time
+    (:func:`transposed`), in the weights' dtype: whole numbers, exact (:class:`ClusterBootstrap` keeps float32 only
+    while every count stays under 2²⁴)."""
+    A = by_class.astype(w.dtype, copy=False)
+    return np.vstack([(A @ wt).T for wt in transposed(w, block)])
+
+
+@dataclass(frozen=True)
+class RowTable:
+    """Per-item values given by rows, for :meth:`ClusterBootstrap.sweep`: ``by_row`` (rows × clusters, sparse CSC:
+    each cluster's items on each row) and ``values`` (rows × q). A draw's sums are its count of items on each row
+    (:func:`class_counts`) times the values: items + rows × q products per draw, where a per-cluster table
+    (:meth:`ClusterBootstrap.cluster_sums`) costs clusters × q, and no clusters × q table is held. Built by
+    :meth:`ClusterBootstrap.row_table` only for whole-number values whose every sum is exact in the weights' dtype,
+    so both give the same numbers."""
+
+    by_row: sparse.csc_matrix
+    values: np.ndarray
+
+    def sums(self, wt: np.ndarray) -> np.ndarray:
+        """Each draw's sums (draws × q) from a block of the draws' weights, transposed (:func:`transposed`)."""
+        return (self.by_row @ wt).T @ self.values
+
+
 def _count_picks(rng: np.random.Generator, out: np.ndarray) -> None:
     """:func:`multiplicities`' picks, one uniform double each, counted into ``out`` (draws × clusters, zeros) in
     draw order (written to compile: :func:`src.core.compiled.njit`)."""
@@ -155,6 +195,12 @@ def _count_picks(rng: np.random.Generator, out: np.ndarray) -> None:
         row = out[b]
         for _ in range(n_clusters):
             row[int(rng.random() * n_clusters)] += 1
+
+
+def _chunk_draws(room: int) -> int:
+    """Draws per chunk when ``room`` draws' weights fit in :data:`MAX_WEIGHT_BYTES`: a whole number of
+    :data:`CHUNK_BLOCK` draws where that many fit, else ``room``."""
+    return room - room % CHUNK_BLOCK if room >= CHUNK_BLOCK else room
 
 
 class ClusterBootstrap:
@@ -175,9 +221,10 @@ class ClusterBootstrap:
         # a count is at most n_clusters draws × the largest cluster: whole numbers up to 2²⁴ are exact in float32
         self.largest = int(np.bincount(self.item_cluster).max()) if n else 0
         self.dtype = np.float32 if nc * self.largest < 2**24 else np.float64
-        self.chunk = int(chunk or max(1, MAX_WEIGHT_BYTES // (np.dtype(self.dtype).itemsize * max(nc, 1))))
+        room = int(chunk or max(1, MAX_WEIGHT_BYTES // (np.dtype(self.dtype).itemsize * max(nc, 1))))
+        self.chunk = room if chunk else _chunk_draws(room)
         self._agg = sparse.csr_matrix((np.ones(n), (self.item_cluster, np.arange(n))), shape=(nc, n))
-        self._weights = next(self._draws(self.n_boot)) if self.n_boot <= self.chunk else None
+        self._weights = next(self._draws(self.n_boot)) if self.n_boot <= room else None
 
     def _draws(self, chunk: int):
         """Weight chunks (≤ ``chunk`` draws × n_clusters), in draw order, from a fresh generator."""
@@ -230,14 +277,36 @@ class ClusterBootstrap:
             agg = sparse.csr_matrix((np.ones(len(rows)), (self.item_cluster, rows)), shape=shape)
         return agg.astype(dtype) @ values.astype(dtype)
 
-    def sweep(self, per_cluster: list[np.ndarray], readers: tuple = ()) -> list[np.ndarray]:
-        """One pass over the draws: each draw's sums (B × q, float64) of each per-cluster matrix (n_clusters × q)
-        weighted by its multiplicities; every chunk of weights is also handed to each of ``readers`` (e.g.
-        :class:`src.core.refit.DrawReader`'s ``add``), so they read the same draws without drawing them again."""
-        out: list[list[np.ndarray]] = [[] for _ in per_cluster]
+    def row_table(self, values: np.ndarray, rows: np.ndarray) -> RowTable | np.ndarray:
+        """What :meth:`sweep` sums for per-item values given by rows (each item's row ``rows``, the rows' ``values``:
+        rows × q): a :class:`RowTable` where that is exact and cheaper — whole-number values that no draw can sum
+        past 2²⁴, and fewer products per draw (items + rows × q against clusters × q) — else the per-cluster table
+        of :meth:`cluster_sums`. The same sums either way."""
+        values = np.asarray(values, dtype=float)
+        nc, q = len(self.cluster_ids), values.shape[1]
+        top = np.abs(values).max(initial=0)
+        whole = np.array_equal(values, np.round(values)) and nc * self.largest * top < 2**24
+        if not whole or len(rows) + len(values) * q >= nc * q:
+            return self.cluster_sums(values, rows)
+        by_row = sparse.csc_matrix(
+            (np.ones(len(rows), self.dtype), (rows, self.item_cluster)), shape=(len(values), nc)
+        )  # duplicates summed: each cluster's items on each row
+        return RowTable(by_row, values.astype(self.dtype))
+
+    def sweep(self, tables: list[np.ndarray | RowTable], readers: tuple = ()) -> list[np.ndarray]:
+        """One pass over the draws: each draw's sums (B × q, float64) of each table — a per-cluster matrix
+        (n_clusters × q) weighted by its multiplicities, or a :class:`RowTable` — ; every chunk of weights is also
+        handed to each of ``readers`` (e.g. :class:`src.core.refit.DrawReader`'s ``add``), so they read the same draws
+        without drawing them again."""
+        out: list[list[np.ndarray]] = [[] for _ in tables]
+        rows = [(o, m) for o, m in zip(out, tables) if isinstance(m, RowTable)]
         for w in self.chunks():
-            for o, m in zip(out, per_cluster):
-                o.append(w @ m)
+            for o, m in zip(out, tables):
+                if not isinstance(m, RowTable):
+                    o.append(w @ m)
+            for wt in transposed(w) if rows else ():  # one block's transposed copy at a time
+                for o, m in rows:
+                    o.append(m.sums(wt))
             for read in readers:
                 read(w)
             del w  # before the next chunk is drawn: one chunk of weights in memory, not two
@@ -252,11 +321,12 @@ class ClusterBootstrap:
         gold 1 and of gold 0, then per prediction the cells (1, 1), (1, abstain), (0, 1), (0, abstain) of
         :func:`indicators`; from the distinct (gold, predictions) rows (:meth:`cluster_sums`), so no per-item
         indicators are built."""
-        preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
-        rows, inv = distinct_rows(np.column_stack([gold, preds]))
-        g, p = rows[:, 0], rows[:, 1:]
-        cells = indicators(g, p)[..., _KEPT].reshape(len(rows), -1)
-        return self.cluster_sums(np.column_stack([g == 1, g == 0, cells]), inv).astype(self.dtype)
+        return self.cluster_sums(*_count_rows(gold, preds)).astype(self.dtype)
+
+    def per_row(self, gold: np.ndarray, preds: np.ndarray) -> RowTable | np.ndarray:
+        """:meth:`per_cluster`'s counts as :meth:`sweep` reads them, through the distinct (gold, predictions) rows
+        where that is cheaper (:meth:`row_table`): the same sums."""
+        return self.row_table(*_count_rows(gold, preds))
 
     def counts(self, gold: np.ndarray, preds: np.ndarray) -> np.ndarray:
         """Bootstrap confusion counts for P prediction vectors (preds: n × P) → B × P × 6."""
@@ -272,6 +342,16 @@ class ClusterBootstrap:
     def metrics(self, gold: np.ndarray, preds: np.ndarray) -> dict[str, np.ndarray]:
         """B × P arrays of κ, bacc, F1."""
         return from_counts(self.counts(gold, preds))
+
+
+def _count_rows(gold: np.ndarray, preds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (gold, predictions) rows' counts (rows × (2 + 4P), :meth:`ClusterBootstrap.per_cluster`'s
+    columns) and each item's row."""
+    preds = np.atleast_2d(np.asarray(preds, dtype=float).T).T
+    rows, inv = distinct_rows(np.column_stack([gold, preds]))
+    g, p = rows[:, 0], rows[:, 1:]
+    cells = indicators(g, p)[..., _KEPT].reshape(len(rows), -1)
+    return np.column_stack([g == 1, g == 0, cells]), inv
 
 
 def interval(draws: np.ndarray, level: float = 0.95) -> list[float]:

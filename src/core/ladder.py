@@ -63,6 +63,7 @@ from src.core.ladderbase import (
     best_on_average,
     check_settings,
     checked_folds,
+    cluster_numbers,
     design_matrix,
     single_judge_eligibility,
 )
@@ -86,7 +87,7 @@ def analyze_dataset(
     # a copy, not a view: the result keeps it, and a view would keep the whole vote matrix alive with it
     best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)].copy()
     table, excluded = active_members(table)
-    y, clusters, votes = table.gold, table.clusters, table.votes
+    y, clusters, votes = table.gold, cluster_numbers(table), table.votes
     ok, ineligible = single_judge_eligibility(table, s.min_coverage)
     X, extra_names = design_matrix(table, s.features)
     stacker = clone(stacker).set_params(n_votes=votes.shape[1])
@@ -120,10 +121,11 @@ def analyze_dataset(
     at = {**{k: cells[i] for i, k in enumerate(named)}, **({} if alt is None else {"other_encoding": cells[-1]})}
     rb = RefitBootstrap(y, folds, boot)
     reader = DrawReader(rb, refit_rungs(rb, stacker, X, votes, s.min_coverage, alt_stacker), at, workers)
+    tables = [boot.per_row(y, P), admissibility.cluster_pair_stats(boot, y, votes)]
+    del P  # n × (comparators + members) doubles, read only by the tables: not held over the draws
     # one pass over the draws: the fixed predictions' counts, the members' pair statistics, the refits
-    raw, pair_draws = boot.sweep(
-        [boot.per_cluster(y, P), admissibility.cluster_pair_stats(boot, y, votes)], (reader.add,)
-    )
+    raw, pair_draws = boot.sweep(tables, (reader.add,))
+    del tables
     draws = from_counts(ClusterBootstrap.unpack(raw))
     rd = reader.result()
     refit = {r: from_counts(c) for r, c in rd.counts.items()}
@@ -176,7 +178,7 @@ def analyze_dataset(
     adm["members_uncertain"] = [m for m, v in members.items() if v["kappa_ci"][0] < s.kappa0 <= v["kappa_ci"][1]]
     summary = {
         "n": int(len(y)),
-        "n_clusters": int(len(np.unique(clusters))),
+        "n_clusters": len(boot.cluster_ids),
         "excluded_members": excluded,
         "balance": {"supported": int(np.sum(y == 0)), "hallucinated": int(np.sum(y == 1))},
         "abstentions": {"count": int(np.sum(votes == ABSTAIN)), "rate": float(np.mean(votes == ABSTAIN))},
@@ -422,6 +424,7 @@ def analyze(
     check_settings(s, stacker)
     outer, inner = dataset_threads(table, s.n_boot)
     with threadpool_limits(1):
+        memory.trim()  # what building the table freed (pandas' columns, pyarrow's pool) is handed back first
         best_avg, avg_ineligible = best_on_average(table, s.min_coverage)
 
         def one(job: tuple[str, VerdictTable]) -> tuple[str, DatasetResult]:

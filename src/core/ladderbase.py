@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from src.core import admissibility
 from src.core.aggregate import (
@@ -116,6 +117,15 @@ class DatasetResult:
     predictions: dict[str, np.ndarray]
     feature_names: list[str]
     members: list[str]  # the stacker's vote columns, in order: the members that voted on this dataset
+
+
+def cluster_numbers(table: VerdictTable) -> np.ndarray:
+    """Each item's cluster as its number among the table's sorted cluster ids (``np.unique(table.clusters,
+    return_inverse=True)``'s inverse): the folds and the bootstrap read the clusters only through their order and
+    equality, and whole numbers sort in a fraction of the time of 250,000 id strings (never built as Python
+    objects here)."""
+    codes, _ = pd.factorize(table.items["cluster_id"], sort=True)
+    return codes
 
 
 def design_matrix(table: VerdictTable, features: list[str]) -> tuple[np.ndarray, list[str]]:

@@ -3,8 +3,10 @@ values derived from an array kept only while that array lives.
 
 An analysis frees most of what it allocates for one dataset before the next, but the C allocator (glibc's) keeps
 the freed pages of its heap for reuse, so the resident size stays at the high-water mark of the datasets before
-and the next dataset's peak lands on top of it. :func:`trim` asks the allocator to return those pages
-(``malloc_trim(0)``); where there is no glibc it does nothing. :class:`PerArray` computes a value of an array
+and the next dataset's peak lands on top of it. So does pyarrow's own memory pool (mimalloc or jemalloc), which holds
+the freed pages of pandas' pyarrow-backed columns: building a 1M-row verdict table leaves ~240 MB of them.
+:func:`trim` asks both to return those pages (``malloc_trim(0)``, and the pool's ``release_unused`` when pyarrow is
+loaded); where there is no glibc the first does nothing. :class:`PerArray` computes a value of an array
 once while the array lives (the refit bootstrap's fits share their design matrix's rows, :mod:`src.core.refit`), and
 :class:`LastCall` a function of two arrays once while the same arrays come back.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -35,7 +38,11 @@ def _malloc_trim():
 
 
 def trim() -> bool:
-    """Return the C heap's free pages to the operating system; True when the allocator could be asked."""
+    """Return the free pages of pyarrow's memory pool (when pyarrow is loaded: it is never imported here) and of the C
+    heap to the operating system; True when the C allocator could be asked."""
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        pa.default_memory_pool().release_unused()
     fn = _malloc_trim()
     if fn is None:
         return False

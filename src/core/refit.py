@@ -36,8 +36,10 @@ from scipy import sparse
 from src.core import threads
 from src.core.aggregate import WeightedVote, member_accuracy
 from src.core.evaluate import (
+    CHUNK_BLOCK,
     MAX_WEIGHT_BYTES,
     ClusterBootstrap,
+    class_counts,
     classes,
     deployed,
     distinct_rows,
@@ -49,8 +51,9 @@ from src.core.memory import LastCall, PerArray
 from src.core.threads import InOrder
 from src.core.verdicts import ABSTAIN, at_or_over
 
-# the fewest and the most draws refitted at once (RefitBootstrap._split), memory permitting
-MIN_CHUNK, MAX_CHUNK = 64, 400
+# the fewest and the most draws refitted at once (RefitBootstrap._split), memory permitting; the bootstrap's
+# chunks of draws hold whole numbers of the fewest
+MIN_CHUNK, MAX_CHUNK = CHUNK_BLOCK, 400
 
 
 class Rung:
@@ -124,8 +127,7 @@ class Cells:
         """Each draw's count of items in each cell (draws × cells), ``block`` draws at a time, summed cluster by
         cluster in the weights' dtype: whole numbers, exact (:class:`ClusterBootstrap` keeps float32 only while
         every count stays under 2²⁴)."""
-        A = self.by_cluster_csc.astype(w.dtype, copy=False)
-        return np.vstack([(A @ np.ascontiguousarray(w[a : a + block].T)).T for a in range(0, len(w), block)])
+        return class_counts(self.by_cluster_csc, w, block)
 
     def layout(self, N: np.ndarray, r: int, n_rows: int) -> np.ndarray:
         """Rung r's counts of a chunk's draws by gold, fold and row (draws × 2 × folds × rows)."""
