@@ -1,7 +1,7 @@
 """Benchmark: the ladder on a 1M-row verdict table (4 datasets × 250,000 items × 8 judges, B=2000) in bounded
 memory.
 
-    python bench/bench_memory.py [--datasets 4 --items 250000 --members 8 --boot 2000 --max-weight-mb 64]
+    python bench/bench_memory.py [--datasets 4 --items 250000 --members 8 --boot 2000 --max-weight-mb 32]
                                  [--today DIR]
 
 Kept whole in float64, each dataset's bootstrap weights are B × clusters × 8 B (2000 × 125,000: 1.9 GB, plus the

@@ -1,5 +1,7 @@
 """Metrics, bootstrap and calls against reference implementations (scikit-learn, statsmodels)."""
 
+import weakref
+
 import numpy as np
 import pytest
 from scipy import sparse
@@ -200,6 +202,30 @@ def test_a_sweep_through_rows_gives_the_per_cluster_sums():
     assert isinstance(boot.row_table(rows + 0.25, inv), np.ndarray)  # not whole: each cluster's sums in doubles
     many = np.arange(len(clusters))  # as many rows as items: the per-cluster table is cheaper
     assert isinstance(boot.row_table(np.ones((len(clusters), 2)), many), np.ndarray)
+
+
+def test_a_sweep_holds_no_transposed_block_while_its_readers_read(monkeypatch):
+    """A reader (the refit bootstrap, on the analysis's threads) runs while the next weights are drawn: the row
+    sums' transposed copy of the last block is gone by then, not kept alive by the loop that made it."""
+    rng = np.random.default_rng(3)
+    clusters = np.repeat(np.arange(200), 2)
+    gold = rng.integers(0, 2, len(clusters))
+    boot = ClusterBootstrap(clusters, n_boot=100, seed=2, chunk=40)
+    blocks: list = []
+    real = evaluate.transposed
+
+    def recorded(w, block=32):
+        for wt in real(w, block):
+            blocks.append(weakref.ref(wt))
+            yield wt
+
+    monkeypatch.setattr(evaluate, "transposed", recorded)
+    alive = []
+    boot.sweep(
+        [boot.per_row(gold, random_pred(rng, gold)[:, None])],
+        (lambda w: alive.append(any(b() is not None for b in blocks)),),
+    )
+    assert blocks and alive == [False, False, False]
 
 
 def test_class_counts_of_blocks_are_each_draws_counts():

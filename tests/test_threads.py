@@ -210,3 +210,18 @@ def test_the_suite_writes_the_same_document_on_one_thread_and_on_two(monkeypatch
         docs.append(json.dumps(doc, sort_keys=True))
     assert ladder.dataset_threads(table, 40) == (2, 1)
     assert docs[0] == docs[1]
+
+
+def test_a_chunk_in_flight_holds_its_counts_per_cell_not_the_weights():
+    """What a thread refits is a chunk's draws × cells counts, computed as it is handed over: the draws × clusters
+    weights are let go by the caller, not held by the chunks in flight."""
+    rng = np.random.default_rng(6)
+    gold, votes = simulate.draw(rng, 60, 2, [0.8, 0.7, 0.65, 0.6], 0.3, 0.05)
+    clusters = np.repeat(np.arange(60), 2)
+    rb = RefitBootstrap(gold, cluster_folds(gold, clusters, 5, 0), ClusterBootstrap(clusters, 30, 4))
+    rungs = {"stacked": rb.stacked(votes, 1.0, 0.5)}
+    cells = rb.cells(list(rungs.values()))
+    (w,) = rb.boot.chunks()
+    jobs = list(rb.parts(w, rungs, cells))
+    assert sum(len(N) for N, _, _ in jobs) == len(w)
+    assert all(N.shape[1] == len(cells) and not np.shares_memory(N, w) for N, _, _ in jobs)

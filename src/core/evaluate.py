@@ -30,8 +30,9 @@ METRICS = ("kappa", "bacc", "f1")
 # count columns: gold=1 & pred=1, gold=1 & pred=0, gold=1 & abstain, gold=0 & pred=1, gold=0 & pred=0, gold=0 & abstain
 _N_COUNTS = 6
 # B × clusters bootstrap weights up to this size are drawn once and kept; larger ones are drawn again, chunk by
-# chunk of draws, on every pass (same numbers: one generator, consumed in draw order).
-MAX_WEIGHT_BYTES = 64 * 2**20
+# chunk of draws, on every pass (same numbers: one generator, consumed in draw order). A chunk is drawn while the
+# analysis's threads refit the one before (src.core.threads): two are alive at once, hence half of 64 MiB.
+MAX_WEIGHT_BYTES = 32 * 2**20
 # such a chunk holds a whole number of blocks of this many draws where it holds one at all: the refit bootstrap's
 # parts of a chunk (src.core.refit.MIN_CHUNK) then all hold this many, none a short remainder that costs a part's
 # fixed work for a few draws (2,000 draws of 125,000 clusters: 16 chunks of 128, not 15 of 134 split 64 + 64 + 6)
@@ -203,6 +204,13 @@ def _chunk_draws(room: int) -> int:
     return room - room % CHUNK_BLOCK if room >= CHUNK_BLOCK else room
 
 
+def _row_sums(w: np.ndarray, rows: list[tuple[list, RowTable]]) -> None:
+    """Each :class:`RowTable`'s sums of the draws w appended to its list, block by block of transposed draws."""
+    for wt in transposed(w) if rows else ():
+        for o, m in rows:
+            o.append(m.sums(wt))
+
+
 class ClusterBootstrap:
     """Paired cluster bootstrap (§2): B draws of whole clusters with replacement, shared by every comparator.
 
@@ -304,9 +312,7 @@ class ClusterBootstrap:
             for o, m in zip(out, tables):
                 if not isinstance(m, RowTable):
                     o.append(w @ m)
-            for wt in transposed(w) if rows else ():  # one block's transposed copy at a time
-                for o, m in rows:
-                    o.append(m.sums(wt))
+            _row_sums(w, rows)  # one block's transposed copy at a time, none held while the readers read
             for read in readers:
                 read(w)
             del w  # before the next chunk is drawn: one chunk of weights in memory, not two

@@ -92,17 +92,25 @@ def analyze_dataset(
     X, extra_names = design_matrix(table, s.features)
     stacker = clone(stacker).set_params(n_votes=votes.shape[1])
     folds = checked_folds(y, clusters, s) if folds is None else folds
-    stk = crossfit(stacker, X, y, folds)
-    try:
-        cv = crossfit(BestSingle(min_coverage=s.min_coverage), votes, y, folds)
-    except ValueError as e:
-        raise AnalysisError(f"CV-best single: {e} (analysis.min_coverage)") from None
+    alt_stacker = _other_arm(stacker) if s.abstention_contrast else None
+    fits = _fitted(
+        {
+            "stacked": lambda: crossfit(stacker, X, y, folds),
+            "best_cv": lambda: _cv_best(votes, y, folds, s.min_coverage),
+            "dawid_skene": lambda: DawidSkene().fit(votes).predict(votes).astype(float),
+            "acc_weighted": lambda: crossfit(WeightedVote("accuracy"), votes, y, folds).pred,
+            "logodds_weighted": lambda: crossfit(WeightedVote("logodds"), votes, y, folds).pred,
+            "other_encoding": None if alt_stacker is None else lambda: crossfit(alt_stacker, X, y, folds).pred,
+        },
+        threads.count() if workers is None else workers,
+    )
+    stk, cv, alt = fits["stacked"], fits["best_cv"], fits.get("other_encoding")
     preds: dict[str, np.ndarray] = {
         "stacked": stk.pred,
         "majority": MajorityVote().fit(votes).predict(votes).astype(float),
-        "dawid_skene": DawidSkene().fit(votes).predict(votes).astype(float),
-        "acc_weighted": crossfit(WeightedVote("accuracy"), votes, y, folds).pred,
-        "logodds_weighted": crossfit(WeightedVote("logodds"), votes, y, folds).pred,
+        "dawid_skene": fits["dawid_skene"],
+        "acc_weighted": fits["acc_weighted"],
+        "logodds_weighted": fits["logodds_weighted"],
         "best_cv": cv.pred,
         "best_cv_deployed": deployed(cv.pred),
     }
@@ -110,8 +118,6 @@ def analyze_dataset(
         preds["best_avg"] = best_avg_votes
     if table.has_frontier and table.frontier is not None:  # has_frontier implies it; said for the type checker
         preds["frontier"] = table.frontier
-    alt_stacker = _other_arm(stacker) if s.abstention_contrast else None
-    alt = crossfit(alt_stacker, X, y, folds).pred if alt_stacker is not None else None
     named = list(preds)
     K = votes.shape[1]
     P = np.column_stack([preds[k] for k in named] + [votes] + ([] if alt is None else [alt]))
@@ -443,6 +449,22 @@ def analyze(
             memory.trim()  # the next dataset's peak starts from what is live, not from this one's high-water mark
     _apply_holm(results, s.core, s.holm)
     return results
+
+
+def _fitted(jobs: dict[str, Any], workers: int) -> dict[str, Any]:
+    """Each job's result (a job is a function of nothing; None: left out), the jobs on ``workers`` threads
+    (:func:`src.core.threads.in_order`): the ladder's label-fitted rungs are fitted independently of each other."""
+    todo = [(name, job) for name, job in jobs.items() if job is not None]
+    return dict(in_order(lambda named: (named[0], named[1]()), todo, workers))
+
+
+def _cv_best(votes: np.ndarray, y: np.ndarray, folds: list[tuple], min_coverage: float):
+    """The CV-best single judge cross-fitted (:class:`src.core.aggregate.BestSingle`); no eligible member is the
+    analysis's error, naming its setting."""
+    try:
+        return crossfit(BestSingle(min_coverage=min_coverage), votes, y, folds)
+    except ValueError as e:
+        raise AnalysisError(f"CV-best single: {e} (analysis.min_coverage)") from None
 
 
 def dataset_threads(table: VerdictTable, n_boot: int) -> tuple[int, int | None]:

@@ -217,24 +217,24 @@ class RefitBootstrap:
             yield self.keep(self.part(part))
 
     def parts(self, w: np.ndarray, rungs: dict[str, Rung], cells: Cells):
-        """The chunks of draws of weights w that :meth:`part` refits, each with what it needs: independent of each
-        other (:class:`src.core.threads.InOrder` may refit several at once)."""
+        """The chunks of draws of weights w that :meth:`part` refits, each as its draws' counts of items per cell
+        (:meth:`Cells.counts`, computed here: a chunk in flight holds those, not the draws × clusters weights) with
+        what it needs: independent of each other (:class:`src.core.threads.InOrder` may refit several at once)."""
         for part in self._split(w, cells, list(rungs.values())):
-            yield part, rungs, cells
+            yield cells.counts(part), rungs, cells
 
     def part(self, job: tuple[np.ndarray, dict[str, Rung], Cells]) -> tuple[dict, list]:
-        """One chunk of draws (:meth:`parts`) refitted: (each rung's (counts, predictions), the CV-best choices its
-        :meth:`best_cv` rungs made, for :meth:`keep`). Rungs on the same rows (one ``inv`` array) share their counts
-        by fold, gold and row, and each fold's training weights: the same arrays reach their ``predict``, fold by
-        fold."""
-        w, rungs, cells = job
+        """One chunk of draws (:meth:`parts`: its counts per cell) refitted: (each rung's (counts, predictions), the
+        CV-best choices its :meth:`best_cv` rungs made, for :meth:`keep`). Rungs on the same rows (one ``inv``
+        array) share their counts by fold, gold and row, and each fold's training weights: the same arrays reach
+        their ``predict``, fold by fold."""
+        N, rungs, cells = job
         groups: dict[tuple[int, int], list[tuple[int, str]]] = {}
         for r, (name, rung) in enumerate(rungs.items()):
             groups.setdefault((id(rung.inv), rung.n_rows), []).append((r, name))
         picks: list[tuple[Rung, np.ndarray]] = []
         self._picks.now = picks
         try:
-            N = cells.counts(w)
             out = {}
             for members in groups.values():
                 r0, name0 = members[0]
