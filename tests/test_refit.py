@@ -20,14 +20,19 @@ def panel(seed=3, n_clusters=60, abstain_rate=0.05):
     return gold, votes, np.repeat(np.arange(n_clusters), 2)
 
 
+def weighted_problems(m: int, seed: int):
+    """(rows, Z with the intercept's column, W1, W0): m problems' random whole weights on a panel's distinct rows."""
+    _, votes, _ = panel()
+    rows = np.unique(votes, axis=0)
+    rng = np.random.default_rng(seed)
+    W1, W0 = (rng.integers(0, 4, (m, len(rows))).astype(float) for _ in range(2))
+    return rows, np.column_stack([np.ones(len(rows)), rows]), W1, W0
+
+
 @pytest.mark.parametrize("C", [0.1, 1.0, 10.0])
 def test_batched_fit_is_sklearns_logistic_regression(C):
     """Each problem is LogisticRegression(C) with sample weights: same penalty, intercept unpenalised."""
-    _, votes, _ = panel()
-    rows = np.unique(votes, axis=0)
-    rng = np.random.default_rng(0)
-    W1, W0 = (rng.integers(0, 4, (12, len(rows))).astype(float) for _ in range(2))
-    Z = np.column_stack([np.ones(len(rows)), rows])
+    rows, Z, W1, W0 = weighted_problems(12, seed=0)
     B = fit_logit(Z, W1, W0, C)
     X2, y2 = np.vstack([rows, rows]), np.r_[np.ones(len(rows)), np.zeros(len(rows))]
     for m in range(len(W1)):
@@ -157,11 +162,7 @@ def test_a_hessian_that_is_not_positive_definite_is_solved_by_lu():
 
 
 def test_the_fits_are_the_same_without_numba(monkeypatch):
-    _, votes, _ = panel()
-    rows = np.unique(votes, axis=0)
-    rng = np.random.default_rng(1)
-    W1, W0 = (rng.integers(0, 4, (20, len(rows))).astype(float) for _ in range(2))
-    Z = np.column_stack([np.ones(len(rows)), rows])
+    _, Z, W1, W0 = weighted_problems(20, seed=1)
     compiled = fit_logit(Z, W1, W0, 1.0)
     monkeypatch.setattr(logitfit.compiled, "njit", lambda fn: None)
     np.testing.assert_allclose(fit_logit(Z, W1, W0, 1.0), compiled, atol=1e-9)

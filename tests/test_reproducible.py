@@ -63,11 +63,17 @@ def _files(out: Path) -> dict[str, bytes]:
     return {k: v for k, v in files.items() if not k.startswith("hydra")}
 
 
-# OpenBLAS's AVX2 (Haswell) and AVX-512 (SkylakeX) kernels on one and two threads, and the kernel it picks by itself
+# OpenBLAS's AVX2 (Haswell) and AVX-512 (SkylakeX) kernels on one and two threads, and the kernel it picks by itself;
+# the analysis on one thread and on two (src.core.threads)
 SETTINGS = {
-    "its own choice, 2 threads": {"OPENBLAS_NUM_THREADS": "2"},
-    "Haswell, 1 thread": {"OPENBLAS_CORETYPE": "Haswell", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"},
-    "SkylakeX, 2 threads": {"OPENBLAS_CORETYPE": "SkylakeX", "OPENBLAS_NUM_THREADS": "2"},
+    "its own choice, 2 threads": {"OPENBLAS_NUM_THREADS": "2", "RAIM_ANALYSIS_THREADS": "2"},
+    "Haswell, 1 thread": {
+        "OPENBLAS_CORETYPE": "Haswell",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "RAIM_ANALYSIS_THREADS": "1",
+    },
+    "SkylakeX, 2 threads": {"OPENBLAS_CORETYPE": "SkylakeX", "OPENBLAS_NUM_THREADS": "2", "RAIM_ANALYSIS_THREADS": "2"},
 }
 
 
