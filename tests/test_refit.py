@@ -358,7 +358,7 @@ def test_the_own_term_is_exact_whatever_the_chunks(monkeypatch):
         return RefitDraws.collect(rb, {"stacked": rb.stacked(votes, 1.0, 0.5), "best_cv": rb.best_cv(votes, 0.5)}, full)
 
     whole = own()
-    monkeypatch.setattr(refit, "MAX_WEIGHT_BYTES", 1)  # chunks of one draw
+    monkeypatch.setattr(refit, "PART_BYTES", 1)  # chunks of one draw
     one = own()
     assert np.array_equal(one.own, whole.own) and np.array_equal(one.counts["best_cv"], whole.counts["best_cv"])
 

@@ -81,7 +81,7 @@ def test_the_thread_count_defaults_to_the_usable_cores(monkeypatch):
 def small_parts(monkeypatch):
     """A few draws per chunk, so the refit bootstrap has many chunks to spread."""
     monkeypatch.setattr(refit, "MIN_CHUNK", 1)
-    monkeypatch.setattr(refit, "MAX_WEIGHT_BYTES", 40_000)
+    monkeypatch.setattr(refit, "PART_BYTES", 40_000)
 
 
 def read_draws(gold, votes, clusters, n_boot=60):

@@ -37,7 +37,6 @@ from src.core import threads
 from src.core.aggregate import WeightedVote, member_accuracy
 from src.core.evaluate import (
     CHUNK_BLOCK,
-    MAX_WEIGHT_BYTES,
     ClusterBootstrap,
     class_counts,
     classes,
@@ -54,6 +53,8 @@ from src.core.verdicts import ABSTAIN, at_or_over
 # the fewest and the most draws refitted at once (RefitBootstrap._split), memory permitting; the bootstrap's
 # chunks of draws hold whole numbers of the fewest
 MIN_CHUNK, MAX_CHUNK = CHUNK_BLOCK, 400
+# what a chunk of draws refitted at once may hold in its (draws × width) arrays of doubles (RefitBootstrap._split)
+PART_BYTES = 64 * 2**20
 
 
 class Rung:
@@ -189,15 +190,15 @@ class RefitBootstrap:
 
     def _split(self, w: np.ndarray, cells: Cells, rungs: list[Rung]):
         """A chunk of the bootstrap's weights (:meth:`ClusterBootstrap.chunks`) in chunks of draws refitted as one
-        batch: as many as fill :data:`src.core.evaluate.MAX_WEIGHT_BYTES` with (items + 6 × clusters) doubles, within
+        batch: as many as fill :data:`PART_BYTES` with (items + 6 × clusters) doubles, within
         [:data:`MIN_CHUNK`, :data:`MAX_CHUNK`], fewer where a chunk × (cells + 8 × the largest rung's rows) array of
         doubles would exceed it. Larger batches spread each Newton step's fixed costs over more fits (fewer than
         ~250 draws cost up to 1.5× the time); past a few hundred they only hold more memory. A fractional rung's
         predictions are doubles: its (fold, row) pairs add to the width. The results do not depend on the chunks."""
-        fill = MAX_WEIGHT_BYTES // (8 * (len(self.y) + 6 * self.n_clusters))
+        fill = PART_BYTES // (8 * (len(self.y) + 6 * self.n_clusters))
         width = len(cells) + 8 * max(r.n_rows for r in rungs)
         width += sum(len(pairs) for r, pairs in zip(rungs, cells.pairs) if r.fractional)
-        rows = max(1, min(max(MIN_CHUNK, min(fill, MAX_CHUNK)), MAX_WEIGHT_BYTES // (8 * width)))
+        rows = max(1, min(max(MIN_CHUNK, min(fill, MAX_CHUNK)), PART_BYTES // (8 * width)))
         for a in range(0, len(w), rows):
             yield w[a : a + rows]
 
