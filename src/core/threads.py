@@ -1,9 +1,10 @@
 """Work spread over the cores this process may use, its results taken in the order it was handed out.
 
-The refit bootstrap's parts (chunks of draws, :mod:`src.core.refit`) are independent until their counts are summed:
-:class:`InOrder` computes them on a few threads while the caller goes on drawing the next weights, and hands the
-results back in the order the parts came, so every sum is taken in the same order whatever the number of threads
-(the same bits with 1 thread or 8). NumPy and BLAS release the interpreter's lock in their loops, so threads,
+A table's small datasets (:func:`src.core.ladder.dataset_threads`), the ladder's label-fitted rungs and the refit
+bootstrap's parts (chunks of draws, :mod:`src.core.refit`) are independent until their results are combined:
+:class:`InOrder` computes them on a few threads while the caller goes on (drawing the next weights, say), and hands
+the results back in the order the work came, so every sum is taken in the same order whatever the number of
+threads (the same bits with 1 thread or 8). NumPy and BLAS release the interpreter's lock in their loops, so threads,
 not processes: no copy of the table, nothing pickled. BLAS itself stays on one thread per worker (the analysis holds
 it there): the products are small, and a part is the unit of work.
 
