@@ -82,8 +82,9 @@ def analyze_dataset(
 ) -> DatasetResult:
     """The whole ladder on one dataset (members that never voted on it are set aside and listed; members
     below ``s.min_coverage`` are not eligible as a single-judge comparator, and listed with the reason).
-    ``folds``: the dataset's cluster folds when already computed (:func:`dataset_folds`); ``workers``: the refit
-    bootstrap's threads (:class:`src.core.refit.DrawReader`; default :func:`src.core.threads.count`)."""
+    ``folds``: the dataset's cluster folds when already computed (:func:`dataset_folds`); ``workers``: the threads
+    of its label-fitted rungs' cross-fits and of its refit bootstrap (:class:`src.core.refit.DrawReader`; default
+    :func:`src.core.threads.count`)."""
     # a copy, not a view: the result keeps it, and a view would keep the whole vote matrix alive with it
     best_avg_votes = None if best_avg is None else table.votes[:, table.members.index(best_avg)].copy()
     table, excluded = active_members(table)

@@ -121,11 +121,12 @@ def _solve(L: np.ndarray, g: np.ndarray, out: np.ndarray) -> None:
             out[m, i] = t / L[m, i, i]
 
 
-def _factors(H: np.ndarray) -> np.ndarray | None:
-    """The Cholesky factors of H (M × p × p) by :func:`_factor`, compiled; None without numba."""
+def _factors(H: np.ndarray) -> np.ndarray:
+    """The Cholesky factors of H (M × p × p) by :func:`_factor`, compiled: only where numba is (:class:`_Newton`'s
+    ``L`` is None without it)."""
     factor = compiled.njit(_factor)
     if factor is None:
-        return None
+        raise RuntimeError("the Cholesky factors are compiled by numba, which is not installed")
     L = np.zeros_like(H)
     factor(np.ascontiguousarray(H), L)
     return L
@@ -194,8 +195,8 @@ def fit_logit(
     state = _Newton(Z, lam, W1[active], W1[active] + W0[active], B[active])
     if hessian is not None:
         state.H[:] = np.broadcast_to(hessian, (M, p, p))[active]
-        factors = _factors(np.asarray(hessian, float).reshape(-1, p, p))  # once when every problem shares it
-        state.L = None if factors is None else np.array(np.broadcast_to(factors, (M, p, p))[active])
+        if state.L is not None:  # factored once when every problem shares it
+            state.L[:] = np.broadcast_to(_factors(np.asarray(hessian, float).reshape(-1, p, p)), (M, p, p))[active]
         state.fresh[:] = False
     for _ in range(max_iter):
         if not len(active):
@@ -224,7 +225,8 @@ class _Newton:
         self.Z32, self.w132, self.w32 = Z.astype(np.float32), w1.astype(np.float32), w.astype(np.float32)
         self.s, self.g, self.gn = self.gradient(self.w32, self.w132, b)
         self.H = np.empty((len(b), len(lam), len(lam)))
-        self.L: np.ndarray | None = np.zeros_like(self.H)  # H's Cholesky factors (:func:`_factors`; None without numba)
+        # H's Cholesky factors (:func:`_factors`); None without numba (every step then solved by LU)
+        self.L = None if compiled.njit(_factor) is None else np.zeros_like(self.H)
         self.fresh = np.ones(len(b), bool)
         self.last = np.full(len(b), np.inf)
 
@@ -259,8 +261,8 @@ class _Newton:
         if len(r):
             s = self.s[r]
             self.H[r] = H = _hessians(w[r] * s * (1 - s), pairs, self.lam)
-            factors = _factors(H)
-            self.L = None if factors is None or self.L is None else _put(self.L, r, factors)
+            if self.L is not None:
+                self.L[r] = _factors(H)
         step = _newton_steps(self.H, self.L, self.g)
         size = np.abs(step).max(axis=1)
         t = np.ones(len(step))
@@ -293,11 +295,6 @@ class _Newton:
             setattr(self, name, getattr(self, name)[which])
         if self.L is not None:
             self.L = self.L[which]
-
-
-def _put(a: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
-    a[at] = values
-    return a
 
 
 def start_hessian(Z: np.ndarray, w1: np.ndarray, w0: np.ndarray, C: float, beta: np.ndarray) -> np.ndarray:

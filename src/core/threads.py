@@ -28,9 +28,15 @@ R = TypeVar("R")
 THREADS_ENV = "RAIM_ANALYSIS_THREADS"
 
 
+def allowed_cpus() -> list[int]:
+    """The CPUs this process may run on, sorted: its affinity (a container's or ``taskset``'s share, not the
+    machine's) where the system has one, else every CPU."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def cores() -> int:
-    """The cores this process may use (its CPU affinity where the system has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """The cores this process may use (:func:`allowed_cpus`)."""
+    return len(allowed_cpus())
 
 
 def count() -> int:
@@ -49,9 +55,9 @@ class InOrder(Generic[T, R]):
 
     With ``first_alone`` the first item is computed on the calling thread before any other starts, so state a
     computation sets up on its first call (a fit's starting point, say) is set by the first item whatever the
-    number of threads. With
-    ``workers`` 1 every item is computed on the calling thread, in :meth:`put`. A worker's exception is raised in
-    the caller, at the item's turn; the other items in flight are cancelled or finished, never left running."""
+    number of threads. With ``workers`` 1 every item is computed on the calling thread, in :meth:`put`. A worker's
+    exception is raised in the caller, at the item's turn; the other items in flight are cancelled or finished,
+    never left running."""
 
     def __init__(self, fn: Callable[[T], R], workers: int, first_alone: bool = False):
         self.fn, self.workers = fn, workers

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from src.core.threads import allowed_cpus
 from src.judges.backends import llama_build
 from src.judges.backends.base import Backend, abstention, split_template, verdict_token_ids
 from src.judges.frames import Frame, Rendered
@@ -42,9 +43,8 @@ def default_threads(sysfs: Path | None = None) -> int:
     machine's), as llama.cpp itself counts them. A core's second hardware thread shares its arithmetic units, so
     a thread on it adds contention, not speed; where the topology cannot be read, every allowed CPU."""
     sysfs = SYSFS_CPU if sysfs is None else sysfs
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
     cores = set()
-    for cpu in allowed:
+    for cpu in allowed_cpus():
         try:
             siblings = (sysfs / f"cpu{cpu}" / "topology" / "thread_siblings_list").read_text()
         except OSError:  # no sysfs topology (not Linux, or hidden): count the CPU itself

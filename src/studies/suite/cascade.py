@@ -186,9 +186,8 @@ class CascadeRefit:
         self.Z = np.column_stack([np.ones(len(self.x_rows)), stacker.features(self.x_rows)])
         self.fits = FoldFits(self.Z, stacker.C)  # each fold's fits start from one fit, not one per chunk of draws
         self.held = [np.unique(self.inv[te]) for _, te in folds]  # the rows each fold's held-out items hold
-        self._kept = (
-            threading.local()
-        )  # per thread: the bootstrap's chunks may be refitted on several (src.core.threads)
+        # the last :meth:`fold`, per thread: the bootstrap's chunks may be refitted on several (src.core.threads)
+        self._kept = threading.local()
 
     def _proba(self, t1: np.ndarray, t0: np.ndarray, k: int) -> np.ndarray:
         if type(self.stacker) is StackedLogit:
